@@ -1,0 +1,75 @@
+"""Sphinx configuration for the anyrope documentation.
+
+The plots the pages show are drawn by the scripts in ``docs/plots/`` at the start of
+every build (``builder-inited``) into ``docs/generated/plots/``, which git ignores:
+no image is committed, so the pictures always match the code.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from sphinx.application import Sphinx
+
+DOCS = Path(__file__).resolve().parent
+PLOTS = DOCS / "plots"
+PLOT_OUTPUT = DOCS / "generated" / "plots"
+
+sys.path.insert(0, str(DOCS.parent / "src"))
+
+import anyrope  # noqa: E402  (after the path so a source checkout documents itself)
+
+project = "anyrope"
+author = "anyrope developers"
+copyright = "anyrope developers"  # noqa: A001
+release = anyrope.__version__
+version = release
+
+extensions = [
+    "sphinx.ext.autodoc",
+    "sphinx.ext.autosummary",
+    "sphinx.ext.doctest",
+    "sphinx.ext.intersphinx",
+    "sphinx.ext.mathjax",
+    "numpydoc",
+]
+
+autosummary_generate = True
+autodoc_typehints = "none"
+numpydoc_show_class_members = False
+numpydoc_class_members_toctree = False
+numpydoc_xref_param_type = False
+
+intersphinx_mapping: dict[str, tuple[str, str | None]] = {}
+
+doctest_global_setup = "import numpy as np\nimport anyrope"
+doctest_test_doctest_blocks = "default"
+
+exclude_patterns = ["_build", "plots", "examples"]
+templates_path: list[str] = []
+# The scaling and attention pages are written alongside this site; the index lists
+# them by a glob so the site also builds before they exist.
+suppress_warnings = ["toc.empty_glob"]
+
+html_theme = "pydata_sphinx_theme"
+html_title = f"anyrope {release}"
+html_theme_options = {"navigation_with_keys": False, "show_toc_level": 2}
+html_static_path: list[str] = []
+
+
+def draw_plots(app: Sphinx) -> None:
+    """Run every ``docs/plots/plot_*.py`` as ``python SCRIPT OUTPUT_DIR``."""
+    PLOT_OUTPUT.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "MPLBACKEND": "Agg"}
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(DOCS.parent / "src"), env.get("PYTHONPATH", "")) if p
+    )
+    for script in sorted(PLOTS.glob("plot_*.py")):
+        subprocess.run([sys.executable, str(script), str(PLOT_OUTPUT)], check=True, env=env)
+
+
+def setup(app: Sphinx) -> None:
+    app.connect("builder-inited", draw_plots)

@@ -1,0 +1,72 @@
+"""The test matrix. ``nox`` runs the default sessions on a CPU-only machine;
+``nox -s tests-cupy tests-torch-cuda`` runs the GPU sessions on a machine with a device.
+
+The matrix itself lives in pytest fixtures (tests/conftest.py): plain ``pytest`` runs every
+backend that is installed, and each session here only chooses what is installed.
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.needs_version = ">=2024.3.2"
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_existing_virtualenvs = True
+nox.options.error_on_missing_interpreters = True
+
+# The CPU build of PyTorch; an unpinned torch pulls a multi-GB CUDA build.
+TORCH_CPU = "torch==2.13.0"
+
+
+def _pytest(session: nox.Session, *args: str) -> None:
+    session.run("pytest", *args, *session.posargs)
+
+
+@nox.session(name="tests-numpy")
+def tests_numpy(session: nox.Session) -> None:
+    """NumPy alone: no torch, no array-api-strict installed."""
+    session.install("-e", ".[test]")
+    _pytest(session)
+
+
+@nox.session(name="tests-torch")
+def tests_torch(session: nox.Session) -> None:
+    """PyTorch on the CPU, compared bitwise with the golden files."""
+    session.install("-e", ".[test]", TORCH_CPU)
+    _pytest(session, "--backend", "torch-cpu", "--backend", "numpy-cpu")
+
+
+@nox.session(name="tests-strict")
+def tests_strict(session: nox.Session) -> None:
+    """array-api-strict: proves the public API uses nothing outside the standard."""
+    session.install("-e", ".[test,strict]")
+    _pytest(session, "--backend", "array_api_strict-cpu")
+
+
+@nox.session(name="tests-torch-cuda", default=False)
+def tests_torch_cuda(session: nox.Session) -> None:
+    """PyTorch on a CUDA device (needs a GPU machine)."""
+    session.install("-e", ".[test]", "torch")
+    _pytest(session, "--backend", "torch-cuda", "--backend", "numpy-cpu")
+
+
+@nox.session(name="tests-cupy", default=False)
+def tests_cupy(session: nox.Session) -> None:
+    """CuPy on a CUDA device (needs a GPU machine)."""
+    session.install("-e", ".[test]", "cupy-cuda12x")
+    _pytest(session, "--backend", "cupy-cuda", "--backend", "numpy-cpu")
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff: lint and formatting."""
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict on src/."""
+    session.install("-e", ".", "mypy", "numpy")
+    session.run("mypy")

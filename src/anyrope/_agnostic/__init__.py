@@ -1,0 +1,1 @@
+"""Standard-only implementations: the reference every faster path must match bit for bit."""

@@ -1,0 +1,173 @@
+"""The public boundary's pipeline: validate, build tables, pick a path, rotate.
+
+:class:`anyrope.RoPE` and the functional :func:`anyrope.rotate` / :func:`anyrope.rotate_qk`
+all end here, so every entry point checks the same things and dispatches the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import array_api_compat
+import numpy as np
+
+from ._agnostic.rotation import rotate_pairs
+from ._cpu import blocked
+from ._layout import Axes, axes_of, place_tables
+from ._namespace import (
+    Array,
+    Namespace,
+    device_of,
+    is_real_floating,
+    library_name,
+    namespace_of,
+    table_dtype,
+    to_host,
+)
+from ._positions import Positions, resolve_positions
+from ._validation import check_bool, check_impl, describe
+
+if TYPE_CHECKING:
+    from ._rope import RoPE
+
+
+def apply(
+    rope: RoPE,
+    arrays: tuple[Array, ...],
+    names: tuple[str, ...],
+    positions: object,
+    *,
+    layout: str,
+    inverse: bool,
+    inplace: bool,
+    impl: str,
+    xp: Namespace | None,
+) -> tuple[Array, ...]:
+    """Rotate each of ``arrays`` (q and k, or one x) with the tables of ``rope``."""
+    xp = namespace_of(*arrays, xp=xp, argument=" and ".join(names))
+    check_bool(inverse, "inverse")
+    check_bool(inplace, "inplace")
+    check_impl(impl)
+    axes = [_check_input(x, name, rope, layout, xp) for x, name in zip(arrays, names, strict=True)]
+    _check_same_tokens(arrays, names, axes)
+    first, first_axes = arrays[0], axes[0]
+    where = resolve_positions(positions, xp, first, first_axes.batch, first_axes.seq)
+    path = _choose_path(impl, arrays, inplace, xp)
+    if any(math.prod(x.shape) == 0 for x in arrays):
+        return tuple(x if inplace else xp.asarray(x, copy=True) for x in arrays)
+
+    # Tables are rounded once to the compute dtype (numerics.md): no cast on the device.
+    cos, sin = gather_tables(rope, where, xp, device_of(first), table_dtype(xp, first.dtype))
+    cos, sin = place_tables(cos, first_axes, xp), place_tables(sin, first_axes, xp)
+    options = {"rotary_dim": rope.rotary_dim, "interleaved": rope.interleaved, "inverse": inverse}
+    results = []
+    for x in arrays:
+        if path == "blocked":
+            out = x if inplace else _empty_like(x)
+            results.append(blocked.rotate_blocked(x, cos, sin, out=out, **options))
+            continue
+        y = rotate_pairs(x, cos, sin, xp=xp, **options)
+        if inplace:
+            x[...] = y
+            y = x
+        results.append(y)
+    return tuple(results)
+
+
+def gather_tables(
+    rope: RoPE, where: Positions, xp: Namespace, device: Any, dtype: Any
+) -> tuple[Array, Array]:
+    """cos/sin of shape ``(*batch', seq, rotary_dim // 2)`` (``(seq, pairs)`` for a range)."""
+    cache = rope._cache
+    if where.array is None:
+        if not cache.cacheable(where.stop):
+            return cache.build(np.arange(where.offset, where.stop, dtype=np.int64), xp, device, dtype)
+        cos, sin = cache.get(where.stop, xp, device, dtype)
+        return cos[where.offset : where.stop, ...], sin[where.offset : where.stop, ...]
+    if not cache.cacheable(where.stop):
+        return cache.build(to_host(where.array).astype(np.int64), xp, device, dtype)
+    cos, sin = cache.get(where.stop, xp, device, dtype)
+    flat = xp.reshape(where.array, (-1,))
+    shape = (*where.array.shape, rope.rotary_dim // 2)
+    return (
+        xp.reshape(xp.take(cos, flat, axis=0), shape),
+        xp.reshape(xp.take(sin, flat, axis=0), shape),
+    )
+
+
+def _check_input(x: Array, name: str, rope: RoPE, layout: str, xp: Namespace) -> Axes:
+    if not is_real_floating(xp, x.dtype):
+        raise TypeError(
+            f"`{name}` must have a real floating dtype (float16, bfloat16, float32 or float64); "
+            f"got {x.dtype}"
+        )
+    axes = axes_of(x, layout, name)
+    if axes.head_dim != rope.head_dim:
+        raise ValueError(
+            f"`{name}` must have head_dim={rope.head_dim} in its last axis; got {describe(x)}"
+        )
+    return axes
+
+
+def _check_same_tokens(arrays: tuple[Array, ...], names: tuple[str, ...], axes: list[Axes]) -> None:
+    first, first_axes = arrays[0], axes[0]
+    for x, name, x_axes in zip(arrays[1:], names[1:], axes[1:], strict=True):
+        if x.dtype != first.dtype:
+            raise TypeError(
+                f"`{name}` must have the dtype of `{names[0]}` ({first.dtype}); got {x.dtype}"
+            )
+        if str(device_of(x)) != str(device_of(first)):
+            raise ValueError(
+                f"`{name}` must be on the device of `{names[0]}` ({device_of(first)}); "
+                f"got {device_of(x)}"
+            )
+        if (x_axes.batch, x_axes.seq) != (first_axes.batch, first_axes.seq):
+            raise ValueError(
+                f"`{name}` must share the batch and sequence axes of `{names[0]}` "
+                f"(batch {first_axes.batch}, seq {first_axes.seq}); "
+                f"got batch {x_axes.batch}, seq {x_axes.seq}"
+            )
+
+
+def _choose_path(impl: str, arrays: tuple[Array, ...], inplace: bool, xp: Namespace) -> str:
+    fast = all(blocked.supports(x) for x in arrays)
+    if impl == "blocked" and not fast:
+        raise ValueError(
+            "`impl`='blocked' needs NumPy arrays or PyTorch CPU tensors; "
+            f"got {library_name(xp)} arrays on device {device_of(arrays[0])}"
+        )
+    if inplace:
+        _check_writable(arrays, xp)
+    if impl == "array_api" or not fast:
+        return "array_api"
+    if array_api_compat.is_torch_array(arrays[0]) and _needs_grad(arrays):
+        if impl == "blocked":
+            raise ValueError(
+                "`impl`='blocked' does not record autograd; use impl='auto' or 'array_api' "
+                "for tensors that require grad"
+            )
+        return "array_api"
+    return "blocked"
+
+
+def _needs_grad(arrays: tuple[Array, ...]) -> bool:
+    import torch
+
+    return torch.is_grad_enabled() and any(x.requires_grad for x in arrays)
+
+
+def _check_writable(arrays: tuple[Array, ...], xp: Namespace) -> None:
+    if array_api_compat.is_jax_array(arrays[0]):
+        raise ValueError("`inplace`=True is not possible for JAX arrays, which are immutable")
+    for x in arrays:
+        if hasattr(x, "flags") and not x.flags.writeable:
+            raise ValueError(f"`inplace`=True needs writable arrays; got a read-only {describe(x)}")
+
+
+def _empty_like(x: Array) -> Array:
+    if array_api_compat.is_torch_array(x):
+        import torch
+
+        return torch.empty_like(x, memory_format=torch.contiguous_format)
+    return np.empty_like(x, order="C")

@@ -1,0 +1,1 @@
+"""Fast paths for arrays in host memory (NumPy, PyTorch on the CPU)."""

@@ -1,0 +1,37 @@
+"""Base rotation frequencies, computed on the host in float64 (numerics.md, section 1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._validation import check_base, check_rotary_dim
+
+
+def default_inv_freq(rotary_dim: int, base: float) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """Return ``theta_i = base ** (-(2 * i) / rotary_dim)`` for ``i = 0 .. rotary_dim/2 - 1``.
+
+    Parameters
+    ----------
+    rotary_dim : int
+        The rotated width ``r``: positive and even.
+    base : float
+        The base of the geometric progression (``rope_theta``): finite and > 1.
+
+    Returns
+    -------
+    numpy.ndarray
+        float64 array of shape ``(rotary_dim // 2,)``, decreasing from 1.
+
+    Examples
+    --------
+    >>> from anyrope._frequencies import default_inv_freq
+    >>> default_inv_freq(4, 10000.0).tolist()
+    [1.0, 0.01]
+    """
+    check_rotary_dim(rotary_dim, None)
+    check_base(base)
+    exponents = -np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim
+    inv_freq: np.ndarray[Any, np.dtype[np.float64]] = np.power(np.float64(base), exponents)
+    return inv_freq

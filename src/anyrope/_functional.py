@@ -1,0 +1,152 @@
+"""The functional API: :func:`rotate` and :func:`rotate_qk`, backed by cached RoPE objects."""
+
+from __future__ import annotations
+
+import functools
+
+from ._api import apply
+from ._namespace import Array, Namespace, namespace_of
+from ._rope import RoPE
+from ._validation import check_base, check_bool, check_rotary_dim, describe
+
+
+@functools.lru_cache(maxsize=64)
+def _rope_for(head_dim: int, rotary_dim: int | None, base: float, interleaved: bool) -> RoPE:
+    return RoPE(head_dim, rotary_dim=rotary_dim, base=base, interleaved=interleaved)
+
+
+def _rope_for_input(
+    x: Array, name: str, rotary_dim: int | None, base: float, interleaved: bool
+) -> RoPE:
+    """The cached :class:`RoPE` for an input whose last axis is the head dimension."""
+    namespace_of(x, argument=name)
+    head_dim = int(x.shape[-1]) if len(x.shape) else 0
+    if head_dim <= 0 or head_dim % 2:
+        raise ValueError(
+            f"the last axis of `{name}` (head_dim) must have a positive even length; "
+            f"got {describe(x)}"
+        )
+    # Checked here too so that lru_cache never hashes (or caches) a bad argument.
+    if rotary_dim is not None:
+        check_rotary_dim(rotary_dim, head_dim)
+    return _rope_for(head_dim, rotary_dim, check_base(base), check_bool(interleaved, "interleaved"))
+
+
+def rotate(
+    x: Array,
+    positions: object = None,
+    *,
+    rotary_dim: int | None = None,
+    base: float = 10000.0,
+    interleaved: bool = False,
+    layout: str = "bshd",
+    inverse: bool = False,
+    inplace: bool = False,
+    impl: str = "auto",
+    xp: Namespace | None = None,
+) -> Array:
+    """Apply rotary position embedding to ``x``.
+
+    Each pair of features at position ``m`` is rotated by the angle ``m * theta_i``,
+    ``theta_i = base ** (-2i / rotary_dim)``, with float64 tables and the arithmetic of
+    anyrope's numerical contract, so the bits are the same on every library and device.
+
+    Parameters
+    ----------
+    x : array
+        Queries or keys of any array-API library, real floating dtype (float16,
+        bfloat16, float32, float64); axes as given by ``layout``.
+    positions : None, int or integer array, optional
+        ``None``: positions ``0 .. seq-1``. An int: that offset plus ``0 .. seq-1``
+        (KV-cache decode). An integer array of the caller's library, shape ``(seq,)`` or
+        ``(*batch, seq)``, broadcastable (left padding, packed and speculative positions).
+        The heads axis never appears in positions.
+    rotary_dim : int, optional
+        Rotate only the first ``rotary_dim`` features (even, at most head_dim); the rest
+        are copied bit for bit. Defaults to the whole head.
+    base : float, optional
+        Frequency base (``rope_theta``), finite and > 1. Default 10000.
+    interleaved : bool, optional
+        ``False``: half-split pairs ``(x[i], x[i + r/2])`` (Hugging Face ``rotate_half``,
+        GPT-NeoX). ``True``: adjacent pairs ``(x[2i], x[2i+1])`` (Meta Llama, GPT-J).
+    layout : {"bshd", "bhsd", "sbhd"}, optional
+        ``"bshd"``: ``(*batch, seq, heads, head_dim)`` (flash-attn, default);
+        ``"bhsd"``: ``(*batch, heads, seq, head_dim)`` (Hugging Face);
+        ``"sbhd"``: ``(seq, *batch, heads, head_dim)`` (Megatron).
+    inverse : bool, optional
+        Rotate by the negative angle, undoing a rotation (also the backward pass).
+    inplace : bool, optional
+        Write the result into ``x`` and return it (not possible for JAX arrays).
+    impl : {"auto", "array_api", "blocked"}, optional
+        ``"array_api"``: the standard-only reference. ``"blocked"``: the cache-blocked
+        path for NumPy arrays and PyTorch CPU tensors. ``"auto"`` (default) takes the
+        fastest path available; all give the same bits.
+    xp : namespace, optional
+        The array namespace; inferred from ``x`` by default.
+
+    Returns
+    -------
+    array
+        Same library, device, dtype and shape as ``x``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import anyrope
+    >>> x = np.random.default_rng(0).standard_normal((2, 16, 4, 64)).astype(np.float32)
+    >>> y = anyrope.rotate(x)
+    >>> y.shape, y.dtype
+    ((2, 16, 4, 64), dtype('float32'))
+    >>> bool(np.allclose(np.linalg.norm(y, axis=-1), np.linalg.norm(x, axis=-1)))
+    True
+    >>> bool(np.allclose(anyrope.rotate(y, inverse=True), x, atol=1e-6))
+    True
+    """
+    rope = _rope_for_input(x, "x", rotary_dim, base, interleaved)
+    return rope.rotate(x, positions, layout=layout, inverse=inverse, inplace=inplace, impl=impl, xp=xp)
+
+
+def rotate_qk(
+    q: Array,
+    k: Array,
+    positions: object = None,
+    *,
+    rotary_dim: int | None = None,
+    base: float = 10000.0,
+    interleaved: bool = False,
+    layout: str = "bshd",
+    inverse: bool = False,
+    inplace: bool = False,
+    impl: str = "auto",
+    xp: Namespace | None = None,
+) -> tuple[Array, Array]:
+    """Apply rotary position embedding to queries and keys together.
+
+    ``q`` and ``k`` share library, device, dtype, head_dim, batch and sequence axes;
+    their head counts may differ (grouped-query and multi-query attention). The other
+    arguments are those of :func:`rotate`; the tables are built once for both.
+
+    Returns
+    -------
+    q2, k2 : arrays
+        Like ``q`` and ``k``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import anyrope
+    >>> rng = np.random.default_rng(0)
+    >>> q = rng.standard_normal((1, 8, 4, 32))
+    >>> k = rng.standard_normal((1, 8, 1, 32))
+    >>> q2, k2 = anyrope.rotate_qk(q, k, positions=np.arange(100, 108))
+    >>> # scores depend only on the distance between positions
+    >>> q3, k3 = anyrope.rotate_qk(q, k, positions=np.arange(7, 15))
+    >>> s2 = q2[0, 5, 0] @ k2[0, 2, 0]
+    >>> s3 = q3[0, 5, 0] @ k3[0, 2, 0]
+    >>> bool(np.isclose(s2, s3))
+    True
+    """
+    if not hasattr(q, "shape") or not hasattr(k, "shape"):
+        namespace_of(q, k, argument="q and k")
+    rope = _rope_for_input(q, "q", rotary_dim, base, interleaved)
+    return rope(q, k, positions, layout=layout, inverse=inverse, inplace=inplace, impl=impl, xp=xp)

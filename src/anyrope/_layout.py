@@ -1,0 +1,66 @@
+"""Where the batch, sequence and heads axes of ``x`` are, for each ``layout``.
+
+TransformerEngine's names: ``"bshd"`` = (*batch, seq, heads, dim), ``"bhsd"`` =
+(*batch, heads, seq, dim), ``"sbhd"`` = (seq, *batch, heads, dim).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ._namespace import Array, Namespace
+from ._validation import check_layout, describe
+
+
+@dataclass(frozen=True)
+class Axes:
+    """The axes of one input: its ``batch`` extents, ``seq`` length and ``heads`` count."""
+
+    layout: str
+    batch: tuple[int, ...]
+    seq: int
+    heads: int
+    head_dim: int
+
+
+def axes_of(x: Array, layout: str, argument: str = "x") -> Axes:
+    """Split the shape of ``x`` according to ``layout``."""
+    check_layout(layout)
+    shape = tuple(int(n) for n in x.shape)
+    if len(shape) < 3:
+        raise ValueError(
+            f"`{argument}` must have at least 3 axes for layout={layout!r} "
+            f"({_AXES_TEXT[layout]}); got {describe(x)}"
+        )
+    if layout == "bshd":
+        *batch, seq, heads, dim = shape
+    elif layout == "bhsd":
+        *batch, heads, seq, dim = shape
+    else:
+        seq, *batch, heads, dim = shape
+    return Axes(layout, tuple(batch), seq, heads, dim)
+
+
+_AXES_TEXT = {
+    "bshd": "*batch, seq, heads, head_dim",
+    "bhsd": "*batch, heads, seq, head_dim",
+    "sbhd": "seq, *batch, heads, head_dim",
+}
+
+
+def place_tables(table: Array, axes: Axes, xp: Namespace) -> Array:
+    """Arrange a gathered table of shape ``(*batch', seq, pairs)`` to broadcast against ``x``.
+
+    ``*batch'`` has up to ``len(axes.batch)`` axes, each of size 1 or full; missing leading
+    axes are added. The heads axis becomes a size-1 axis, and for ``"sbhd"`` the sequence
+    axis moves to the front.
+    """
+    nb = len(axes.batch)
+    if table.ndim < nb + 2:
+        table = xp.reshape(table, (1,) * (nb + 2 - table.ndim) + tuple(table.shape))
+    if axes.layout == "bshd":
+        return xp.expand_dims(table, axis=-2)
+    if axes.layout == "bhsd":
+        return xp.expand_dims(table, axis=-3)
+    order = (nb, *range(nb), nb + 1)
+    return xp.expand_dims(xp.permute_dims(table, order), axis=-2)

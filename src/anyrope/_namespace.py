@@ -1,0 +1,111 @@
+"""Array-library helpers: namespaces, devices, dtypes and host copies.
+
+Nothing here imports torch, cupy or jax: libraries are recognised through
+``array_api_compat``'s ``is_*_array`` helpers, which look at ``sys.modules``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import array_api_compat
+import numpy as np
+
+Array = Any
+"""An array of any array-API library (kept loose: there is no common static type)."""
+
+Namespace = Any
+"""An array-API namespace module."""
+
+
+def namespace_of(*arrays: Array, xp: Namespace | None = None, argument: str = "x") -> Namespace:
+    """Return the array-API namespace of ``arrays``, or ``xp`` when given.
+
+    Raises a ``TypeError`` naming ``argument`` when an input is not an array, and
+    when the arrays come from different libraries.
+    """
+    for array in arrays:
+        if not _is_array(array):
+            raise TypeError(
+                f"`{argument}` must be an array of an array-API library "
+                f"(NumPy, PyTorch, CuPy, JAX, ...); got {type(array).__name__}"
+            )
+    if xp is not None:
+        return xp
+    try:
+        return array_api_compat.array_namespace(*arrays)
+    except TypeError as error:
+        kinds = ", ".join(sorted({type(a).__module__ + "." + type(a).__name__ for a in arrays}))
+        raise TypeError(
+            f"`{argument}` arrays must all come from one array library; got {kinds}"
+        ) from error
+
+
+def _is_array(obj: object) -> bool:
+    if isinstance(obj, (bool, int, float, complex, str, bytes, list, tuple, dict)) or obj is None:
+        return False
+    return array_api_compat.is_array_api_obj(obj)
+
+
+def library_name(xp: Namespace) -> str:
+    """Short library name of a namespace, e.g. ``"numpy"``, ``"torch"``."""
+    name: str = getattr(xp, "__name__", type(xp).__name__)
+    if name.startswith("array_api_compat."):
+        name = name.removeprefix("array_api_compat.")
+    return name.split(".")[0]
+
+
+def device_of(x: Array) -> Any:
+    """The device an array lives on (``"cpu"`` for NumPy)."""
+    return array_api_compat.device(x)
+
+
+def dtype_name(dtype: Any) -> str:
+    """Readable dtype name across libraries: ``torch.bfloat16`` -> ``"bfloat16"``."""
+    if isinstance(dtype, type):
+        return dtype.__name__
+    return str(getattr(dtype, "name", dtype)).rsplit(".", 1)[-1]
+
+
+def is_bfloat16(dtype: Any) -> bool:
+    """True for bfloat16 in any library (torch, JAX, NumPy with ml_dtypes)."""
+    return dtype_name(dtype) == "bfloat16"
+
+
+def is_real_floating(xp: Namespace, dtype: Any) -> bool:
+    """True for float16, bfloat16, float32 and float64 (bfloat16 is outside the standard)."""
+    if is_bfloat16(dtype):
+        return True
+    try:
+        return bool(xp.isdtype(dtype, "real floating"))
+    except (TypeError, ValueError):
+        return False
+
+
+def is_half(xp: Namespace, dtype: Any) -> bool:
+    """True for 16-bit floating dtypes, which are computed in float32 (numerics.md)."""
+    return dtype_name(dtype) in ("float16", "bfloat16")
+
+
+def compute_dtype(xp: Namespace, dtype: Any) -> Any:
+    """The dtype the rotation is computed in: float32 for half types, else ``dtype``."""
+    return xp.float32 if is_half(xp, dtype) else dtype
+
+
+def table_dtype(xp: Namespace, dtype: Any) -> np.dtype[Any]:
+    """NumPy dtype the float64 host tables are rounded to once, for inputs of ``dtype``."""
+    return np.dtype(np.float64) if dtype == xp.float64 else np.dtype(np.float32)
+
+
+def to_host(x: Array) -> np.ndarray[Any, Any]:
+    """Copy an array of any library to a NumPy array on the host."""
+    if array_api_compat.is_numpy_array(x):
+        return x
+    if array_api_compat.is_torch_array(x):
+        return x.detach().cpu().numpy()  # type: ignore[no-any-return]
+    if array_api_compat.is_cupy_array(x):
+        return x.get()  # type: ignore[no-any-return]
+    try:
+        return np.asarray(x)
+    except (TypeError, ValueError, RuntimeError):
+        return np.from_dlpack(x)

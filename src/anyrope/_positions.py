@@ -1,0 +1,96 @@
+"""Positions: ``None``, an integer offset, or an integer array broadcastable to (*batch, seq)."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+import array_api_compat
+
+from ._namespace import Array, Namespace, device_of, library_name
+from ._validation import MAX_POSITION, describe
+
+
+@dataclass(frozen=True)
+class Positions:
+    """Validated positions for one call.
+
+    Either a contiguous range ``offset .. offset + seq - 1`` (``array is None``), or an
+    integer ``array`` of rank ``len(batch) + 1`` (padded with leading size-1 axes) whose
+    shape broadcasts to ``(*batch, seq)``. ``stop`` is one past the largest position.
+    """
+
+    offset: int
+    seq: int
+    array: Array | None
+    stop: int
+
+
+def resolve_positions(
+    positions: object, xp: Namespace, x: Array, batch: tuple[int, ...], seq: int
+) -> Positions:
+    """Check ``positions`` against an input with batch axes ``batch`` and ``seq`` tokens."""
+    if positions is None:
+        return Positions(0, seq, None, seq)
+    if isinstance(positions, bool):
+        raise TypeError(f"`positions` must be None, an integer offset or an integer array; got {positions!r}")
+    if isinstance(positions, numbers.Integral):
+        offset = int(positions)
+        if offset < 0:
+            raise ValueError(f"`positions` offset must be non-negative; got {offset}")
+        if offset + seq > MAX_POSITION:
+            raise ValueError(
+                f"`positions` offset {offset} plus seq={seq} exceeds 2**53, beyond which "
+                "float64 cannot represent every position"
+            )
+        return Positions(offset, seq, None, offset + seq)
+    if not array_api_compat.is_array_api_obj(positions) or isinstance(positions, (list, tuple)):
+        raise TypeError(
+            "`positions` must be None, an integer offset or an integer array; "
+            f"got {type(positions).__name__}"
+        )
+    return _resolve_array(positions, xp, x, batch, seq)
+
+
+def _resolve_array(p: Array, xp: Namespace, x: Array, batch: tuple[int, ...], seq: int) -> Positions:
+    try:
+        p_xp = array_api_compat.array_namespace(p)
+    except TypeError:
+        p_xp = None
+    if p_xp is None or library_name(p_xp) != library_name(xp):
+        raise TypeError(
+            f"`positions` must be an array of the same library as the input ({library_name(xp)}); "
+            f"got {describe(p)}"
+        )
+    if str(device_of(p)) != str(device_of(x)):
+        raise ValueError(
+            f"`positions` must be on the input's device {device_of(x)}; got device {device_of(p)}"
+        )
+    if not xp.isdtype(p.dtype, "integral"):
+        raise TypeError(f"`positions` must have an integer dtype; got {p.dtype}")
+    target = (*batch, seq)
+    if p.ndim < 1 or p.ndim > len(target):
+        raise ValueError(
+            f"`positions` must have shape (seq,) or (*batch, seq) with at most {len(target)} axes "
+            f"for an input with batch axes {batch} and seq={seq}; got shape {tuple(p.shape)}"
+        )
+    padded = (1,) * (len(target) - p.ndim) + tuple(p.shape)
+    if any(n not in (1, t) for n, t in zip(padded, target, strict=True)):
+        raise ValueError(
+            f"`positions` of shape {tuple(p.shape)} does not broadcast to (*batch, seq)={target}"
+        )
+    p = xp.reshape(p, padded)
+    stop = 0
+    if math.prod(p.shape) != 0:
+        low, high = int(xp.min(p)), int(xp.max(p))
+        if low < 0:
+            raise ValueError(f"`positions` must be non-negative; got a minimum of {low}")
+        if high >= MAX_POSITION:
+            raise ValueError(
+                f"`positions` must be below 2**53, beyond which float64 cannot represent every "
+                f"position; got a maximum of {high}"
+            )
+        stop = high + 1
+    return Positions(0, seq, p, stop)

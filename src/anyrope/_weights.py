@@ -1,0 +1,105 @@
+"""Converting q/k projection weights between interleaved and half-split checkpoints.
+
+Meta's reference Llama code rotates pairs ``(x[2i], x[2i+1])`` of each head (the
+complex form); Hugging Face rotates pairs ``(x[i], x[i + d/2])`` (``rotate_half``).
+Hugging Face's conversion script reorders the output rows of ``wq`` and ``wk`` inside
+every head so that the same model gives the same attention scores with its layout.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from ._namespace import Array, Namespace, namespace_of
+
+__all__ = ["permute_qk_weights"]
+
+
+def permute_qk_weights(
+    w: Array,
+    n_heads: int,
+    *,
+    to: Literal["half", "interleaved"] = "half",
+    xp: Namespace | None = None,
+) -> Array:
+    """Reorder q/k projection rows between interleaved and half-split RoPE layouts.
+
+    A q or k projection with weight ``w`` of shape ``(n_heads * head_dim, in_features)``
+    (PyTorch's ``Linear`` convention, output rows first) or a bias of shape
+    ``(n_heads * head_dim,)`` produces ``n_heads`` heads of ``head_dim`` features each.
+    With ``to="half"`` the features of every head are reordered from the interleaved
+    order ``0, 1, 2, 3, ...`` (pairs ``(2i, 2i+1)``, Meta's checkpoints) to the
+    half-split order (pairs ``(i, i + head_dim/2)``, Hugging Face checkpoints): the
+    permutation Hugging Face's ``convert_llama_weights_to_hf.py`` applies. ``to=
+    "interleaved"`` is its inverse. Rotating the converted projection with
+    ``interleaved=False`` then gives the same attention scores as rotating the original
+    with ``interleaved=True``.
+
+    Parameters
+    ----------
+    w : array
+        Weight of shape ``(n_heads * head_dim, in_features)`` or bias of shape
+        ``(n_heads * head_dim,)``, of any array-API library.
+    n_heads : int
+        Number of heads this projection produces (the key/value head count for
+        ``wk`` under grouped-query attention).
+    to : {"half", "interleaved"}, default "half"
+        The layout of the returned weight.
+    xp : namespace, optional
+        Array namespace of ``w``; inferred when omitted.
+
+    Returns
+    -------
+    array
+        The permuted weight: same library, device, dtype and shape as ``w``. Only the
+        order of rows changes; values are copied exactly.
+
+    Raises
+    ------
+    TypeError
+        If ``w`` is not an array or ``n_heads`` is not an integer.
+    ValueError
+        If ``to`` is unknown, ``w`` is not 1-D or 2-D, ``n_heads`` is not positive, or
+        the rows do not split into ``n_heads`` heads of even width.
+
+    Examples
+    --------
+    One head of width 4 with one input feature: the interleaved rows ``0, 1, 2, 3``
+    (pairs ``(0, 1)``, ``(2, 3)``) become ``0, 2, 1, 3`` (pairs ``(0, 2)`` and ``(1, 3)``
+    in half-split order), and back.
+
+    >>> import numpy as np
+    >>> import anyrope
+    >>> w = np.arange(4.0).reshape(4, 1)
+    >>> anyrope.permute_qk_weights(w, 1, to="half")[:, 0]
+    array([0., 2., 1., 3.])
+    >>> back = anyrope.permute_qk_weights(anyrope.permute_qk_weights(w, 1), 1, to="interleaved")
+    >>> bool((back == w).all())
+    True
+    """
+    if to not in ("half", "interleaved"):
+        raise ValueError(f'`to` must be "half" or "interleaved"; got {to!r}')
+    if isinstance(n_heads, bool) or not isinstance(n_heads, int):
+        raise TypeError(f"`n_heads` must be an int; got {type(n_heads).__name__}")
+    if n_heads <= 0:
+        raise ValueError(f"`n_heads` must be positive; got {n_heads}")
+    xp = namespace_of(w, xp=xp, argument="w")
+    if w.ndim not in (1, 2):
+        raise ValueError(
+            f"`w` must be a 2-D weight (out_features, in_features) or a 1-D bias; "
+            f"got shape {tuple(w.shape)}"
+        )
+    rows = int(w.shape[0])
+    if rows % n_heads != 0 or (rows // n_heads) % 2 != 0:
+        raise ValueError(
+            f"`w` has {rows} rows, which do not split into n_heads={n_heads} heads of "
+            f"even width"
+        )
+    half = rows // n_heads // 2
+    rest = tuple(int(s) for s in w.shape[1:])
+    # Interleaved rows of a head are indexed (i, j) with j the position inside pair i;
+    # half-split rows are indexed (j, i). Converting is a transpose of those two axes.
+    source = (n_heads, half, 2) if to == "half" else (n_heads, 2, half)
+    axes = (0, 2, 1, *range(3, 3 + len(rest)))
+    permuted = xp.permute_dims(xp.reshape(w, (*source, *rest)), axes)
+    return xp.reshape(permuted, (rows, *rest))

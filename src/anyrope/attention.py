@@ -1,0 +1,293 @@
+"""Reference softmax attention with RoPE, written against the array API standard only.
+
+It is a readable, numerically careful reference (max-subtracted softmax, float32
+accumulation for half inputs, grouped-query heads), not a fused kernel: it builds the
+full ``(q_seq, k_seq)`` score matrix per head.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ._frequencies import default_inv_freq
+from ._layout import Axes, axes_of
+from ._namespace import Array, Namespace, compute_dtype, device_of, is_real_floating, namespace_of
+from ._validation import check_bool, check_layout, describe
+
+if TYPE_CHECKING:
+    from ._rope import RoPE
+
+__all__ = ["attention", "relative_decay_bound"]
+
+
+def attention(
+    q: Array,
+    k: Array,
+    v: Array,
+    *,
+    rope: RoPE | None = None,
+    positions: Any = None,
+    causal: bool = False,
+    mask: Array | None = None,
+    scale: float | None = None,
+    layout: str = "bshd",
+    xp: Namespace | None = None,
+) -> Array:
+    r"""Softmax attention, with RoPE applied to ``q`` and ``k`` first.
+
+    For each query ``m`` and key ``n`` (RoFormer, eq. 2 with rotated ``q`` and ``k``)::
+
+        a[m, n] = softmax_n(scale * (R_m q_m) . (R_n k_n) + mask[m, n])
+        out[m] = sum_n a[m, n] v_n
+
+    The softmax subtracts the row maximum before exponentiating, and half-precision
+    inputs (float16, bfloat16) are accumulated in float32; the result is rounded once to
+    the input dtype.
+
+    Parameters
+    ----------
+    q : array
+        Queries, shape ``(*batch, q_seq, q_heads, head_dim)`` for ``layout="bshd"``.
+    k : array
+        Keys, same layout, with ``kv_heads`` heads; ``q_heads`` must be a multiple of
+        ``kv_heads`` (grouped-query attention: query head ``h`` reads key/value head
+        ``h // (q_heads // kv_heads)``).
+    v : array
+        Values, same layout and heads as ``k``; its last axis ``v_dim`` may differ from
+        ``head_dim``.
+    rope : RoPE, optional
+        Rotation applied to ``q`` and ``k`` before the scores. ``None``: no rotation.
+    positions : None, int or integer array, optional
+        Positions passed to ``rope`` (see :func:`anyrope.rotate`). With ``None`` and
+        ``q_seq < k_seq`` (decoding with a cache of keys), queries take the last
+        ``q_seq`` positions ``k_seq - q_seq .. k_seq - 1``. Explicit positions need
+        ``q_seq == k_seq``.
+    causal : bool, default False
+        Query ``m`` attends to keys ``n <= m + (k_seq - q_seq)`` (aligned to the end,
+        as in a decoder with a cache).
+    mask : array, optional
+        Broadcastable to ``(*batch, q_heads, q_seq, k_seq)``. Boolean: ``True`` marks the
+        pairs that take part. Floating: added to the scores (``-inf`` excludes).
+    scale : float, optional
+        Multiplies the scores; default ``1 / sqrt(head_dim)``.
+    layout : {"bshd", "bhsd", "sbhd"}, default "bshd"
+        Axis order of ``q``, ``k``, ``v`` and of the result.
+    xp : namespace, optional
+        Array namespace; inferred from the inputs by default.
+
+    Returns
+    -------
+    array
+        Shape of ``q`` with last axis ``v_dim``, dtype and device of ``q``. A query that
+        may attend to no key at all gets zeros.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import anyrope
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = (rng.standard_normal((1, 5, 2, 8)) for _ in range(3))
+    >>> out = anyrope.attention(q, k, v, rope=anyrope.RoPE(8), causal=True)
+    >>> out.shape
+    (1, 5, 2, 8)
+    >>> bool(np.allclose(out[0, 0], v[0, 0]))  # the first token only sees itself
+    True
+    """
+    xp = namespace_of(q, k, v, xp=xp, argument="q, k, v")
+    check_layout(layout)
+    check_bool(causal, "causal")
+    qa, ka, va = check_qkv(q, k, v, layout, xp)
+    if rope is not None:
+        q, k = rotate_for_attention(
+            rope, q, k, qa=qa, ka=ka, positions=positions, layout=layout, xp=xp
+        )
+    elif positions is not None:
+        raise ValueError("`positions` was given without `rope`; pass rope=anyrope.RoPE(head_dim)")
+    if scale is None:
+        scale = 1.0 / math.sqrt(qa.head_dim)
+    elif isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise TypeError(f"`scale` must be a real number or None; got {scale!r}")
+
+    work = compute_dtype(xp, q.dtype)
+    groups = qa.heads // ka.heads
+    qg = grouped_queries(xp.astype(to_bhsd(q, layout, xp), work), groups, xp)
+    kh = xp.expand_dims(xp.astype(to_bhsd(k, layout, xp), work), axis=-3)
+    vh = xp.expand_dims(xp.astype(to_bhsd(v, layout, xp), work), axis=-3)
+
+    scores = xp.matmul(qg, xp.matrix_transpose(kh)) * float(scale)
+    scores = xp.reshape(scores, (*scores.shape[:-4], qa.heads, qa.seq, ka.seq))
+    allowed = None
+    if causal:
+        allowed = causal_mask(qa.seq, ka.seq, xp, device_of(q))
+    if mask is not None:
+        scores, allowed = apply_mask(scores, allowed, mask, xp)
+    if allowed is not None:
+        scores = xp.where(allowed, scores, xp.asarray(-math.inf, dtype=work, device=device_of(q)))
+
+    row_max = xp.max(scores, axis=-1, keepdims=True)
+    # A fully masked row has max -inf; subtracting 0 there keeps exp() at 0 instead of NaN.
+    row_max = xp.where(xp.isinf(row_max) & (row_max < 0), xp.zeros_like(row_max), row_max)
+    weights = xp.exp(scores - row_max)
+    total = xp.sum(weights, axis=-1, keepdims=True)
+    total = xp.where(total == 0, xp.ones_like(total), total)
+    weights = xp.reshape(weights, (*qg.shape[:-1], ka.seq))
+    total = xp.reshape(total, (*qg.shape[:-1], 1))
+    out = xp.matmul(weights, vh) / total
+    out = xp.reshape(out, (*out.shape[:-4], qa.heads, qa.seq, va.head_dim))
+    return from_bhsd(xp.astype(out, q.dtype), layout, xp)
+
+
+def check_qkv(q: Array, k: Array, v: Array, layout: str, xp: Namespace) -> tuple[Axes, Axes, Axes]:
+    """Validate the shapes and dtypes of ``q``, ``k``, ``v`` and return their axes."""
+    for name, arr in (("q", q), ("k", k), ("v", v)):
+        if not is_real_floating(xp, arr.dtype):
+            raise TypeError(f"`{name}` must have a real floating dtype; got {describe(arr)}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(
+            f"`q`, `k` and `v` must share one dtype; got {q.dtype}, {k.dtype} and {v.dtype}"
+        )
+    qa, ka, va = axes_of(q, layout, "q"), axes_of(k, layout, "k"), axes_of(v, layout, "v")
+    if qa.batch != ka.batch or ka.batch != va.batch:
+        raise ValueError(
+            f"`q`, `k` and `v` must share their batch axes; got {qa.batch}, {ka.batch} and "
+            f"{va.batch} for layout={layout!r}"
+        )
+    if qa.head_dim != ka.head_dim:
+        raise ValueError(
+            f"`q` and `k` must have the same head_dim; got {qa.head_dim} and {ka.head_dim}"
+        )
+    if (ka.seq, ka.heads) != (va.seq, va.heads):
+        raise ValueError(
+            f"`k` and `v` must have the same seq and heads; got {describe(k)} and {describe(v)}"
+        )
+    if ka.heads == 0 or qa.heads % ka.heads:
+        raise ValueError(
+            f"the heads of `q` ({qa.heads}) must be a multiple of the heads of `k` ({ka.heads})"
+        )
+    if qa.seq > ka.seq:
+        raise ValueError(
+            f"`q` must not have more tokens than `k`; got q_seq={qa.seq} and k_seq={ka.seq}"
+        )
+    return qa, ka, va
+
+
+def rotate_for_attention(
+    rope: RoPE,
+    q: Array,
+    k: Array,
+    *,
+    qa: Axes,
+    ka: Axes,
+    positions: Any,
+    layout: str,
+    xp: Namespace,
+) -> tuple[Array, Array]:
+    """Rotate ``q`` and ``k``; with fewer queries than keys, queries take the last positions."""
+    if qa.seq == ka.seq:
+        q2, k2 = rope(q, k, positions, layout=layout, xp=xp)
+        return q2, k2
+    if positions is not None:
+        raise ValueError(
+            f"explicit `positions` need q_seq == k_seq; got q_seq={qa.seq} and k_seq={ka.seq} "
+            "(rotate q and k yourself with their own positions, then call with rope=None)"
+        )
+    return rope.rotate(q, ka.seq - qa.seq, layout=layout, xp=xp), rope.rotate(
+        k, layout=layout, xp=xp
+    )
+
+
+def to_bhsd(x: Array, layout: str, xp: Namespace) -> Array:
+    """View ``x`` of ``layout`` as ``(*batch, heads, seq, dim)``."""
+    n = x.ndim
+    if layout == "bhsd":
+        return x
+    if layout == "bshd":
+        return xp.permute_dims(x, (*range(n - 3), n - 2, n - 3, n - 1))
+    return xp.permute_dims(x, (*range(1, n - 2), n - 2, 0, n - 1))
+
+
+def from_bhsd(x: Array, layout: str, xp: Namespace) -> Array:
+    """Inverse of :func:`to_bhsd`."""
+    n = x.ndim
+    if layout == "bhsd":
+        return x
+    if layout == "bshd":
+        return xp.permute_dims(x, (*range(n - 3), n - 2, n - 3, n - 1))
+    return xp.permute_dims(x, (n - 2, *range(n - 3), n - 3, n - 1))
+
+
+def grouped_queries(q: Array, groups: int, xp: Namespace) -> Array:
+    """Split the heads of ``q`` (``*batch, heads, seq, dim``) into ``(kv_heads, groups)``."""
+    *batch, heads, seq, dim = q.shape
+    return xp.reshape(q, (*batch, heads // groups, groups, seq, dim))
+
+
+def causal_mask(q_seq: int, k_seq: int, xp: Namespace, device: Any) -> Array:
+    """``(q_seq, k_seq)`` booleans: query ``m`` sees keys ``n <= m + k_seq - q_seq``."""
+    rows = xp.arange(k_seq - q_seq, k_seq, device=device)
+    cols = xp.arange(k_seq, device=device)
+    return cols[None, :] <= rows[:, None]
+
+
+def apply_mask(
+    scores: Array, allowed: Array | None, mask: Array, xp: Namespace
+) -> tuple[Array, Array | None]:
+    """Combine a user ``mask`` (boolean or additive) with the scores and the causal mask."""
+    target = tuple(scores.shape)
+    shape = tuple(mask.shape)
+    if len(shape) > len(target) or any(
+        n not in (1, t) for n, t in zip(shape[::-1], target[::-1], strict=False)
+    ):
+        raise ValueError(
+            f"`mask` must broadcast to (*batch, q_heads, q_seq, k_seq)={target}; "
+            f"got {describe(mask)}"
+        )
+    if mask.dtype == xp.bool:
+        return scores, mask if allowed is None else (allowed & mask)
+    if not is_real_floating(xp, mask.dtype):
+        raise TypeError(f"`mask` must be boolean or real floating; got {describe(mask)}")
+    return scores + xp.astype(mask, scores.dtype), allowed
+
+
+def relative_decay_bound(
+    distances: np.ndarray[Any, Any], dim: int, *, base: float = 10000.0
+) -> np.ndarray[Any, np.dtype[np.float64]]:
+    r"""RoFormer's long-range decay bound (section 3.4.3) at relative ``distances``.
+
+    With pairs ``h_i`` of ``q`` and ``k`` written as complex numbers and
+    ``S_j = sum_{i<j} exp(1j * (m - n) * theta_i)``, Abel summation gives::
+
+        |(R_m q) . (R_n k)| <= max_i |h_{i+1} - h_i| * sum_{j=1}^{d/2} |S_j|
+
+    This returns the relative bound ``mean_j |S_j|`` (float64, on the host), which
+    RoFormer plots to show that it decays, on average, as ``|m - n|`` grows.
+
+    Parameters
+    ----------
+    distances : array_like of int or float
+        Relative distances ``m - n``, any shape.
+    dim : int
+        Rotated width ``d``: positive and even.
+    base : float, default 10000.0
+        Base of the frequencies ``theta_i = base ** (-2i / d)``.
+
+    Returns
+    -------
+    numpy.ndarray
+        float64, shape of ``distances``; ``(d/2 + 1) / 2`` at distance 0.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from anyrope.attention import relative_decay_bound
+    >>> relative_decay_bound(np.array([0, 100, 1000]), 128).round(2).tolist()
+    [32.5, 10.23, 4.47]
+    """
+    theta = default_inv_freq(dim, base)
+    phases = np.asarray(distances, dtype=np.float64)[..., None] * theta
+    partial_sums = np.cumsum(np.exp(1j * phases), axis=-1)
+    bound: np.ndarray[Any, np.dtype[np.float64]] = np.mean(np.abs(partial_sums), axis=-1)
+    return bound

@@ -1,0 +1,142 @@
+"""Linear attention with RoPE (RoFormer, section 3.3), against the array API standard only.
+
+With a positive feature map ``phi``, attention becomes::
+
+    out[m] = sum_n (R_m phi(q_m)) . (R_n phi(k_n)) v_n  /  sum_n phi(q_m) . phi(k_n)
+
+The rotation goes into the numerator only: the denominator keeps the unrotated
+features, so it stays positive (a rotated dot product can be zero or negative).
+Both sums factor through per-head ``(head_dim, v_dim)`` matrices, so the cost is
+``O(seq * head_dim * v_dim)`` instead of ``O(seq**2)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ._namespace import Array, Namespace, compute_dtype, namespace_of
+from ._validation import check_bool, check_layout
+from .attention import check_qkv, from_bhsd, grouped_queries, rotate_for_attention, to_bhsd
+
+if TYPE_CHECKING:
+    from ._rope import RoPE
+
+__all__ = ["linear_attention"]
+
+FEATURE_MAPS = ("elu+1",)
+
+
+def linear_attention(
+    q: Array,
+    k: Array,
+    v: Array,
+    *,
+    rope: RoPE | None = None,
+    positions: Any = None,
+    feature_map: str | Callable[[Array], Array] = "elu+1",
+    causal: bool = False,
+    layout: str = "bshd",
+    xp: Namespace | None = None,
+) -> Array:
+    """Linear attention with RoPE in the numerator (RoFormer, eq. 19).
+
+    Parameters
+    ----------
+    q : array
+        Queries, shape ``(*batch, q_seq, q_heads, head_dim)`` for ``layout="bshd"``.
+    k : array
+        Keys, same layout with ``kv_heads`` heads (``q_heads`` a multiple of it:
+        grouped-query heads as in :func:`anyrope.attention`).
+    v : array
+        Values, same layout and heads as ``k``, last axis ``v_dim``.
+    rope : RoPE, optional
+        Rotation applied to ``phi(q)`` and ``phi(k)`` in the numerator. ``None``: plain
+        linear attention.
+    positions : None, int or integer array, optional
+        Positions for ``rope``, with the same rules as :func:`anyrope.attention`.
+    feature_map : "elu+1" or callable, default "elu+1"
+        ``phi``: ``"elu+1"`` is ``elu(x) + 1`` (Katharopoulos et al., 2020), positive
+        everywhere. A callable receives an array in the compute dtype and must return
+        a positive array of the same shape.
+    causal : bool, default False
+        Query ``m`` sums over keys ``n <= m + (k_seq - q_seq)`` (cumulative sums over
+        the sequence, ``O(seq * head_dim * v_dim)`` memory).
+    layout : {"bshd", "bhsd", "sbhd"}, default "bshd"
+        Axis order of ``q``, ``k``, ``v`` and of the result.
+    xp : namespace, optional
+        Array namespace; inferred from the inputs by default.
+
+    Returns
+    -------
+    array
+        Shape of ``q`` with last axis ``v_dim``; dtype and device of ``q``. Half inputs
+        are computed in float32 and rounded once.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import anyrope
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = (rng.standard_normal((1, 6, 2, 8)) for _ in range(3))
+    >>> out = anyrope.linear_attention(q, k, v, rope=anyrope.RoPE(8), causal=True)
+    >>> out.shape
+    (1, 6, 2, 8)
+    """
+    xp = namespace_of(q, k, v, xp=xp, argument="q, k, v")
+    check_layout(layout)
+    check_bool(causal, "causal")
+    phi = _feature_map(feature_map, xp)
+    qa, ka, va = check_qkv(q, k, v, layout, xp)
+    if positions is not None and rope is None:
+        raise ValueError("`positions` was given without `rope`; pass rope=anyrope.RoPE(head_dim)")
+
+    work = compute_dtype(xp, q.dtype)
+    fq = phi(xp.astype(q, work))
+    fk = phi(xp.astype(k, work))
+    if tuple(fq.shape) != tuple(q.shape) or tuple(fk.shape) != tuple(k.shape):
+        raise ValueError("`feature_map` must return an array of the shape it was given")
+    rq, rk = fq, fk
+    if rope is not None:
+        rq, rk = rotate_for_attention(
+            rope, fq, fk, qa=qa, ka=ka, positions=positions, layout=layout, xp=xp
+        )
+
+    groups = qa.heads // ka.heads
+    fq, rq = (grouped_queries(to_bhsd(a, layout, xp), groups, xp) for a in (fq, rq))
+    fk, rk = (xp.expand_dims(to_bhsd(a, layout, xp), axis=-3) for a in (fk, rk))
+    vh = xp.expand_dims(xp.astype(to_bhsd(v, layout, xp), work), axis=-3)
+
+    if causal:
+        skip = ka.seq - qa.seq
+        # kv[n] = sum_{j <= n} rk_j v_j^T, one (head_dim, v_dim) matrix per position.
+        kv = xp.cumulative_sum(rk[..., :, :, None] * vh[..., :, None, :], axis=-3)
+        kv = kv[..., skip:, :, :]
+        num = xp.matmul(rq[..., :, None, :], kv)[..., 0, :]
+        ksum = xp.cumulative_sum(fk, axis=-2)[..., skip:, :]
+        den = xp.sum(fq * ksum, axis=-1, keepdims=True)
+    else:
+        num = xp.matmul(rq, xp.matmul(xp.matrix_transpose(rk), vh))
+        ksum = xp.sum(fk, axis=-2, keepdims=True)
+        den = xp.sum(fq * ksum, axis=-1, keepdims=True)
+    out = num / den
+    out = xp.reshape(out, (*out.shape[:-4], qa.heads, qa.seq, va.head_dim))
+    return from_bhsd(xp.astype(out, q.dtype), layout, xp)
+
+
+def _feature_map(
+    feature_map: str | Callable[[Array], Array], xp: Namespace
+) -> Callable[[Array], Array]:
+    if callable(feature_map):
+        return feature_map
+    if feature_map == "elu+1":
+
+        def elu_plus_one(x: Array) -> Array:
+            # exp only of the non-positive part, so large inputs cannot overflow.
+            return xp.where(x > 0, x + 1, xp.exp(xp.minimum(x, xp.zeros_like(x))))
+
+        return elu_plus_one
+    raise ValueError(
+        f"`feature_map` must be one of {', '.join(map(repr, FEATURE_MAPS))} or a callable; "
+        f"got {feature_map!r}"
+    )

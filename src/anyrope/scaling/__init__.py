@@ -1,0 +1,33 @@
+"""Context-extension scaling of RoPE frequencies: the Hugging Face ``rope_type`` family.
+
+Everything here is float64 NumPy on the host and never touches an accelerator: one
+small module per method (:mod:`~anyrope.scaling.default`, :mod:`~anyrope.scaling.linear`,
+:mod:`~anyrope.scaling.ntk`, :mod:`~anyrope.scaling.dynamic`, :mod:`~anyrope.scaling.yarn`,
+:mod:`~anyrope.scaling.longrope`, :mod:`~anyrope.scaling.llama3`), a validated
+:class:`RopeScaling` parsed from a ``rope_scaling`` dict, and :func:`from_hf_config`
+reading a whole model config.
+
+The formulas follow transformers 5.23.0 (``modeling_rope_utils.py``); the optional
+``tests-hf`` nox session checks every real config in ``tests/configs`` against it.
+"""
+
+from __future__ import annotations
+
+from . import default, dynamic, linear, llama3, longrope, ntk, yarn
+from .config import ROPE_TYPES, RopeScaling, parse_rope_scaling
+from .hf import HFRopeConfig, from_hf_config
+
+__all__ = [
+    "ROPE_TYPES",
+    "HFRopeConfig",
+    "RopeScaling",
+    "default",
+    "dynamic",
+    "from_hf_config",
+    "linear",
+    "llama3",
+    "longrope",
+    "ntk",
+    "parse_rope_scaling",
+    "yarn",
+]

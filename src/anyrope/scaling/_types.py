@@ -1,0 +1,9 @@
+"""Type aliases shared by the scaling modules."""
+
+from __future__ import annotations
+
+from typing import Any, TypeAlias
+
+import numpy as np
+
+FloatArray: TypeAlias = np.ndarray[Any, np.dtype[np.float64]]

@@ -1,0 +1,200 @@
+"""YaRN (Peng et al. 2023, arXiv 2309.00071): NTK-by-parts interpolation plus a temperature.
+
+Pairs that turn many times over the original context ``L0`` (high frequency, wavelength
+much shorter than ``L0``) keep their frequency; pairs that turn less than once over
+``L0`` are interpolated like :mod:`anyrope.scaling.linear`; a linear ramp over the pair
+index joins the two. The pair index where a pair makes ``r`` turns over ``L0`` is
+``corr(r) = d * ln(L0 / (2 pi r)) / (2 ln base)``; the ramp runs from
+``corr(beta_fast)`` to ``corr(beta_slow)``.
+
+The attention factor ``mscale(s) = 0.1 * ln(s) + 1`` multiplies cos and sin (so the
+attention logits by its square), compensating the entropy change of longer contexts.
+DeepSeek-V2/V3 write it as a ratio ``mscale(s, mscale) / mscale(s, mscale_all_dim)``
+and move ``mscale(s, mscale_all_dim) ** 2`` into the softmax scale instead
+(:func:`softmax_scale`).
+
+Which ``factor`` is used follows transformers 5.23.0: the ``factor`` of the scaling
+dict, even when ``original_max_position_embeddings`` is given (transformers 4.4x and
+4.5x replaced it by ``max_position_embeddings / original_max_position_embeddings``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import default
+from ._types import FloatArray
+
+__all__ = [
+    "attention_factor",
+    "correction_dim",
+    "correction_range",
+    "inv_freq",
+    "mscale",
+    "ramp",
+    "softmax_scale",
+]
+
+
+def mscale(scale: float, k: float = 1.0) -> float:
+    """Return ``1`` if ``scale <= 1`` else ``0.1 * k * ln(scale) + 1``.
+
+    Examples
+    --------
+    >>> from anyrope.scaling import yarn
+    >>> yarn.mscale(1.0), round(yarn.mscale(40.0), 6)
+    (1.0, 1.368888)
+    """
+    if scale <= 1.0:
+        return 1.0
+    return 0.1 * k * math.log(scale) + 1.0
+
+
+def correction_dim(
+    num_rotations: float, rotary_dim: int, base: float, original_max_position_embeddings: int
+) -> float:
+    """Pair index (fractional) at which a pair turns ``num_rotations`` times over ``L0``.
+
+    Examples
+    --------
+    >>> from anyrope.scaling import yarn
+    >>> round(yarn.correction_dim(32, 128, 10000.0, 4096), 4)
+    20.9445
+    """
+    turns = original_max_position_embeddings / (num_rotations * 2.0 * math.pi)
+    return rotary_dim * math.log(turns) / (2.0 * math.log(base))
+
+
+def correction_range(
+    rotary_dim: int,
+    base: float,
+    *,
+    beta_fast: float,
+    beta_slow: float,
+    original_max_position_embeddings: int,
+    truncate: bool,
+) -> tuple[float, float]:
+    """Return ``(low, high)``: the ramp's ends, floored/ceiled when ``truncate``, clamped.
+
+    Examples
+    --------
+    >>> from anyrope.scaling import yarn
+    >>> yarn.correction_range(
+    ...     128, 10000.0, beta_fast=32, beta_slow=1,
+    ...     original_max_position_embeddings=4096, truncate=True)
+    (20, 46)
+    """
+    low = correction_dim(beta_fast, rotary_dim, base, original_max_position_embeddings)
+    high = correction_dim(beta_slow, rotary_dim, base, original_max_position_embeddings)
+    if truncate:
+        low = math.floor(low)
+        high = math.ceil(high)
+    return max(low, 0), min(high, rotary_dim - 1)
+
+
+def ramp(low: float, high: float, num_pairs: int) -> FloatArray:
+    """Return ``clip((i - low) / (high - low), 0, 1)`` for ``i = 0 .. num_pairs - 1``.
+
+    ``high`` is nudged by 0.001 when it equals ``low`` so the ramp stays defined.
+
+    Examples
+    --------
+    >>> from anyrope.scaling import yarn
+    >>> yarn.ramp(1, 3, 5).tolist()
+    [0.0, 0.0, 0.5, 1.0, 1.0]
+    """
+    if low == high:
+        high += 0.001
+    index = np.arange(num_pairs, dtype=np.float64)
+    result: FloatArray = np.clip((index - low) / (high - low), 0.0, 1.0)
+    return result
+
+
+def inv_freq(
+    rotary_dim: int,
+    base: float,
+    *,
+    factor: float,
+    original_max_position_embeddings: int,
+    beta_fast: float = 32.0,
+    beta_slow: float = 1.0,
+    truncate: bool = True,
+) -> FloatArray:
+    """Return ``interp * (1 - extrapolate) + extra * extrapolate`` with ``extrapolate = 1 - ramp``.
+
+    ``extra`` are the default frequencies and ``interp = extra / factor``.
+
+    Examples
+    --------
+    >>> from anyrope.scaling import yarn
+    >>> freq = yarn.inv_freq(128, 10000.0, factor=4.0, original_max_position_embeddings=4096)
+    >>> unscaled = yarn.default.inv_freq(128, 10000.0)
+    >>> bool(freq[0] == unscaled[0]), bool(freq[-1] == unscaled[-1] / 4.0)
+    (True, True)
+    """
+    extrapolated = default.inv_freq(rotary_dim, base)
+    interpolated = extrapolated / factor
+    low, high = correction_range(
+        rotary_dim,
+        base,
+        beta_fast=beta_fast,
+        beta_slow=beta_slow,
+        original_max_position_embeddings=original_max_position_embeddings,
+        truncate=truncate,
+    )
+    extrapolate = 1.0 - ramp(low, high, rotary_dim // 2)
+    result: FloatArray = interpolated * (1.0 - extrapolate) + extrapolated * extrapolate
+    return result
+
+
+def attention_factor(
+    factor: float,
+    *,
+    attention_factor: float | None = None,
+    mscale: float | None = None,
+    mscale_all_dim: float | None = None,
+) -> float:
+    """Return the given ``attention_factor``, else the DeepSeek ratio, else ``mscale(factor)``.
+
+    The ratio ``mscale(factor, mscale) / mscale(factor, mscale_all_dim)`` applies when
+    both are given and non-zero (DeepSeek-V2/V3 set both to 1, which gives 1.0).
+
+    Examples
+    --------
+    >>> from anyrope.scaling import yarn
+    >>> yarn.attention_factor(40.0, mscale=1.0, mscale_all_dim=1.0)
+    1.0
+    >>> round(yarn.attention_factor(4.0), 6)
+    1.138629
+    >>> yarn.attention_factor(4.0, attention_factor=1.0)
+    1.0
+    """
+    if attention_factor is not None:
+        return float(attention_factor)
+    if mscale and mscale_all_dim:
+        return _mscale(factor, mscale) / _mscale(factor, mscale_all_dim)
+    return _mscale(factor)
+
+
+def softmax_scale(factor: float, *, mscale_all_dim: float | None) -> float:
+    """Return DeepSeek's softmax-scale multiplier ``mscale(factor, mscale_all_dim) ** 2``.
+
+    Attention code multiplies its usual ``1 / sqrt(head_dim)`` by this; 1.0 when
+    ``mscale_all_dim`` is absent or zero.
+
+    Examples
+    --------
+    >>> from anyrope.scaling import yarn
+    >>> round(yarn.softmax_scale(40.0, mscale_all_dim=1.0), 6)
+    1.873854
+    >>> yarn.softmax_scale(40.0, mscale_all_dim=None)
+    1.0
+    """
+    if not mscale_all_dim:
+        return 1.0
+    return _mscale(factor, mscale_all_dim) ** 2
+
+
+_mscale = mscale

@@ -1,0 +1,105 @@
+"""The sinusoidal absolute position encoding (Vaswani et al., 2017), for comparison with RoPE.
+
+Computed like the RoPE tables (numerics.md, section 2): angles, sines and cosines in
+float64 with NumPy on the host, rounded once to float32 (float64 for float64 output),
+then moved to the caller's library and device.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import array_api_compat
+import numpy as np
+
+from ._frequencies import default_inv_freq
+from ._namespace import (
+    Array,
+    Namespace,
+    device_of,
+    is_real_floating,
+    namespace_of,
+    table_dtype,
+    to_host,
+)
+from ._validation import MAX_POSITION, check_int, describe
+
+__all__ = ["sinusoidal"]
+
+
+def sinusoidal(
+    positions: Array,
+    dim: int,
+    *,
+    base: float = 10000.0,
+    dtype: Any,
+    device: Any = None,
+    xp: Namespace | None = None,
+) -> Array:
+    """Sinusoidal position encodings ``PE[m, 2i] = sin(m w_i)``, ``PE[m, 2i+1] = cos(m w_i)``.
+
+    ``w_i = base ** (-2i / dim)``, the same frequencies as RoPE's ``inv_freq``. The
+    encoding is *added* to token embeddings; RoPE instead rotates queries and keys by
+    the same angles.
+
+    Parameters
+    ----------
+    positions : int or integer array
+        An int ``n`` means positions ``0 .. n-1``; an integer array of any shape gives the
+        positions directly (below ``2**53`` in magnitude, exact in float64).
+    dim : int
+        Width of the encoding: positive and even.
+    base : float, default 10000.0
+        Base of the geometric progression of wavelengths.
+    dtype : dtype
+        A real floating dtype of the output library. Half types are rounded from the
+        float32 table (as RoPE's tables are), float64 directly from float64.
+    device : device, optional
+        Device of the result when ``positions`` is an int; otherwise the device of
+        ``positions``.
+    xp : namespace, optional
+        The output library; inferred from ``positions`` if it is an array, else NumPy.
+
+    Returns
+    -------
+    array
+        Shape ``positions.shape + (dim,)`` (``(n, dim)`` for an int).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import anyrope
+    >>> pe = anyrope.sinusoidal(3, 4, dtype=np.float64)
+    >>> pe.shape
+    (3, 4)
+    >>> bool(np.allclose(pe[1], [np.sin(1), np.cos(1), np.sin(0.01), np.cos(0.01)]))
+    True
+    """
+    dim = check_int(dim, "dim")
+    if dim <= 0 or dim % 2:
+        raise ValueError(f"`dim` must be a positive even integer; got {dim}")
+    if isinstance(positions, (int, np.integer)) and not isinstance(positions, bool):
+        if positions < 0:
+            raise ValueError(f"`positions` as a count must be non-negative; got {positions}")
+        if xp is None:
+            xp = array_api_compat.array_namespace(np.empty(0))
+        host = np.arange(int(positions), dtype=np.int64)
+    else:
+        xp = namespace_of(positions, xp=xp, argument="positions")
+        if not xp.isdtype(positions.dtype, "integral"):
+            raise TypeError(f"`positions` must have an integer dtype; got {describe(positions)}")
+        if device is None:
+            device = device_of(positions)
+        host = np.asarray(to_host(positions), dtype=np.int64)
+        if host.size and int(np.max(np.abs(host))) >= MAX_POSITION:
+            raise ValueError(
+                "`positions` must be below 2**53 in magnitude, beyond which float64 cannot "
+                f"represent every integer; got a maximum of {int(np.max(np.abs(host)))}"
+            )
+    if not is_real_floating(xp, dtype):
+        raise TypeError(f"`dtype` must be a real floating dtype; got {dtype!r}")
+
+    angles = host.astype(np.float64)[..., None] * default_inv_freq(dim, base)
+    table = np.stack((np.sin(angles), np.cos(angles)), axis=-1).reshape((*host.shape, dim))
+    out = xp.asarray(table.astype(table_dtype(xp, dtype)), device=device)
+    return xp.astype(out, dtype, copy=False)
