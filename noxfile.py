@@ -16,6 +16,8 @@ nox.options.error_on_missing_interpreters = True
 
 # The CPU build of PyTorch; an unpinned torch pulls a multi-GB CUDA build.
 TORCH_CPU = "torch==2.13.0"
+# The scaling formulas are pinned to this release (tests/test_transformers_parity.py).
+TRANSFORMERS = "transformers==5.23.0"
 
 
 def _pytest(session: nox.Session, *args: str) -> None:
@@ -43,6 +45,13 @@ def tests_strict(session: nox.Session) -> None:
     _pytest(session, "--backend", "array_api_strict-cpu")
 
 
+@nox.session(name="tests-hf", default=False)
+def tests_hf(session: nox.Session) -> None:
+    """transformers' own RoPE initialisers as the oracle for every scaling method."""
+    session.install("-e", ".[test]", TORCH_CPU, TRANSFORMERS)
+    _pytest(session, "tests/test_transformers_parity.py")
+
+
 @nox.session(name="tests-torch-cuda", default=False)
 def tests_torch_cuda(session: nox.Session) -> None:
     """PyTorch on a CUDA device (needs a GPU machine)."""
@@ -55,6 +64,16 @@ def tests_cupy(session: nox.Session) -> None:
     """CuPy on a CUDA device (needs a GPU machine)."""
     session.install("-e", ".[test]", "cupy-cuda12x")
     _pytest(session, "--backend", "cupy-cuda", "--backend", "numpy-cpu")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation (warnings are errors) and run every example in it."""
+    session.install("-e", ".[docs]")
+    build = ("sphinx-build", "-W", "--keep-going", "-q")
+    session.run(*build, "-b", "html", "docs", "docs/_build/html")
+    session.run(*build, "-b", "doctest", "docs", "docs/_build/doctest")
+    session.run("pytest", "--doctest-modules", "src/anyrope", "-p", "no:cacheprovider")
 
 
 @nox.session

@@ -44,7 +44,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("backend_dtype", params)
     elif "backend" in metafunc.fixturenames:
         params = [
-            pytest.param(b, id=b.id, marks=_marks(b, None)) for b in BACKENDS if _selected(config, b)
+            pytest.param(b, id=b.id, marks=_marks(b, None))
+            for b in BACKENDS
+            if _selected(config, b)
         ]
         metafunc.parametrize("backend", params)
 

@@ -14,7 +14,10 @@ import numpy as np
 
 from ._agnostic.rotation import rotate_pairs
 from ._cpu import blocked
+from ._cuda.launch import rotate_cuda
+from ._cuda.launch import unsupported_reason as cuda_unsupported
 from ._layout import Axes, axes_of, place_tables
+from ._mrope import join_sections
 from ._namespace import (
     Array,
     Namespace,
@@ -25,7 +28,8 @@ from ._namespace import (
     table_dtype,
     to_host,
 )
-from ._positions import Positions, resolve_positions
+from ._packed import packed_positions
+from ._positions import Positions
 from ._validation import check_bool, check_impl, describe
 
 if TYPE_CHECKING:
@@ -43,31 +47,53 @@ def apply(
     inplace: bool,
     impl: str,
     xp: Namespace | None,
+    cu_seqlens: object = None,
 ) -> tuple[Array, ...]:
     """Rotate each of ``arrays`` (q and k, or one x) with the tables of ``rope``."""
     xp = namespace_of(*arrays, xp=xp, argument=" and ".join(names))
     check_bool(inverse, "inverse")
     check_bool(inplace, "inplace")
     check_impl(impl)
+    if layout == "thd":
+        # A packed batch is one sequence whose positions restart at each cu_seqlens entry.
+        positions = packed_positions(cu_seqlens, positions, x=arrays[0], xp=xp)
+        layout = "bshd"
+    elif cu_seqlens is not None:
+        raise ValueError(f"`cu_seqlens` needs layout='thd'; got layout={layout!r}")
     axes = [_check_input(x, name, rope, layout, xp) for x, name in zip(arrays, names, strict=True)]
     _check_same_tokens(arrays, names, axes)
     first, first_axes = arrays[0], axes[0]
-    where = resolve_positions(positions, xp, first, first_axes.batch, first_axes.seq)
+    rope, where = rope._resolve(positions, xp, first, first_axes)
     path = _choose_path(impl, arrays, inplace, xp)
     if any(math.prod(x.shape) == 0 for x in arrays):
         return tuple(x if inplace else xp.asarray(x, copy=True) for x in arrays)
+    if path == "cuda" and isinstance(where, Positions):
+        return rotate_cuda(
+            rope, arrays, where, layout=layout, inverse=inverse, inplace=inplace, xp=xp
+        )
 
     # Tables are rounded once to the compute dtype (numerics.md): no cast on the device.
-    cos, sin = gather_tables(rope, where, xp, device_of(first), table_dtype(xp, first.dtype))
+    device, dtype = device_of(first), table_dtype(xp, first.dtype)
+    if isinstance(where, Positions):
+        cos, sin = gather_tables(rope, where, xp, device, dtype)
+    else:
+        assert rope.sections is not None
+        cos, sin = join_sections(
+            [gather_tables(rope, stream, xp, device, dtype) for stream in where], rope.sections, xp
+        )
     cos, sin = place_tables(cos, first_axes, xp), place_tables(sin, first_axes, xp)
-    options = {"rotary_dim": rope.rotary_dim, "interleaved": rope.interleaved, "inverse": inverse}
+    r, interleaved = rope.rotary_dim, rope.interleaved
     results = []
     for x in arrays:
         if path == "blocked":
             out = x if inplace else _empty_like(x)
-            results.append(blocked.rotate_blocked(x, cos, sin, out=out, **options))
+            results.append(
+                blocked.rotate_blocked(
+                    x, cos, sin, rotary_dim=r, interleaved=interleaved, inverse=inverse, out=out
+                )
+            )
             continue
-        y = rotate_pairs(x, cos, sin, xp=xp, **options)
+        y = rotate_pairs(x, cos, sin, rotary_dim=r, interleaved=interleaved, inverse=inverse, xp=xp)
         if inplace:
             x[...] = y
             y = x
@@ -82,9 +108,15 @@ def gather_tables(
     cache = rope._cache
     if where.array is None:
         if not cache.cacheable(where.stop):
-            return cache.build(np.arange(where.offset, where.stop, dtype=np.int64), xp, device, dtype)
+            return cache.build(
+                np.arange(where.offset, where.stop, dtype=np.int64), xp, device, dtype
+            )
         cos, sin = cache.get(where.stop, xp, device, dtype)
         return cos[where.offset : where.stop, ...], sin[where.offset : where.stop, ...]
+    if where.traced:
+        from ._jax import traced_tables
+
+        return traced_tables(cache, where.array, dtype, rope.rotary_dim // 2)
     if not cache.cacheable(where.stop):
         return cache.build(to_host(where.array).astype(np.int64), xp, device, dtype)
     cos, sin = cache.get(where.stop, xp, device, dtype)
@@ -131,6 +163,12 @@ def _check_same_tokens(arrays: tuple[Array, ...], names: tuple[str, ...], axes: 
 
 
 def _choose_path(impl: str, arrays: tuple[Array, ...], inplace: bool, xp: Namespace) -> str:
+    if impl in ("auto", "cuda"):
+        reason = cuda_unsupported(arrays)
+        if reason is None:
+            return "cuda"
+        if impl == "cuda":
+            raise ValueError(reason)
     fast = all(blocked.supports(x) for x in arrays)
     if impl == "blocked" and not fast:
         raise ValueError(

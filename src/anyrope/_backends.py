@@ -17,7 +17,14 @@ import numpy as np
 from ._namespace import Array, Namespace
 
 DTYPES = ("float16", "bfloat16", "float32", "float64")
-_BITS = {"float16": np.uint16, "bfloat16": np.uint16, "float32": np.uint32, "float64": np.uint64}
+_BITS = {
+    "float16": np.uint16,
+    "bfloat16": np.uint16,
+    "float32": np.uint32,
+    "float64": np.uint64,
+    "int32": np.uint32,
+    "int64": np.uint64,
+}
 _SIGNED = {np.uint16: np.int16, np.uint32: np.int32, np.uint64: np.int64}
 
 
@@ -52,7 +59,7 @@ class Backend:
         return getattr(self.xp, name) if name != "bfloat16" else _bfloat16(self.name, self.xp)
 
     def from_numpy(self, a: np.ndarray[Any, Any]) -> Array:
-        """A copy of the NumPy array ``a`` (any of :data:`DTYPES`) in this backend."""
+        """A copy of the NumPy array ``a`` (a float of :data:`DTYPES`, int32 or int64)."""
         name = a.dtype.name
         return self.from_bits(a.view(_BITS[name]), name)
 
@@ -61,7 +68,9 @@ class Backend:
         bits = self.to_bits(x)
         if bits.dtype == np.uint16 and "bfloat16" in str(x.dtype):
             return bfloat16_bits_to_float32(bits)
-        return bits.view({np.uint16: np.float16, np.uint32: np.float32, np.uint64: np.float64}[bits.dtype.type])
+        return bits.view(
+            {np.uint16: np.float16, np.uint32: np.float32, np.uint64: np.float64}[bits.dtype.type]
+        )
 
 
 def bfloat16_bits_to_float32(bits: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -84,7 +93,8 @@ def numpy_dtype(name: str) -> np.dtype[Any] | None:
         return None
     import ml_dtypes
 
-    return np.dtype(ml_dtypes.bfloat16)
+    bfloat16: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
+    return bfloat16
 
 
 def _bfloat16(library: str, xp: Namespace) -> Any:
@@ -97,15 +107,18 @@ def _numpy_backend() -> Backend:
     import array_api_compat.numpy as xp
 
     def from_bits(bits: np.ndarray[Any, Any], name: str) -> Array:
-        dtype = numpy_dtype(name)
-        return bits.view(dtype).copy()
+        return bits.view(numpy_dtype(name) or name).copy()
 
     names = DTYPES if numpy_dtype("bfloat16") is not None else ("float16", "float32", "float64")
-    return Backend("numpy", "cpu", None, lambda: xp, from_bits, lambda x: _host_bits(np.asarray(x)), names)
+    return Backend(
+        "numpy", "cpu", None, lambda: xp, from_bits, lambda x: _host_bits(np.asarray(x)), names
+    )
 
 
 def _host_bits(a: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    return np.ascontiguousarray(a).view({2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
+    return np.ascontiguousarray(a).view(
+        {2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize]
+    )
 
 
 def _strict_backend() -> Backend:
@@ -148,7 +161,7 @@ def _torch_backends() -> list[Backend]:
 
             itemsize = x.element_size()
             signed = {2: torch.int16, 4: torch.int32, 8: torch.int64}[itemsize]
-            host = x.detach().contiguous().cpu().view(signed).numpy()
+            host: np.ndarray[Any, Any] = x.detach().contiguous().cpu().view(signed).numpy()
             return host.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[itemsize])
 
         reason = "PyTorch is not installed" if missing else None
@@ -185,9 +198,11 @@ def _cupy_backend() -> Backend:
 
             if cupy.cuda.runtime.getDeviceCount() == 0:
                 reason = "no CUDA device for CuPy"
-        except Exception as error:  # noqa: BLE001 - any CUDA runtime failure means no device
+        except Exception as error:
             reason = f"no CUDA device for CuPy ({error})"
-    return Backend("cupy", "cuda", reason, load, from_bits, to_bits, ("float16", "float32", "float64"))
+    return Backend(
+        "cupy", "cuda", reason, load, from_bits, to_bits, ("float16", "float32", "float64")
+    )
 
 
 def known_backends() -> list[Backend]:

@@ -3,20 +3,36 @@
 from __future__ import annotations
 
 import functools
+from typing import Any
 
-from ._api import apply
 from ._namespace import Array, Namespace, namespace_of
 from ._rope import RoPE
 from ._validation import check_base, check_bool, check_rotary_dim, describe
+from .scaling import RopeScaling, parse_rope_scaling
 
 
 @functools.lru_cache(maxsize=64)
-def _rope_for(head_dim: int, rotary_dim: int | None, base: float, interleaved: bool) -> RoPE:
-    return RoPE(head_dim, rotary_dim=rotary_dim, base=base, interleaved=interleaved)
+def _rope_for(
+    head_dim: int, rotary_dim: int | None, base: float, interleaved: bool, scaling: RopeScaling
+) -> RoPE:
+    return RoPE(
+        head_dim,
+        rotary_dim=rotary_dim,
+        base=base,
+        interleaved=interleaved,
+        scaling=scaling,
+    )
 
 
 def _rope_for_input(
-    x: Array, name: str, rotary_dim: int | None, base: float, interleaved: bool
+    x: Array,
+    name: str,
+    rotary_dim: int | None,
+    base: float,
+    interleaved: bool,
+    *,
+    scaling: dict[str, Any] | RopeScaling | None,
+    max_position_embeddings: int | None,
 ) -> RoPE:
     """The cached :class:`RoPE` for an input whose last axis is the head dimension."""
     namespace_of(x, argument=name)
@@ -29,7 +45,11 @@ def _rope_for_input(
     # Checked here too so that lru_cache never hashes (or caches) a bad argument.
     if rotary_dim is not None:
         check_rotary_dim(rotary_dim, head_dim)
-    return _rope_for(head_dim, rotary_dim, check_base(base), check_bool(interleaved, "interleaved"))
+    # A frozen RopeScaling (hashable, validated) stands for the scaling dict in the cache key.
+    parsed = parse_rope_scaling(scaling, max_position_embeddings=max_position_embeddings)
+    return _rope_for(
+        head_dim, rotary_dim, check_base(base), check_bool(interleaved, "interleaved"), parsed
+    )
 
 
 def rotate(
@@ -44,6 +64,9 @@ def rotate(
     inplace: bool = False,
     impl: str = "auto",
     xp: Namespace | None = None,
+    scaling: dict[str, Any] | RopeScaling | None = None,
+    max_position_embeddings: int | None = None,
+    cu_seqlens: Array | None = None,
 ) -> Array:
     """Apply rotary position embedding to ``x``.
 
@@ -69,10 +92,12 @@ def rotate(
     interleaved : bool, optional
         ``False``: half-split pairs ``(x[i], x[i + r/2])`` (Hugging Face ``rotate_half``,
         GPT-NeoX). ``True``: adjacent pairs ``(x[2i], x[2i+1])`` (Meta Llama, GPT-J).
-    layout : {"bshd", "bhsd", "sbhd"}, optional
+    layout : {"bshd", "bhsd", "sbhd", "thd"}, optional
         ``"bshd"``: ``(*batch, seq, heads, head_dim)`` (flash-attn, default);
         ``"bhsd"``: ``(*batch, heads, seq, head_dim)`` (Hugging Face);
-        ``"sbhd"``: ``(seq, *batch, heads, head_dim)`` (Megatron).
+        ``"sbhd"``: ``(seq, *batch, heads, head_dim)`` (Megatron);
+        ``"thd"``: ``(total_tokens, heads, head_dim)``, packed sequences given by
+        ``cu_seqlens`` (TransformerEngine's name).
     inverse : bool, optional
         Rotate by the negative angle, undoing a rotation (also the backward pass).
     inplace : bool, optional
@@ -83,6 +108,18 @@ def rotate(
         fastest path available; all give the same bits.
     xp : namespace, optional
         The array namespace; inferred from ``x`` by default.
+    scaling : dict or RopeScaling, optional
+        Context-extension scaling, a Hugging Face ``rope_scaling`` dict (``linear``,
+        ``ntk``, ``dynamic``, ``yarn``, ``longrope``, ``llama3``; ``mrope_section`` for
+        M-RoPE positions ``(3, *batch, seq)``); see :class:`RoPE` and :doc:`scaling`.
+    max_position_embeddings : int, optional
+        The model's trained context, for the scaling methods that need it.
+    cu_seqlens : integer array, optional
+        With ``layout="thd"``: cumulative sequence lengths ``(num_sequences + 1,)`` of a
+        packed input ``(total_tokens, heads, head_dim)`` (flash-attn's varlen form).
+        Each sequence starts at position 0; ``positions`` then gives per-sequence
+        offsets (``None``, an int, or an array ``(num_sequences,)``). The result equals
+        rotating each sequence on its own, bit for bit.
 
     Returns
     -------
@@ -102,8 +139,25 @@ def rotate(
     >>> bool(np.allclose(anyrope.rotate(y, inverse=True), x, atol=1e-6))
     True
     """
-    rope = _rope_for_input(x, "x", rotary_dim, base, interleaved)
-    return rope.rotate(x, positions, layout=layout, inverse=inverse, inplace=inplace, impl=impl, xp=xp)
+    rope = _rope_for_input(
+        x,
+        "x",
+        rotary_dim,
+        base,
+        interleaved,
+        scaling=scaling,
+        max_position_embeddings=max_position_embeddings,
+    )
+    return rope.rotate(
+        x,
+        positions,
+        layout=layout,
+        inverse=inverse,
+        inplace=inplace,
+        impl=impl,
+        xp=xp,
+        cu_seqlens=cu_seqlens,
+    )
 
 
 def rotate_qk(
@@ -119,6 +173,9 @@ def rotate_qk(
     inplace: bool = False,
     impl: str = "auto",
     xp: Namespace | None = None,
+    scaling: dict[str, Any] | RopeScaling | None = None,
+    max_position_embeddings: int | None = None,
+    cu_seqlens: Array | None = None,
 ) -> tuple[Array, Array]:
     """Apply rotary position embedding to queries and keys together.
 
@@ -148,5 +205,23 @@ def rotate_qk(
     """
     if not hasattr(q, "shape") or not hasattr(k, "shape"):
         namespace_of(q, k, argument="q and k")
-    rope = _rope_for_input(q, "q", rotary_dim, base, interleaved)
-    return rope(q, k, positions, layout=layout, inverse=inverse, inplace=inplace, impl=impl, xp=xp)
+    rope = _rope_for_input(
+        q,
+        "q",
+        rotary_dim,
+        base,
+        interleaved,
+        scaling=scaling,
+        max_position_embeddings=max_position_embeddings,
+    )
+    return rope(
+        q,
+        k,
+        positions,
+        layout=layout,
+        inverse=inverse,
+        inplace=inplace,
+        impl=impl,
+        xp=xp,
+        cu_seqlens=cu_seqlens,
+    )

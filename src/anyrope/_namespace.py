@@ -102,7 +102,7 @@ def to_host(x: Array) -> np.ndarray[Any, Any]:
     if array_api_compat.is_numpy_array(x):
         return x
     if array_api_compat.is_torch_array(x):
-        return x.detach().cpu().numpy()  # type: ignore[no-any-return]
+        return x.detach().cpu().numpy()
     if array_api_compat.is_cupy_array(x):
         return x.get()  # type: ignore[no-any-return]
     try:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Any
 
 import array_api_compat
 
@@ -20,12 +19,15 @@ class Positions:
     Either a contiguous range ``offset .. offset + seq - 1`` (``array is None``), or an
     integer ``array`` of rank ``len(batch) + 1`` (padded with leading size-1 axes) whose
     shape broadcasts to ``(*batch, seq)``. ``stop`` is one past the largest position.
+    ``traced``: a JAX array traced under ``jit``, whose values (and ``stop``) are not known
+    until it runs (see ``_jax.py``).
     """
 
     offset: int
     seq: int
     array: Array | None
     stop: int
+    traced: bool = False
 
 
 def resolve_positions(
@@ -35,7 +37,9 @@ def resolve_positions(
     if positions is None:
         return Positions(0, seq, None, seq)
     if isinstance(positions, bool):
-        raise TypeError(f"`positions` must be None, an integer offset or an integer array; got {positions!r}")
+        raise TypeError(
+            f"`positions` must be None, an integer offset or an integer array; got {positions!r}"
+        )
     if isinstance(positions, numbers.Integral):
         offset = int(positions)
         if offset < 0:
@@ -54,7 +58,9 @@ def resolve_positions(
     return _resolve_array(positions, xp, x, batch, seq)
 
 
-def _resolve_array(p: Array, xp: Namespace, x: Array, batch: tuple[int, ...], seq: int) -> Positions:
+def _resolve_array(
+    p: Array, xp: Namespace, x: Array, batch: tuple[int, ...], seq: int
+) -> Positions:
     try:
         p_xp = array_api_compat.array_namespace(p)
     except TypeError:
@@ -82,6 +88,11 @@ def _resolve_array(p: Array, xp: Namespace, x: Array, batch: tuple[int, ...], se
             f"`positions` of shape {tuple(p.shape)} does not broadcast to (*batch, seq)={target}"
         )
     p = xp.reshape(p, padded)
+    if array_api_compat.is_jax_array(p):
+        from ._jax import is_traced
+
+        if is_traced(p):
+            return Positions(0, seq, p, 0, traced=True)
     stop = 0
     if math.prod(p.shape) != 0:
         low, high = int(xp.min(p)), int(xp.max(p))

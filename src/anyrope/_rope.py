@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import copy
 import numbers
+import threading
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 
+from . import _mrope
 from ._api import apply
-from ._frequencies import default_inv_freq
+from ._layout import Axes
 from ._namespace import Array, Namespace, device_of, is_real_floating, namespace_of, to_host
+from ._positions import Positions, resolve_positions
 from ._tables import TableCache
 from ._validation import check_base, check_bool, check_head_dim, check_int, check_rotary_dim
+from .scaling import RopeScaling, from_hf_config, parse_rope_scaling
+from .scaling._types import FloatArray
+
+MAX_LENGTH_BUCKETS = 8
+"""Frequency sets kept per RoPE for length-dependent scaling (dynamic NTK, LongRoPE)."""
 
 
 class RoPE:
@@ -35,13 +45,35 @@ class RoPE:
         ``False`` (default): pairs are ``(x[i], x[i + rotary_dim/2])``, the half-split
         layout of Hugging Face's ``rotate_half`` and GPT-NeoX. ``True``: pairs are
         ``(x[2i], x[2i+1])``, the layout of Meta's complex form and GPT-J.
+    scaling : dict or RopeScaling, optional
+        Context-extension scaling as in a Hugging Face ``rope_scaling`` /
+        ``rope_parameters`` dict (``rope_type`` or ``type``: ``default``, ``linear``,
+        ``ntk``, ``dynamic``, ``yarn``, ``longrope``, ``llama3``; ``mrope_section`` for
+        M-RoPE), or a :class:`anyrope.scaling.RopeScaling`. See :doc:`scaling`.
+    max_position_embeddings : int, optional
+        The model's trained context ``L_max`` (needed by ``dynamic``; the default
+        ``original_max_position_embeddings`` of ``yarn``, ``llama3`` and ``longrope``).
+    axial : bool, optional
+        2D axial RoPE for image patches: positions ``(*batch, seq, 2)`` (row, column);
+        the first half of the pairs follows the row, the second half the column, each
+        with the frequencies of a ``rotary_dim / 2`` RoPE. ``rotary_dim`` must be a
+        multiple of 4.
 
     Attributes
     ----------
     inv_freq : numpy.ndarray
-        float64 frequencies ``theta_i``, shape ``(rotary_dim // 2,)``.
+        float64 frequencies ``theta_i``, shape ``(rotary_dim // 2,)``. For ``dynamic``
+        and ``longrope`` these are the ones of a sequence within the original context;
+        :meth:`frequencies` gives those of any length.
     attention_factor : float
         Factor multiplied into cos and sin (1.0 without scaling).
+    softmax_scale : float
+        Multiplier for the attention's ``1 / sqrt(head_dim)`` that the model expects
+        (DeepSeek's YaRN ``mscale(factor, mscale_all_dim) ** 2``; 1.0 otherwise).
+    scaling : RopeScaling
+        The parsed scaling description.
+    sections : tuple of int or None
+        Pairs per position stream for M-RoPE and 2D axial RoPE, else ``None``.
 
     Examples
     --------
@@ -64,6 +96,9 @@ class RoPE:
         rotary_dim: int | None = None,
         base: float = 10000.0,
         interleaved: bool = False,
+        scaling: dict[str, Any] | RopeScaling | None = None,
+        max_position_embeddings: int | None = None,
+        axial: bool = False,
     ) -> None:
         self.head_dim = check_head_dim(head_dim)
         self.rotary_dim = (
@@ -71,15 +106,154 @@ class RoPE:
         )
         self.base = check_base(base)
         self.interleaved = check_bool(interleaved, "interleaved")
-        self.inv_freq = default_inv_freq(self.rotary_dim, self.base)
-        self.inv_freq.flags.writeable = False
-        self.attention_factor = 1.0
+        self.axial = check_bool(axial, "axial")
+        if max_position_embeddings is not None:
+            check_int(max_position_embeddings, "max_position_embeddings")
+        self.scaling = parse_rope_scaling(scaling, max_position_embeddings=max_position_embeddings)
+        self._check_scaling()
+        self.max_position_embeddings = self.scaling.max_position_embeddings
+        self.softmax_scale = self.scaling.softmax_scale
+        self.sections: tuple[int, ...] | None = self.scaling.mrope_section
+        if self.axial:
+            self.sections = _mrope.axial_sections(self.rotary_dim)
+        self.inv_freq, self.attention_factor = self.frequencies()
         self._cache = TableCache(self.inv_freq, self.attention_factor)
+        self._buckets: OrderedDict[int, RoPE] = OrderedDict()
+        self._buckets_lock = threading.Lock()
+
+    def _check_scaling(self) -> None:
+        scaling = self.scaling
+        if scaling.rope_theta is not None and scaling.rope_theta != self.base:
+            raise ValueError(
+                f"`scaling` has rope_theta={scaling.rope_theta!r} but `base`={self.base!r}; "
+                f"pass base={scaling.rope_theta!r}"
+            )
+        fraction = scaling.partial_rotary_factor
+        if fraction is not None and int(self.head_dim * fraction) != self.rotary_dim:
+            raise ValueError(
+                f"`scaling` has partial_rotary_factor={fraction!r}, which gives rotary_dim="
+                f"{int(self.head_dim * fraction)} for head_dim={self.head_dim}; got "
+                f"`rotary_dim`={self.rotary_dim}"
+            )
+        scaling.check_rotary_dim(self.rotary_dim)
+        if self.axial and (scaling.rope_type != "default" or scaling.mrope_section is not None):
+            raise ValueError(
+                "`axial`=True takes no `scaling` (2D axial RoPE has its own frequencies); "
+                f"got rope_type={scaling.rope_type!r}, mrope_section={scaling.mrope_section}"
+            )
+
+    @classmethod
+    def from_hf_config(cls, config: Any) -> RoPE:
+        """Build the RoPE of a Hugging Face model from its ``config.json`` (dict or object).
+
+        Reads ``rope_theta``, ``head_dim`` (or ``hidden_size // num_attention_heads``,
+        or DeepSeek's ``qk_rope_head_dim``), ``partial_rotary_factor`` / ``rotary_pct``,
+        ``max_position_embeddings``, ``original_max_position_embeddings`` and
+        ``rope_scaling`` / ``rope_parameters``; see :func:`anyrope.scaling.from_hf_config`.
+        A transformers ``PretrainedConfig`` works too (anyrope never imports transformers).
+
+        Examples
+        --------
+        >>> import anyrope
+        >>> llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+        ...           "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+        >>> rope = anyrope.RoPE.from_hf_config({
+        ...     "hidden_size": 4096, "num_attention_heads": 32, "rope_theta": 500000.0,
+        ...     "max_position_embeddings": 131072, "rope_scaling": llama3})
+        >>> rope.head_dim, rope.base, rope.scaling.rope_type
+        (128, 500000.0, 'llama3')
+        """
+        settings = from_hf_config(config)
+        return cls(settings.head_dim, **settings.kwargs())
+
+    def frequencies(self, seq_len: int | None = None) -> tuple[FloatArray, float]:
+        """Return ``(inv_freq, attention_factor)`` for a sequence of ``seq_len`` positions.
+
+        Only ``dynamic`` and ``longrope`` scaling depend on the length; ``None`` means a
+        sequence within the original context. The arrays are float64 and read-only.
+
+        Examples
+        --------
+        >>> import anyrope
+        >>> rope = anyrope.RoPE(8, scaling={"rope_type": "dynamic", "factor": 2.0},
+        ...                     max_position_embeddings=100)
+        >>> bool((rope.frequencies(100)[0] == rope.inv_freq).all())
+        True
+        >>> bool(rope.frequencies(150)[0][-1] < rope.inv_freq[-1])
+        True
+        """
+        if self.axial:
+            inv_freq, factor = _mrope.axial_inv_freq(self.rotary_dim, self.base), 1.0
+        else:
+            inv_freq, factor = self.scaling.frequencies(self.rotary_dim, self.base, seq_len=seq_len)
+        inv_freq.flags.writeable = False
+        return inv_freq, factor
+
+    def _for_length(self, stop: int) -> RoPE:
+        """This RoPE with the frequencies of a sequence of ``stop`` positions.
+
+        Length-dependent scaling keeps one set of frequencies (and tables) per length
+        bucket, so a table is never reused for a length it was not built for.
+        """
+        bucket = self.scaling.length_bucket(stop)
+        if bucket == self.scaling.length_bucket(None):
+            return self
+        with self._buckets_lock:
+            view = self._buckets.get(bucket)
+            if view is None:
+                view = copy.copy(self)
+                view.inv_freq, view.attention_factor = self.frequencies(stop)
+                view._cache = TableCache(view.inv_freq, view.attention_factor)
+                self._buckets[bucket] = view
+                if len(self._buckets) > MAX_LENGTH_BUCKETS:
+                    self._buckets.popitem(last=False)
+            else:
+                self._buckets.move_to_end(bucket)
+        return view
+
+    def _resolve(
+        self, positions: object, xp: Namespace, x: Array, axes: Axes
+    ) -> tuple[RoPE, Positions | list[Positions]]:
+        """Check ``positions`` and pick the frequencies for the length they reach.
+
+        Returns a list of per-stream positions for M-RoPE position arrays and 2D axial
+        RoPE; M-RoPE with ``None`` or an int offset is text only, i.e. ordinary RoPE.
+        """
+        multi = self.sections is not None and (self.axial or hasattr(positions, "shape"))
+        if not multi:
+            where = resolve_positions(positions, xp, x, axes.batch, axes.seq)
+            self._check_concrete([where])
+            return self._for_length(where.stop), where
+        assert self.sections is not None
+        streams = _mrope.resolve_streams(
+            positions,
+            kind="axial" if self.axial else "mrope",
+            count=len(self.sections),
+            xp=xp,
+            x=x,
+            batch=axes.batch,
+            seq=axes.seq,
+        )
+        self._check_concrete(streams)
+        return self._for_length(max(where.stop for where in streams)), streams
+
+    def _check_concrete(self, streams: list[Positions]) -> None:
+        if self.scaling.depends_on_length and any(where.traced for where in streams):
+            raise ValueError(
+                f"rope_type={self.scaling.rope_type!r} picks its frequencies by the largest "
+                "position, which is unknown for positions traced by jax.jit; pass concrete "
+                "positions or use a length-independent scaling"
+            )
 
     def __repr__(self) -> str:
+        extra = ""
+        if self.scaling != RopeScaling(max_position_embeddings=self.max_position_embeddings):
+            extra += f", scaling={self.scaling!r}"
+        if self.axial:
+            extra += ", axial=True"
         return (
             f"RoPE(head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, "
-            f"base={self.base!r}, interleaved={self.interleaved})"
+            f"base={self.base!r}, interleaved={self.interleaved}{extra})"
         )
 
     def __call__(
@@ -93,6 +267,7 @@ class RoPE:
         inplace: bool = False,
         impl: str = "auto",
         xp: Namespace | None = None,
+        cu_seqlens: Array | None = None,
     ) -> tuple[Array, Array]:
         """Rotate queries and keys; see :func:`anyrope.rotate_qk` for the arguments.
 
@@ -118,6 +293,7 @@ class RoPE:
             inplace=inplace,
             impl=impl,
             xp=xp,
+            cu_seqlens=cu_seqlens,
         )
         return q2, k2
 
@@ -131,6 +307,7 @@ class RoPE:
         inplace: bool = False,
         impl: str = "auto",
         xp: Namespace | None = None,
+        cu_seqlens: Array | None = None,
     ) -> Array:
         """Rotate one array; see :func:`anyrope.rotate` for the arguments.
 
@@ -153,6 +330,7 @@ class RoPE:
             inplace=inplace,
             impl=impl,
             xp=xp,
+            cu_seqlens=cu_seqlens,
         )
         return y
 
@@ -183,6 +361,10 @@ class RoPE:
         -------
         cos, sin : arrays
             Shape ``positions.shape + (rotary_dim // 2,)``; the attention factor is applied.
+            For M-RoPE, an array of positions has the stream axis first and the tables
+            have shape ``positions.shape[1:] + (rotary_dim // 2,)``; for 2D axial RoPE it
+            is last and the tables have shape ``positions.shape[:-1] + (rotary_dim // 2,)``.
+            Length-dependent scaling uses the frequencies for ``max(positions) + 1``.
 
         Examples
         --------
@@ -214,5 +396,16 @@ class RoPE:
             raise ValueError(
                 f"`positions` must lie in [0, 2**53); got values in [{host.min()}, {host.max()}]"
             )
-        cos, sin = self._cache.build(host, xp, device, np.dtype(np.float64))
+        rope = self._for_length(int(host.max()) + 1 if host.size else 0)
+        if self.sections is None or not (self.axial or hasattr(positions, "shape")):
+            cos, sin = rope._cache.build(host, xp, device, np.dtype(np.float64))
+        else:
+            cos, sin = _mrope.join_sections(
+                [
+                    rope._cache.build(stream, xp, device, np.dtype(np.float64))
+                    for stream in _mrope.split_host_streams(host, self.sections, axial=self.axial)
+                ],
+                self.sections,
+                xp,
+            )
         return xp.astype(cos, dtype), xp.astype(sin, dtype)

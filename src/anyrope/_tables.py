@@ -58,7 +58,7 @@ class TableCache:
 
     def cacheable(self, rows: int) -> bool:
         """Whether a table of ``rows`` positions is small enough to keep."""
-        return rows * self._inv_freq.shape[0] <= MAX_CACHED_ENTRIES
+        return bool(rows * self._inv_freq.shape[0] <= MAX_CACHED_ENTRIES)
 
     def build(
         self, positions: np.ndarray[Any, Any], xp: Namespace, device: Any, dtype: np.dtype[Any]
@@ -69,7 +69,9 @@ class TableCache:
         )
         return xp.asarray(cos, device=device), xp.asarray(sin, device=device)
 
-    def get(self, rows: int, xp: Namespace, device: Any, dtype: np.dtype[Any]) -> tuple[Array, Array]:
+    def get(
+        self, rows: int, xp: Namespace, device: Any, dtype: np.dtype[Any]
+    ) -> tuple[Array, Array]:
         """Tables covering at least positions ``0 .. rows-1`` on ``device``."""
         key = (xp.__name__, str(device), dtype.name)
         entry = self._tables.get(key)

@@ -11,7 +11,7 @@ import numbers
 from typing import Any
 
 LAYOUTS = ("bshd", "bhsd", "sbhd")
-IMPLS = ("auto", "array_api", "blocked")
+IMPLS = ("auto", "array_api", "blocked", "cuda")
 MAX_POSITION = 2**53
 """Positions must stay below this bound: float64 represents every integer up to it."""
 
@@ -26,7 +26,9 @@ def check_bool(value: object, name: str) -> bool:
 def check_int(value: object, name: str) -> int:
     """Return ``value`` as int if it is an integer (not a bool), else raise ``TypeError``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"`{name}` must be an integer; got {value!r} of type {type(value).__name__}")
+        raise TypeError(
+            f"`{name}` must be an integer; got {value!r} of type {type(value).__name__}"
+        )
     return int(value)
 
 
@@ -73,5 +75,6 @@ def check_impl(impl: object, allowed: tuple[str, ...] = IMPLS) -> str:
 
 def describe(x: Any) -> str:
     """Short description of an array for error messages: library, shape, dtype, device."""
+    library = type(x).__module__.split(".")[0]
     shape = tuple(getattr(x, "shape", ()))
-    return f"{type(x).__module__.split('.')[0]} array of shape {shape} and dtype {getattr(x, 'dtype', '?')}"
+    return f"{library} array of shape {shape} and dtype {getattr(x, 'dtype', '?')}"

@@ -1,0 +1,69 @@
+"""The ``anyrope`` command line (``python -m anyrope``).
+
+Exit codes: 0 success; 1 a check found a mismatch or an accuracy failure;
+2 bad command-line arguments (argparse).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from . import __version__, _cli_bench, _cli_info, _cli_plot
+
+
+def _check(args: argparse.Namespace) -> int:
+    from .check import HALF_BOUND, ROTARY_DIM, SHAPE, format_rows, run_check, unavailable_backends
+
+    rows = run_check()
+    print(
+        f"anyrope {__version__}: x of shape {SHAPE}, rotary_dim={ROTARY_DIM}, "
+        "random positions below 2**20"
+    )
+    print(format_rows(rows))
+    for name, reason in unavailable_backends():
+        print(f"not checked: {name} ({reason})")
+    failed = [r for r in rows if not r.ok]
+    if failed:
+        print(
+            f"FAILED: {len(failed)} of {len(rows)} rows differ from NumPy or exceed "
+            f"{HALF_BOUND} ulp (half types)",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"all {len(rows)} rows identical to NumPy; half types within {HALF_BOUND} ulp")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with one sub-parser per subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="anyrope",
+        description="Rotary position embedding with the same bits on every array library.",
+        epilog=(
+            "Exit codes: 0 success, 1 check failed, 2 bad arguments, "
+            "3 an optional package the subcommand needs is missing."
+        ),
+    )
+    parser.add_argument("--version", action="version", version=f"anyrope {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    check = commands.add_parser(
+        "check",
+        help="compare every installed backend with NumPy (bits) and a float64 oracle (ulps)",
+        description=(
+            "Apply RoPE on every installed backend, compare each with NumPy bit for bit and "
+            "with a float64 oracle; exit 1 on any mismatch."
+        ),
+    )
+    check.set_defaults(run=_check)
+    for module in (_cli_info, _cli_bench, _cli_plot):
+        module.register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    code: int = args.run(args)
+    return code

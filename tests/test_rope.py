@@ -1,0 +1,145 @@
+"""The RoPE object: tables, caching, threads, in-place writes, outputs in the caller's library."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import anyrope
+from anyrope import _tables
+
+
+def test_import_needs_only_numpy_and_array_api_compat():
+    code = (
+        "import sys, anyrope, numpy as np; anyrope.rotate(np.ones((1, 2, 1, 4)));"
+        "heavy = [m for m in ('torch', 'cupy', 'jax', 'dask', 'ml_dtypes') if m in sys.modules];"
+        "print(heavy); sys.exit(1 if heavy else 0)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_inv_freq_and_attention_factor():
+    rope = anyrope.RoPE(128, rotary_dim=64, base=500000.0)
+    assert rope.inv_freq.dtype == np.float64
+    assert rope.inv_freq.shape == (32,)
+    np.testing.assert_array_equal(rope.inv_freq, 500000.0 ** (-np.arange(0, 64, 2) / 64))
+    assert rope.attention_factor == 1.0
+    assert "rotary_dim=64" in repr(rope)
+
+
+def test_tables_are_float64_values_rounded_once(backend):
+    rope = anyrope.RoPE(16, base=10000.0)
+    positions = backend.from_numpy(np.array([[0, 3], [70000, 2**40]], dtype=np.int64))
+    cos, sin = rope.tables(positions, dtype=backend.dtype("float32"))
+    angles = np.array([[0, 3], [70000, 2**40]], dtype=np.float64)[..., None] * rope.inv_freq
+    np.testing.assert_array_equal(backend.to_numpy(cos), np.cos(angles).astype(np.float32))
+    np.testing.assert_array_equal(backend.to_numpy(sin), np.sin(angles).astype(np.float32))
+    assert tuple(cos.shape) == (2, 2, 8)
+
+
+def test_grown_cache_gives_the_bits_of_a_fresh_one():
+    x = np.random.default_rng(0).standard_normal((1, 4, 2, 32)).astype(np.float32)
+    grown = anyrope.RoPE(32)
+    grown.rotate(x, positions=1)
+    grown.rotate(x, positions=10_000)  # grows the table
+    fresh = anyrope.RoPE(32)
+    for offset in (0, 3, 9_000):
+        np.testing.assert_array_equal(
+            grown.rotate(x, offset), fresh.rotate(x, np.arange(offset, offset + 4))
+        )
+
+
+def test_positions_past_the_cache_give_the_same_bits(monkeypatch):
+    x = np.random.default_rng(1).standard_normal((2, 3, 2, 16))
+    positions = np.array([[5, 900, 70_000], [1, 2, 3]])
+    expected = anyrope.RoPE(16).rotate(x, positions)
+    monkeypatch.setattr(_tables, "MAX_CACHED_ENTRIES", 64)
+    uncached = anyrope.RoPE(16)
+    np.testing.assert_array_equal(uncached.rotate(x, positions), expected)
+    np.testing.assert_array_equal(uncached.rotate(x, 70_000), anyrope.RoPE(16).rotate(x, 70_000))
+
+
+def test_threads_share_one_rope():
+    rope = anyrope.RoPE(64)
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((1, 8, 2, 64)).astype(np.float32)
+    offsets = list(range(0, 40_000, 1_000))
+    expected = {o: anyrope.RoPE(64).rotate(x, o) for o in offsets}
+    results: dict[int, np.ndarray] = {}
+    barrier = threading.Barrier(8)
+
+    def work(start: int) -> None:
+        barrier.wait()
+        for offset in offsets[start::8]:
+            results[offset] = rope.rotate(x, offset)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for offset in offsets:
+        np.testing.assert_array_equal(results[offset], expected[offset])
+
+
+@pytest.mark.parametrize("impl", ["auto", "array_api"])
+def test_inplace_writes_the_callers_buffer(backend, impl):
+    if backend.name == "array_api_strict" and impl == "auto":
+        pytest.skip("same path as array_api")
+    rng = np.random.default_rng(3)
+    q_host = rng.standard_normal((2, 5, 4, 16)).astype(np.float32)
+    k_host = rng.standard_normal((2, 5, 2, 16)).astype(np.float32)
+    expected_q, expected_k = anyrope.rotate_qk(q_host, k_host, 7, rotary_dim=12, interleaved=True)
+    q, k = backend.from_numpy(q_host), backend.from_numpy(k_host)
+    q2, k2 = anyrope.rotate_qk(q, k, 7, rotary_dim=12, interleaved=True, inplace=True, impl=impl)
+    assert q2 is q
+    assert k2 is k
+    np.testing.assert_array_equal(backend.to_numpy(q), expected_q)
+    np.testing.assert_array_equal(backend.to_numpy(k), expected_k)
+
+
+def test_strided_views_of_a_fused_buffer():
+    qkv = np.random.default_rng(4).standard_normal((2, 6, 3 * 4, 32)).astype(np.float32)
+    q, k = qkv[:, :, 0:4], qkv[:, :, 4:8]
+    q2, k2 = anyrope.rotate_qk(q, k)
+    e2, f2 = anyrope.rotate_qk(q.copy(), k.copy())
+    np.testing.assert_array_equal(q2, e2)
+    np.testing.assert_array_equal(k2, f2)
+    transposed = np.swapaxes(qkv, 1, 2)[:, :4]  # a bhsd view with non-contiguous strides
+    np.testing.assert_array_equal(anyrope.rotate(transposed, layout="bhsd"), np.swapaxes(e2, 1, 2))
+
+
+def test_torch_in_torch_out_and_autograd():
+    torch = pytest.importorskip("torch")
+    x = torch.randn(2, 5, 3, 8, dtype=torch.float64, requires_grad=True)
+    y = anyrope.rotate(x, positions=torch.arange(5))
+    assert isinstance(y, torch.Tensor)
+    assert y.requires_grad
+    assert torch.autograd.gradcheck(lambda t: anyrope.rotate(t, rotary_dim=6), (x,))
+    g = torch.randn_like(x)
+    (grad,) = torch.autograd.grad(anyrope.rotate(x), x, g)
+    # the transpose of a rotation is its inverse
+    torch.testing.assert_close(grad, anyrope.rotate(g, inverse=True), rtol=0, atol=1e-15)
+    with pytest.raises(ValueError, match="autograd"):
+        anyrope.rotate(x, impl="blocked")
+
+
+def test_offset_equals_explicit_positions(backend):
+    x = backend.from_numpy(
+        np.random.default_rng(5).standard_normal((3, 4, 2, 8)).astype(np.float32)
+    )
+    explicit = backend.from_numpy(np.arange(40, 44, dtype=np.int64))
+    np.testing.assert_array_equal(
+        backend.to_bits(anyrope.rotate(x, 40)), backend.to_bits(anyrope.rotate(x, explicit))
+    )
+    int32 = backend.from_numpy(np.arange(40, 44, dtype=np.int32))
+    np.testing.assert_array_equal(
+        backend.to_bits(anyrope.rotate(x, 40)), backend.to_bits(anyrope.rotate(x, int32))
+    )
