@@ -1,7 +1,7 @@
 """The test matrix: every (backend, device, dtype) anyrope knows, as pytest parameters.
 
-Plain ``pytest`` runs every backend that is installed; one that is missing or has no
-device shows up as a skip with its reason. ``--backend NAME`` (repeatable) narrows the
+Plain ``pytest`` runs every backend that is installed; a GPU backend that is missing or
+has no device shows up as a skip with its reason. ``--backend NAME`` (repeatable) narrows the
 run, e.g. ``pytest --backend torch-cpu``; nox sessions use it.
 """
 
@@ -27,6 +27,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _selected(config: pytest.Config, backend: Backend) -> bool:
+    """Chosen by ``--backend`` (all by default); a CPU library that is not installed is
+    left out, while GPU backends always appear, as skips that say why they did not run."""
+    if backend.device_label == "cpu" and backend.unavailable is not None:
+        return False
     chosen = config.getoption("--backend")
     return not chosen or backend.id in chosen or backend.name in chosen
 
