@@ -45,6 +45,20 @@ def tests_strict(session: nox.Session) -> None:
     _pytest(session, "--backend", "array_api_strict-cpu")
 
 
+@nox.session(name="tests-jax")
+def tests_jax(session: nox.Session) -> None:
+    """JAX on the CPU: eager bits equal the golden files, ``jax.jit`` within one ulp."""
+    session.install("-e", ".[test,jax]")
+    _pytest(session, "tests/test_jax.py", "tests/test_examples.py")
+
+
+@nox.session(name="tests-dask")
+def tests_dask(session: nox.Session) -> None:
+    """dask arrays, lazily and on a two-process ``distributed.LocalCluster``."""
+    session.install("-e", ".[test,dask]")
+    _pytest(session, "tests/test_dask.py")
+
+
 @nox.session(name="tests-hf", default=False)
 def tests_hf(session: nox.Session) -> None:
     """transformers' own RoPE initialisers as the oracle for every scaling method."""
@@ -54,8 +68,8 @@ def tests_hf(session: nox.Session) -> None:
 
 @nox.session(name="tests-torch-cuda", default=False)
 def tests_torch_cuda(session: nox.Session) -> None:
-    """PyTorch on a CUDA device (needs a GPU machine)."""
-    session.install("-e", ".[test]", "torch")
+    """PyTorch on a CUDA device (needs a GPU machine); CuPy compiles the kernel path."""
+    session.install("-e", ".[test]", "torch", "cupy-cuda12x")
     _pytest(session, "--backend", "torch-cuda", "--backend", "numpy-cpu")
 
 

@@ -72,7 +72,8 @@ def main() -> int:
     positions = np.arange(seq)
 
     y = block(x, positions)
-    assert y.shape == x.shape and y.dtype == np.float32
+    assert y.shape == x.shape
+    assert y.dtype == np.float32
 
     # RoPE makes attention depend on relative positions only: shifting every position
     # by the same offset changes nothing but rounding.

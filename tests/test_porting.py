@@ -15,6 +15,7 @@ import anyrope
 
 torch = pytest.importorskip("torch", reason="the reference code of the guides is PyTorch")
 
+
 # [hf-before]
 def rotate_half(x):
     x1 = x[..., : x.shape[-1] // 2]
@@ -41,13 +42,13 @@ def hf_before(q, k, position_ids, base):
     # q: (batch, heads, seq, head_dim), position_ids: (batch, seq)
     cos, sin = rotary_cos_sin(position_ids, q.shape[-1], base)
     return apply_rotary_pos_emb(q, k, cos, sin)
-# [/hf-before]
+    # [/hf-before]
 
 
 # [hf-after]
 def hf_after(q, k, position_ids, base):
     return anyrope.rotate_qk(q, k, position_ids, base=base, layout="bhsd")
-# [/hf-after]
+    # [/hf-after]
 
 
 # [flash-before]
@@ -83,7 +84,7 @@ def flash_tables(rotary_dim, max_seqlen, base):
 def flash_before(x, rotary_dim, base, interleaved, seqlen_offsets):
     cos, sin = flash_tables(rotary_dim, seqlen_offsets + x.shape[1], base)
     return apply_rotary_emb(x, cos, sin, interleaved=interleaved, seqlen_offsets=seqlen_offsets)
-# [/flash-before]
+    # [/flash-before]
 
 
 # [flash-after]
@@ -91,7 +92,7 @@ def flash_after(x, rotary_dim, base, interleaved, seqlen_offsets):
     return anyrope.rotate(
         x, seqlen_offsets, rotary_dim=rotary_dim, base=base, interleaved=interleaved
     )
-# [/flash-after]
+    # [/flash-after]
 
 
 # [meta-before]
@@ -121,13 +122,13 @@ def meta_before(xq, xk, start_pos, theta):
     seqlen, head_dim = xq.shape[1], xq.shape[-1]
     freqs_cis = precompute_freqs_cis(head_dim, 4096, theta)[start_pos : start_pos + seqlen]
     return apply_rotary_emb_complex(xq, xk, freqs_cis)
-# [/meta-before]
+    # [/meta-before]
 
 
 # [meta-after]
 def meta_after(xq, xk, start_pos, theta):
     return anyrope.rotate_qk(xq, xk, start_pos, base=theta, interleaved=True)
-# [/meta-after]
+    # [/meta-after]
 
 
 def assert_agree(after, before):

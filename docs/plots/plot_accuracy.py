@@ -50,15 +50,27 @@ def main(outdir: Path) -> None:
 
     ours = anyrope.rotate(x, positions)
     angle32 = positions[:, None, None].astype(np.float32) * theta.astype(np.float32)
-    peer = rotate_half_split(
-        x.astype(np.float32), np.cos(angle32), np.sin(angle32)
-    ).astype(np.float16)
+    peer = rotate_half_split(x.astype(np.float32), np.cos(angle32), np.sin(angle32)).astype(
+        np.float16
+    )
 
     fig, ax = plt.subplots(figsize=(8, 4.2), layout="constrained")
-    ax.plot(positions, ulp_error(peer, reference, x), ".", color="tab:red", markersize=4,
-            label="float32 angles (float32(m) * float32(theta))")
-    ax.plot(positions, ulp_error(ours, reference, x), ".", color="tab:blue", markersize=4,
-            label="anyrope (float64 angles, float32 tables)")
+    ax.plot(
+        positions,
+        ulp_error(peer, reference, x),
+        ".",
+        color="tab:red",
+        markersize=4,
+        label="float32 angles (float32(m) * float32(theta))",
+    )
+    ax.plot(
+        positions,
+        ulp_error(ours, reference, x),
+        ".",
+        color="tab:blue",
+        markersize=4,
+        label="anyrope (float64 angles, float32 tables)",
+    )
     ax.axhline(0.5, color="0.4", linestyle="--", linewidth=1, label="0.5 ulp (correct rounding)")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")

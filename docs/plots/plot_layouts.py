@@ -39,10 +39,16 @@ def main(outdir: Path) -> None:
             ax.text(f + 0.45, -0.25, f"pair {i}", ha="center", va="center", fontsize=8)
             other = partner(f, interleaved=interleaved)
             if other > f:
-                ax.add_patch(FancyArrowPatch(
-                    (f + 0.45, 0.95), (other + 0.45, 0.95), connectionstyle="arc3,rad=-0.35",
-                    arrowstyle="<->", mutation_scale=10, color=colors[i],
-                ))
+                ax.add_patch(
+                    FancyArrowPatch(
+                        (f + 0.45, 0.95),
+                        (other + 0.45, 0.95),
+                        connectionstyle="arc3,rad=-0.35",
+                        arrowstyle="<->",
+                        mutation_scale=10,
+                        color=colors[i],
+                    )
+                )
         ax.set_xlim(-0.2, HEAD_DIM + 0.1)
         ax.set_ylim(-0.5, 2.3)
         ax.set_title(title, fontsize=10, loc="left")

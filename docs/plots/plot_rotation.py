@@ -32,8 +32,13 @@ def main(outdir: Path) -> None:
         ax.plot(np.cos(circle), np.sin(circle), color="0.85", linewidth=1)
         points = ax.scatter(y[:, 2 * i], y[:, 2 * i + 1], c=m, cmap="viridis", s=18, zorder=3)
         for label in (0, 1, 2, 3):
-            ax.annotate(str(label), (y[label, 2 * i], y[label, 2 * i + 1]),
-                        textcoords="offset points", xytext=(4, 4), fontsize=8)
+            ax.annotate(
+                str(label),
+                (y[label, 2 * i], y[label, 2 * i + 1]),
+                textcoords="offset points",
+                xytext=(4, 4),
+                fontsize=8,
+            )
         ax.set_title(f"pair i={i}, theta_i={theta[i]:.3g} rad")
         ax.set_aspect("equal")
         ax.set_xlim(-1.3, 1.3)

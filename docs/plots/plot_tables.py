@@ -22,10 +22,16 @@ def main(outdir: Path) -> None:
     cos, sin = rope.tables(np.arange(POSITIONS), dtype=np.float64)
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.6), layout="constrained", sharey=True)
-    for ax, table, name in zip(axes, (cos, sin), ("cos(m theta_i)", "sin(m theta_i)"),
-                               strict=True):
-        image = ax.imshow(table, aspect="auto", origin="lower", cmap="RdBu_r",
-                          vmin=-1.0, vmax=1.0, interpolation="nearest")
+    for ax, table, name in zip(axes, (cos, sin), ("cos(m theta_i)", "sin(m theta_i)"), strict=True):
+        image = ax.imshow(
+            table,
+            aspect="auto",
+            origin="lower",
+            cmap="RdBu_r",
+            vmin=-1.0,
+            vmax=1.0,
+            interpolation="nearest",
+        )
         ax.set_title(name)
         ax.set_xlabel("pair index i (theta_i = 10000^(-2i/d))")
     axes[0].set_ylabel("position m")

@@ -6,7 +6,22 @@ array-API library. See :func:`rotate`, :func:`rotate_qk` and :class:`RoPE`.
 
 from ._functional import rotate, rotate_qk
 from ._rope import RoPE
+from ._weights import permute_qk_weights
+from .attention import attention
+from .linear_attention import linear_attention
+from .scaling import RopeScaling
+from .sinusoidal import sinusoidal
 
 __version__ = "0.1.0"
 
-__all__ = ["RoPE", "__version__", "rotate", "rotate_qk"]
+__all__ = [
+    "RoPE",
+    "RopeScaling",
+    "__version__",
+    "attention",
+    "linear_attention",
+    "permute_qk_weights",
+    "rotate",
+    "rotate_qk",
+    "sinusoidal",
+]

@@ -62,6 +62,12 @@ def apply(
         raise ValueError(f"`cu_seqlens` needs layout='thd'; got layout={layout!r}")
     axes = [_check_input(x, name, rope, layout, xp) for x, name in zip(arrays, names, strict=True)]
     _check_same_tokens(arrays, names, axes)
+    if array_api_compat.is_dask_array(arrays[0]):
+        from ._dask import rotate_dask
+
+        return rotate_dask(
+            rope, arrays, positions, axes[0], inverse=inverse, inplace=inplace, impl=impl
+        )
     first, first_axes = arrays[0], axes[0]
     rope, where = rope._resolve(positions, xp, first, first_axes)
     path = _choose_path(impl, arrays, inplace, xp)

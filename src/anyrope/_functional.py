@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import Any
 
 from ._namespace import Array, Namespace, namespace_of
@@ -31,7 +32,7 @@ def _rope_for_input(
     base: float,
     interleaved: bool,
     *,
-    scaling: dict[str, Any] | RopeScaling | None,
+    scaling: Mapping[str, Any] | RopeScaling | None,
     max_position_embeddings: int | None,
 ) -> RoPE:
     """The cached :class:`RoPE` for an input whose last axis is the head dimension."""
@@ -64,7 +65,7 @@ def rotate(
     inplace: bool = False,
     impl: str = "auto",
     xp: Namespace | None = None,
-    scaling: dict[str, Any] | RopeScaling | None = None,
+    scaling: Mapping[str, Any] | RopeScaling | None = None,
     max_position_embeddings: int | None = None,
     cu_seqlens: Array | None = None,
 ) -> Array:
@@ -111,7 +112,7 @@ def rotate(
     scaling : dict or RopeScaling, optional
         Context-extension scaling, a Hugging Face ``rope_scaling`` dict (``linear``,
         ``ntk``, ``dynamic``, ``yarn``, ``longrope``, ``llama3``; ``mrope_section`` for
-        M-RoPE positions ``(3, *batch, seq)``); see :class:`RoPE` and :doc:`scaling`.
+        M-RoPE positions ``(3, *batch, seq)``); see :class:`RoPE` and :doc:`/scaling`.
     max_position_embeddings : int, optional
         The model's trained context, for the scaling methods that need it.
     cu_seqlens : integer array, optional
@@ -173,7 +174,7 @@ def rotate_qk(
     inplace: bool = False,
     impl: str = "auto",
     xp: Namespace | None = None,
-    scaling: dict[str, Any] | RopeScaling | None = None,
+    scaling: Mapping[str, Any] | RopeScaling | None = None,
     max_position_embeddings: int | None = None,
     cu_seqlens: Array | None = None,
 ) -> tuple[Array, Array]:

@@ -6,6 +6,7 @@ import copy
 import numbers
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -49,15 +50,11 @@ class RoPE:
         Context-extension scaling as in a Hugging Face ``rope_scaling`` /
         ``rope_parameters`` dict (``rope_type`` or ``type``: ``default``, ``linear``,
         ``ntk``, ``dynamic``, ``yarn``, ``longrope``, ``llama3``; ``mrope_section`` for
-        M-RoPE), or a :class:`anyrope.scaling.RopeScaling`. See :doc:`scaling`.
+        M-RoPE; ``axial`` for 2D image patches), or a :class:`anyrope.scaling.RopeScaling`.
+        See :doc:`/scaling`.
     max_position_embeddings : int, optional
         The model's trained context ``L_max`` (needed by ``dynamic``; the default
         ``original_max_position_embeddings`` of ``yarn``, ``llama3`` and ``longrope``).
-    axial : bool, optional
-        2D axial RoPE for image patches: positions ``(*batch, seq, 2)`` (row, column);
-        the first half of the pairs follows the row, the second half the column, each
-        with the frequencies of a ``rotary_dim / 2`` RoPE. ``rotary_dim`` must be a
-        multiple of 4.
 
     Attributes
     ----------
@@ -74,6 +71,8 @@ class RoPE:
         The parsed scaling description.
     sections : tuple of int or None
         Pairs per position stream for M-RoPE and 2D axial RoPE, else ``None``.
+    axial : bool
+        Whether this is 2D axial RoPE (``rope_type="axial"``): positions ``(..., 2)``.
 
     Examples
     --------
@@ -96,9 +95,8 @@ class RoPE:
         rotary_dim: int | None = None,
         base: float = 10000.0,
         interleaved: bool = False,
-        scaling: dict[str, Any] | RopeScaling | None = None,
+        scaling: Mapping[str, Any] | RopeScaling | None = None,
         max_position_embeddings: int | None = None,
-        axial: bool = False,
     ) -> None:
         self.head_dim = check_head_dim(head_dim)
         self.rotary_dim = (
@@ -106,16 +104,14 @@ class RoPE:
         )
         self.base = check_base(base)
         self.interleaved = check_bool(interleaved, "interleaved")
-        self.axial = check_bool(axial, "axial")
         if max_position_embeddings is not None:
             check_int(max_position_embeddings, "max_position_embeddings")
         self.scaling = parse_rope_scaling(scaling, max_position_embeddings=max_position_embeddings)
         self._check_scaling()
         self.max_position_embeddings = self.scaling.max_position_embeddings
         self.softmax_scale = self.scaling.softmax_scale
-        self.sections: tuple[int, ...] | None = self.scaling.mrope_section
-        if self.axial:
-            self.sections = _mrope.axial_sections(self.rotary_dim)
+        self.axial = self.scaling.rope_type == "axial"
+        self.sections = self.scaling.sections(self.rotary_dim)
         self.inv_freq, self.attention_factor = self.frequencies()
         self._cache = TableCache(self.inv_freq, self.attention_factor)
         self._buckets: OrderedDict[int, RoPE] = OrderedDict()
@@ -136,11 +132,6 @@ class RoPE:
                 f"`rotary_dim`={self.rotary_dim}"
             )
         scaling.check_rotary_dim(self.rotary_dim)
-        if self.axial and (scaling.rope_type != "default" or scaling.mrope_section is not None):
-            raise ValueError(
-                "`axial`=True takes no `scaling` (2D axial RoPE has its own frequencies); "
-                f"got rope_type={scaling.rope_type!r}, mrope_section={scaling.mrope_section}"
-            )
 
     @classmethod
     def from_hf_config(cls, config: Any) -> RoPE:
@@ -182,10 +173,7 @@ class RoPE:
         >>> bool(rope.frequencies(150)[0][-1] < rope.inv_freq[-1])
         True
         """
-        if self.axial:
-            inv_freq, factor = _mrope.axial_inv_freq(self.rotary_dim, self.base), 1.0
-        else:
-            inv_freq, factor = self.scaling.frequencies(self.rotary_dim, self.base, seq_len=seq_len)
+        inv_freq, factor = self.scaling.frequencies(self.rotary_dim, self.base, seq_len=seq_len)
         inv_freq.flags.writeable = False
         return inv_freq, factor
 
@@ -248,9 +236,7 @@ class RoPE:
     def __repr__(self) -> str:
         extra = ""
         if self.scaling != RopeScaling(max_position_embeddings=self.max_position_embeddings):
-            extra += f", scaling={self.scaling!r}"
-        if self.axial:
-            extra += ", axial=True"
+            extra = f", scaling={self.scaling!r}"
         return (
             f"RoPE(head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, "
             f"base={self.base!r}, interleaved={self.interleaved}{extra})"
@@ -376,7 +362,7 @@ class RoPE:
         >>> float(sin[1, 0]) == float(np.sin(1.0))
         True
         """
-        if isinstance(positions, numbers.Integral) and not isinstance(positions, bool):
+        if not isinstance(positions, bool) and isinstance(positions, numbers.Integral):
             count = check_int(positions, "positions")
             if count < 0:
                 raise ValueError(f"`positions` count must be non-negative; got {count}")

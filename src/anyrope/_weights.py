@@ -92,8 +92,7 @@ def permute_qk_weights(
     rows = int(w.shape[0])
     if rows % n_heads != 0 or (rows // n_heads) % 2 != 0:
         raise ValueError(
-            f"`w` has {rows} rows, which do not split into n_heads={n_heads} heads of "
-            f"even width"
+            f"`w` has {rows} rows, which do not split into n_heads={n_heads} heads of even width"
         )
     half = rows // n_heads // 2
     rest = tuple(int(s) for s in w.shape[1:])

@@ -9,12 +9,14 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 __all__ = [
     "COMPILE_OPTIONS",
     "KERNEL_TYPES",
+    "POSITION_TYPES",
+    "get_kernel",
     "kernel_name",
     "kernel_names",
     "kernel_source",
@@ -64,15 +66,15 @@ def kernel_names(dtype_name: str) -> list[str]:
     ]
 
 
-def source_dir() -> str:
-    """The package directory holding ``rope.cu`` and ``rope_math.cuh``."""
-    return os.fspath(resources.files("anyrope._cuda"))
+def source_dir() -> Path:
+    """The package directory holding ``rope.cu`` and ``rope_math.cuh`` (package data)."""
+    return Path(__file__).resolve().parent
 
 
 @functools.cache
 def kernel_source() -> str:
     """The text of ``rope.cu``."""
-    return resources.files("anyrope._cuda").joinpath("rope.cu").read_text(encoding="utf-8")
+    return (source_dir() / "rope.cu").read_text(encoding="utf-8")
 
 
 def _include_options(cupy: Any) -> tuple[str, ...]:

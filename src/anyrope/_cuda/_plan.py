@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import product
 
+import numpy as np
+
 __all__ = ["BLOCK", "Launch", "Operand", "plan_launches"]
 
 #: Threads per block (the kernel declares ``__launch_bounds__(256)``).
@@ -40,11 +42,24 @@ class Launch:
     """
 
     vector: bool
+    interleaved: bool
     grid: int
     block: int
     args: tuple[int, ...]
 
     pointer_args = (0, 1, 12, 13, 24, 25, 26)
+
+    def device_args(self) -> tuple[np.generic, ...]:
+        """The arguments as fixed-width NumPy scalars, the C types of ``ANYROPE_PARAMS``.
+
+        Pointers become ``uint64``, the integers ``int64`` (``long long``), and the last
+        one (``inverse``) ``int32``.
+        """
+        *wide, inverse = self.args
+        return (
+            *(np.uint64(v) if i in self.pointer_args else np.int64(v) for i, v in enumerate(wide)),
+            np.int32(inverse),
+        )
 
 
 def _axes(layout: str, ndim: int) -> tuple[list[int], int, int]:
@@ -76,11 +91,11 @@ def _broadcast_positions(pos: Operand, batch_shape: tuple[int, ...], seq: int) -
     return Operand(pos.ptr, target, tuple(strides))
 
 
-def _collapse(shape: Sequence[int], strides: Sequence[Sequence[int]]) -> list[tuple[int, list[int]]]:
+def _collapse(
+    shape: Sequence[int], strides: Sequence[Sequence[int]]
+) -> list[tuple[int, list[int]]]:
     """Merge batch dims that every operand walks as one: [(size, [stride per operand])]."""
-    dims = [
-        (size, [s[i] for s in strides]) for i, size in enumerate(shape) if size != 1
-    ]
+    dims = [(size, [s[i] for s in strides]) for i, size in enumerate(shape) if size != 1]
     merged: list[tuple[int, list[int]]] = []
     for size, st in dims:
         if merged:
@@ -101,9 +116,11 @@ def plan_launches(
     layout: str,
     itemsize: int,
     rotary_dim: int,
+    interleaved: bool,
     inverse: bool,
     inplace: bool,
     positions: Operand | None,
+    position_itemsize: int,
     offset: int,
     cos_ptr: int,
     sin_ptr: int,
@@ -136,8 +153,11 @@ def plan_launches(
     operands = [op for pair in tensors for op in pair]
     pos = None if positions is None else _broadcast_positions(positions, batch_shape, seq)
     strided = [*operands, *([pos] if pos is not None else [])]
-    batch = _collapse(batch_shape, [[op.strides[a] for a in batch_axes] for op in operands]
-                      + ([list(pos.strides[:-1])] if pos is not None else []))
+    batch = _collapse(
+        batch_shape,
+        [[op.strides[a] for a in batch_axes] for op in operands]
+        + ([list(pos.strides[:-1])] if pos is not None else []),
+    )
 
     width = _VECTOR_BYTES // itemsize
     vector = (
@@ -146,7 +166,11 @@ def plan_launches(
         and all(
             op.strides[-1] == 1
             and op.ptr % _VECTOR_BYTES == 0
-            and all(s % width == 0 for s in op.strides[:-1])
+            and all(
+                s % width == 0
+                for s, n in zip(op.strides[:-1], op.shape[:-1], strict=True)
+                if n != 1
+            )
             for op in operands
         )
     )
@@ -156,8 +180,10 @@ def plan_launches(
     inner_size, inner_strides = batch[-1] if batch else (1, [0] * len(strided))
     launches = []
     for index in product(*(range(size) for size, _ in outer)):
-        shift = [sum(i * st[n] for i, (_, st) in zip(index, outer, strict=True))
-                 for n in range(len(strided))]
+        shift = [
+            sum(i * st[n] for i, (_, st) in zip(index, outer, strict=True))
+            for n in range(len(strided))
+        ]
         args: list[int] = []
         for n, (t_in, t_out) in enumerate(tensors):
             heads = t_in.shape[h_axis]
@@ -165,24 +191,24 @@ def plan_launches(
             for m, op in enumerate((t_in, t_out)):
                 j = 2 * n + m
                 views.append(
-                    (op.ptr + shift[j] * itemsize,
-                     (inner_strides[j], op.strides[s_axis], op.strides[h_axis], op.strides[-1]))
+                    (
+                        op.ptr + shift[j] * itemsize,
+                        (inner_strides[j], op.strides[s_axis], op.strides[h_axis], op.strides[-1]),
+                    )
                 )
             (in_ptr, in_st), (out_ptr, out_st) = views
-            args += [in_ptr, out_ptr, heads, *in_st, *out_st,
-                     inner_size * seq * heads * per_row]
+            args += [in_ptr, out_ptr, heads, *in_st, *out_st, inner_size * seq * heads * per_row]
         if len(tensors) == 1:
             args += [0] * 12
         if pos is None:
             args += [cos_ptr, sin_ptr, 0, 0, 0, offset]
         else:
-            pos_itemsize = positions_itemsize = 0  # placeholder replaced below
-            del pos_itemsize, positions_itemsize
-            args += [cos_ptr, sin_ptr, pos.ptr + shift[-1], inner_strides[-1], pos.strides[-1], 0]
+            pos_ptr = pos.ptr + shift[-1] * position_itemsize
+            args += [cos_ptr, sin_ptr, pos_ptr, inner_strides[-1], pos.strides[-1], 0]
         args += [seq, half, tail, int(inverse)]
         total = args[11] + args[23]
         if total == 0:
             continue
         grid = min(math.ceil(total / BLOCK), _MAX_GRID)
-        launches.append(Launch(vector, grid, BLOCK, tuple(args)))
+        launches.append(Launch(vector, interleaved, grid, BLOCK, tuple(args)))
     return launches

@@ -1,10 +1,10 @@
 // Per-element arithmetic and index mapping of the anyrope RoPE kernel.
 //
-// Everything here is `__host__ __device__`: rope.cu wraps `rope_thread` in a
+// Everything here is `__host__ __device__`: rope.cu wraps `rope_entry` in a
 // __global__ function, and tests/cuda_harness/harness.cpp runs the very same
 // function on the CPU for every (blockIdx.x, threadIdx.x) of a simulated grid,
 // so a CPU-only test run compares the kernel's index mapping and rounding
-// bitwise against the NumPy path (see docs in numerics.md).
+// bitwise against the NumPy path (numerics.md, section 3).
 #pragma once
 
 #include <cuda_bf16.h>

@@ -3,7 +3,8 @@
 Everything here is float64 NumPy on the host and never touches an accelerator: one
 small module per method (:mod:`~anyrope.scaling.default`, :mod:`~anyrope.scaling.linear`,
 :mod:`~anyrope.scaling.ntk`, :mod:`~anyrope.scaling.dynamic`, :mod:`~anyrope.scaling.yarn`,
-:mod:`~anyrope.scaling.longrope`, :mod:`~anyrope.scaling.llama3`), a validated
+:mod:`~anyrope.scaling.longrope`, :mod:`~anyrope.scaling.llama3`, and
+:mod:`~anyrope.scaling.axial` for image patches), a validated
 :class:`RopeScaling` parsed from a ``rope_scaling`` dict, and :func:`from_hf_config`
 reading a whole model config.
 
@@ -13,7 +14,7 @@ The formulas follow transformers 5.23.0 (``modeling_rope_utils.py``); the option
 
 from __future__ import annotations
 
-from . import default, dynamic, linear, llama3, longrope, ntk, yarn
+from . import axial, default, dynamic, linear, llama3, longrope, ntk, yarn
 from .config import ROPE_TYPES, RopeScaling, parse_rope_scaling
 from .hf import HFRopeConfig, from_hf_config
 
@@ -21,6 +22,7 @@ __all__ = [
     "ROPE_TYPES",
     "HFRopeConfig",
     "RopeScaling",
+    "axial",
     "default",
     "dynamic",
     "from_hf_config",

@@ -16,12 +16,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._validation import check_base
-from . import default, dynamic, linear, llama3, longrope, ntk, yarn
+from . import axial, default, dynamic, linear, llama3, longrope, ntk, yarn
 from ._types import FloatArray
 
 __all__ = ["ROPE_TYPES", "RopeScaling", "parse_rope_scaling"]
 
-ROPE_TYPES = ("default", "linear", "ntk", "dynamic", "yarn", "longrope", "llama3")
+ROPE_TYPES = ("default", "linear", "ntk", "dynamic", "yarn", "longrope", "llama3", "axial")
 """Every ``rope_type`` anyrope computes (``"mrope"`` is read as ``"default"`` with sections)."""
 
 _ALIASES = {"mrope": "default"}
@@ -30,6 +30,7 @@ _ANY_TYPE_KEYS = frozenset(
 )
 _METHOD_KEYS: dict[str, frozenset[str]] = {
     "default": frozenset(),
+    "axial": frozenset(),
     "linear": frozenset({"factor"}),
     "ntk": frozenset({"factor"}),
     "dynamic": frozenset({"factor"}),
@@ -60,6 +61,7 @@ _METHOD_KEYS: dict[str, frozenset[str]] = {
 }
 _REQUIRED_KEYS: dict[str, tuple[str, ...]] = {
     "default": (),
+    "axial": (),
     "linear": ("factor",),
     "ntk": ("factor",),
     "dynamic": ("factor",),
@@ -179,6 +181,8 @@ class RopeScaling:
                     f"high_freq_factor={self.high_freq_factor!r}"
                 )
         if self.mrope_section is not None:
+            if kind == "axial":
+                raise ValueError("`mrope_section` does not apply to rope_type='axial'")
             for index, size in enumerate(self.mrope_section):
                 _positive_int(size, f"mrope_section[{index}]")
         if self.rope_theta is not None:
@@ -225,6 +229,31 @@ class RopeScaling:
                 "rope_type='longrope' needs `factor`, `attention_factor` or "
                 "`max_position_embeddings` to set its attention factor"
             )
+
+    def __repr__(self) -> str:
+        parts = []
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value == field.default:
+                continue
+            if isinstance(value, tuple) and len(value) > 4:
+                parts.append(f"{field.name}=<{len(value)} values>")
+            else:
+                parts.append(f"{field.name}={value!r}")
+        return f"RopeScaling({', '.join(parts)})"
+
+    def sections(self, rotary_dim: int) -> tuple[int, ...] | None:
+        """Pairs per position stream (M-RoPE's ``mrope_section``, axial's halves), else None.
+
+        Examples
+        --------
+        >>> from anyrope.scaling import RopeScaling
+        >>> RopeScaling("axial").sections(64), RopeScaling().sections(64)
+        ((16, 16), None)
+        """
+        if self.rope_type == "axial":
+            return axial.sections(rotary_dim)
+        return self.mrope_section
 
     @property
     def depends_on_length(self) -> bool:
@@ -282,6 +311,11 @@ class RopeScaling:
         pairs = rotary_dim // 2
         if self.rope_type in ("ntk", "dynamic") and rotary_dim <= 2:
             raise ValueError(f"rope_type={self.rope_type!r} needs rotary_dim > 2; got {rotary_dim}")
+        if self.rope_type == "axial" and rotary_dim % 4:
+            raise ValueError(
+                "rope_type='axial' splits the pairs between two axes: `rotary_dim` must be a "
+                f"multiple of 4; got {rotary_dim}"
+            )
         for key in ("short_factor", "long_factor"):
             factors = getattr(self, key)
             if factors is not None and len(factors) != pairs:
@@ -313,6 +347,8 @@ class RopeScaling:
         kind = self.rope_type
         if kind == "default":
             return default.inv_freq(rotary_dim, base), default.ATTENTION_FACTOR
+        if kind == "axial":
+            return axial.inv_freq(rotary_dim, base), axial.ATTENTION_FACTOR
         if kind == "llama3":
             assert self.factor is not None
             assert self.original_max_position_embeddings is not None

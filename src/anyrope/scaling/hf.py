@@ -6,9 +6,10 @@ transformers). Keys read:
 
 - ``rope_theta`` (or GPT-NeoX's ``rotary_emb_base``, or ``rope_theta`` inside
   ``rope_parameters``); 10000 when absent, as in transformers;
-- ``head_dim``, else ``hidden_size // num_attention_heads``; DeepSeek's
-  ``qk_rope_head_dim`` is the width of the separate rotated part, so it is both the
-  head and the rotary width;
+- ``head_dim``, else ``hidden_size // num_attention_heads`` (``embed_dim //
+  num_attention_heads`` for the ``axial`` RoPE of a vision tower, as transformers
+  does); DeepSeek's ``qk_rope_head_dim`` is the width of the separate rotated part, so
+  it is both the head and the rotary width;
 - ``partial_rotary_factor`` or GPT-NeoX's ``rotary_pct`` (rotary width
   ``int(head_dim * fraction)``);
 - ``max_position_embeddings``, ``original_max_position_embeddings``;
@@ -86,23 +87,26 @@ def _int(value: Any, key: str) -> int:
     return value
 
 
-def _head_dim(config: Any) -> int:
+def _head_dim(config: Any, *, axial: bool) -> int:
     rope_part = _get(config, "qk_rope_head_dim")
     if rope_part is not _MISSING:
         return _int(rope_part, "qk_rope_head_dim")
     head_dim = _get(config, "head_dim")
     if head_dim is not _MISSING:
         return _int(head_dim, "head_dim")
-    hidden = _get(config, "hidden_size")
+    width_key = (
+        "embed_dim" if axial and _get(config, "embed_dim") is not _MISSING else "hidden_size"
+    )
+    hidden = _get(config, width_key)
     heads = _get(config, "num_attention_heads")
     if hidden is _MISSING or heads is _MISSING:
         raise ValueError(
             "the model config needs `head_dim`, or `hidden_size` and `num_attention_heads`"
         )
-    hidden, heads = _int(hidden, "hidden_size"), _int(heads, "num_attention_heads")
+    hidden, heads = _int(hidden, width_key), _int(heads, "num_attention_heads")
     if hidden % heads:
         raise ValueError(
-            f"`hidden_size`={hidden} is not a multiple of `num_attention_heads`={heads}; "
+            f"`{width_key}`={hidden} is not a multiple of `num_attention_heads`={heads}; "
             "give `head_dim` explicitly"
         )
     return hidden // heads
@@ -154,8 +158,6 @@ def from_hf_config(config: Any) -> HFRopeConfig:
             )
         theta = inner["rope_theta"]
     base = 10000.0 if theta is _MISSING else check_base(theta)
-    head_dim = _head_dim(config)
-    rotary_dim = _rotary_dim(config, inner, head_dim)
     lmax_key = "max_position_embeddings"
     max_positions = _get(config, lmax_key)
     max_positions = None if max_positions is _MISSING else _int(max_positions, lmax_key)
@@ -164,6 +166,8 @@ def from_hf_config(config: Any) -> HFRopeConfig:
     parsed = parse_rope_scaling(
         scaling, max_position_embeddings=max_positions, original_max_position_embeddings=original
     )
+    head_dim = _head_dim(config, axial=parsed.rope_type == "axial")
+    rotary_dim = _rotary_dim(config, inner, head_dim)
     parsed.check_rotary_dim(rotary_dim)
     interleave = _get(config, "rope_interleave")
     if interleave is _MISSING:

@@ -1,0 +1,183 @@
+"""``anyrope info``: versions, installed backends, devices and fast paths.
+
+Libraries are looked up with :func:`importlib.util.find_spec` and imported only to ask
+for their devices, so the command works with NumPy alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import importlib.util
+import json
+import platform
+import sys
+from typing import Any
+
+from . import __version__
+from ._backends import known_backends
+
+# Distribution name on PyPI -> module name, for the optional libraries.
+OPTIONAL = {
+    "torch": "torch",
+    "cupy": "cupy",
+    "jax": "jax",
+    "array-api-strict": "array_api_strict",
+    "dask": "dask",
+    "ml_dtypes": "ml_dtypes",
+}
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _cupy_version(module: str) -> str | None:
+    """CuPy's wheels are named per CUDA version (cupy-cuda12x); ask the module."""
+    if importlib.util.find_spec(module) is None:
+        return None
+    import cupy
+
+    return str(cupy.__version__)
+
+
+def libraries() -> dict[str, str | None]:
+    """Installed version of every library anyrope can use (``None``: not installed)."""
+    found: dict[str, str | None] = {
+        "numpy": _version("numpy"),
+        "array-api-compat": _version("array-api-compat"),
+    }
+    for distribution, module in OPTIONAL.items():
+        if distribution == "cupy":
+            found[distribution] = _cupy_version(module)
+        elif importlib.util.find_spec(module) is None:
+            found[distribution] = None
+        else:
+            found[distribution] = _version(distribution)
+    return found
+
+
+def devices() -> list[str]:
+    """Accelerators the installed libraries can see, one line each."""
+    seen: list[str] = []
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        seen.extend(
+            f"torch cuda:{i}: {torch.cuda.get_device_name(i)}"
+            for i in range(torch.cuda.device_count())
+        )
+    if importlib.util.find_spec("cupy") is not None:
+        import cupy
+
+        try:
+            count = cupy.cuda.runtime.getDeviceCount()
+        except cupy.cuda.runtime.CUDARuntimeError:
+            count = 0
+        for i in range(count):
+            name = cupy.cuda.runtime.getDeviceProperties(i)["name"]
+            seen.append(f"cupy cuda:{i}: {name.decode() if isinstance(name, bytes) else name}")
+    if importlib.util.find_spec("jax") is not None:
+        import jax
+
+        seen.extend(f"jax {d.platform}:{d.id}: {d.device_kind}" for d in jax.devices())
+    return seen
+
+
+def fast_paths() -> list[dict[str, Any]]:
+    """Each fast path, whether this machine can take it, and why not."""
+    torch_missing = importlib.util.find_spec("torch") is None
+    paths = [
+        {
+            "path": "blocked (cache-blocked CPU, NumPy)",
+            "available": True,
+            "reason": "always available with NumPy",
+        },
+        {
+            "path": "blocked (cache-blocked CPU, PyTorch)",
+            "available": not torch_missing,
+            "reason": "PyTorch is not installed" if torch_missing else "PyTorch CPU tensors",
+        },
+    ]
+    by_id = {b.id: b for b in known_backends()}
+    cupy_backend = by_id["cupy-cuda"]
+    torch_cuda = by_id["torch-cuda"]
+    kernel_reason = cupy_backend.unavailable
+    paths.append(
+        {
+            "path": "CUDA kernel (CuPy arrays)",
+            "available": kernel_reason is None,
+            "reason": kernel_reason or "CuPy with a CUDA device",
+        }
+    )
+    torch_reason = torch_cuda.unavailable or kernel_reason
+    paths.append(
+        {
+            "path": "CUDA kernel (PyTorch CUDA tensors, launched through CuPy)",
+            "available": torch_reason is None,
+            "reason": torch_reason or "PyTorch CUDA and CuPy with a CUDA device",
+        }
+    )
+    return paths
+
+
+def gather() -> dict[str, Any]:
+    """Everything ``info`` reports, as plain data."""
+    return {
+        "anyrope": __version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "libraries": libraries(),
+        "backends": [
+            {"backend": b.id, "usable": b.unavailable is None, "reason": b.unavailable}
+            for b in known_backends()
+        ],
+        "devices": devices(),
+        "fast_paths": fast_paths(),
+    }
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The human-readable form of :func:`gather`'s result."""
+    lines = [
+        f"anyrope {report['anyrope']} on Python {report['python']} ({report['platform']})",
+        "",
+        "libraries:",
+    ]
+    for name, version in report["libraries"].items():
+        lines.append(f"  {name:<18} {version or 'not installed'}")
+    lines += ["", "backends:"]
+    for row in report["backends"]:
+        status = "usable" if row["usable"] else f"not usable: {row['reason']}"
+        lines.append(f"  {row['backend']:<22} {status}")
+    lines += ["", "devices:"]
+    lines += [f"  {d}" for d in report["devices"]] or ["  none (CPU only)"]
+    lines += ["", "fast paths:"]
+    for row in report["fast_paths"]:
+        mark = "yes" if row["available"] else "no "
+        lines.append(f"  {mark} {row['path']}: {row['reason']}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    report = gather()
+    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    return 0
+
+
+def register(commands: Any) -> None:
+    """Add the ``info`` subcommand to the CLI's sub-parsers."""
+    parser = commands.add_parser(
+        "info",
+        help="versions, installed backends, devices and available fast paths",
+        description=(
+            "Print the versions of anyrope and the array libraries, which backends are "
+            "usable, the devices they see, and which fast paths this machine can take "
+            "(and why not). Exit code 0."
+        ),
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead")
+    parser.set_defaults(run=run)

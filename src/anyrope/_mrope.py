@@ -1,0 +1,104 @@
+"""Positions with several streams: M-RoPE (Qwen2-VL) and 2D axial RoPE (image patches).
+
+Both split the ``rotary_dim // 2`` frequency pairs into contiguous sections and give
+each section its own position stream:
+
+- **M-RoPE** (Qwen2-VL, Qwen2.5-VL): positions ``(3, *batch, seq)`` (temporal,
+  height, width) and ``mrope_section`` (e.g. ``[16, 24, 24]``, summing to the number
+  of pairs): pair ``i`` takes its angle from the stream whose section contains ``i``.
+  Text tokens carry three equal streams, which is ordinary RoPE.
+- **2D axial** (``rope_type="axial"``: EVA-02, Qwen2-VL's vision tower, FLUX-style image
+  tokens): positions ``(*batch, seq, 2)`` (row, column); the first half of the pairs
+  follows the row, the second half the column (frequencies in
+  :mod:`anyrope.scaling.axial`).
+
+Tables are gathered per stream (each entry exactly the one ordinary RoPE would use
+for that position) and their sections are joined, so equal streams give the bits of
+ordinary RoPE.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ._namespace import Array, Namespace, library_name, namespace_of
+from ._positions import Positions, resolve_positions
+from ._validation import describe
+
+
+def resolve_streams(
+    positions: object,
+    *,
+    kind: str,
+    count: int,
+    xp: Namespace,
+    x: Array,
+    batch: tuple[int, ...],
+    seq: int,
+) -> list[Positions]:
+    """Split and check multi-stream positions; ``kind`` is ``"mrope"`` or ``"axial"``.
+
+    Each stream is checked like ordinary positions (integer dtype, the input's library
+    and device, broadcastable to ``(*batch, seq)``, within ``[0, 2**53)``).
+    """
+    expected = (
+        f"({count}, *batch, seq) or ({count}, seq)" if kind == "mrope" else "(*batch, seq, 2)"
+    )
+    if positions is None or not hasattr(positions, "shape") or isinstance(positions, (list, tuple)):
+        raise TypeError(
+            f"`positions` must be an integer array of shape {expected} for "
+            f"{'M-RoPE' if kind == 'mrope' else '2D axial RoPE'}; got {type(positions).__name__}"
+        )
+    p_xp = namespace_of(positions, argument="positions")
+    if library_name(p_xp) != library_name(xp):
+        raise TypeError(
+            f"`positions` must be an array of the same library as the input ({library_name(xp)}); "
+            f"got {describe(positions)}"
+        )
+    array: Array = positions
+    shape = tuple(int(n) for n in array.shape)
+    if kind == "mrope":
+        if len(shape) < 2 or shape[0] != count:
+            raise ValueError(
+                f"M-RoPE `positions` must have shape {expected} (one stream per mrope_section "
+                f"entry); got shape {shape}"
+            )
+        streams = [array[index, ...] for index in range(count)]
+    else:
+        if len(shape) < 2 or shape[-1] != count:
+            raise ValueError(
+                f"2D axial `positions` must have shape {expected} (row, column); got shape {shape}"
+            )
+        streams = [array[..., index] for index in range(count)]
+    return [resolve_positions(stream, xp, x, batch, seq) for stream in streams]
+
+
+def split_host_streams(
+    host: np.ndarray[Any, Any], sections: Sequence[int], *, axial: bool
+) -> list[np.ndarray[Any, Any]]:
+    """Split host positions into streams: the last axis for axial RoPE, else the first."""
+    count = len(sections)
+    axis = -1 if axial else 0
+    if host.ndim < 1 or host.shape[axis] != count:
+        expected = "(..., 2)" if axial else f"({count}, ...)"
+        raise ValueError(
+            f"`positions` must have shape {expected} for "
+            f"{'2D axial RoPE' if axial else 'M-RoPE'}; got shape {host.shape}"
+        )
+    return [np.take(host, index, axis=axis) for index in range(count)]
+
+
+def join_sections(
+    tables: Sequence[tuple[Array, Array]], sections: Sequence[int], xp: Namespace
+) -> tuple[Array, Array]:
+    """Take pairs ``[start, start + size)`` of section ``s`` from stream ``s``'s tables."""
+    cos_parts, sin_parts = [], []
+    start = 0
+    for (cos, sin), size in zip(tables, sections, strict=True):
+        cos_parts.append(cos[..., start : start + size])
+        sin_parts.append(sin[..., start : start + size])
+        start += size
+    return xp.concat(cos_parts, axis=-1), xp.concat(sin_parts, axis=-1)

@@ -1,0 +1,103 @@
+"""Packed variable-length batches: ``cu_seqlens`` to per-token positions (layout ``"thd"``).
+
+flash-attn, vLLM and TransformerEngine pack a batch of sequences of different lengths
+into one ``(total_tokens, heads, head_dim)`` array and describe it by the cumulative
+lengths ``cu_seqlens = [0, n0, n0 + n1, ...]``. Each sequence restarts at position 0
+(plus an optional per-sequence offset, e.g. the tokens already in its KV cache).
+
+The positions are computed on the host from ``cu_seqlens`` (a handful of integers) and
+the packed input is then rotated as one ``"bshd"`` sequence with those positions: every
+token sees exactly the table entry and arithmetic it would see in its own sequence, so
+the result equals rotating each sequence separately, bit for bit.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+
+from ._namespace import Array, Namespace, device_of, library_name, namespace_of, to_host
+from ._validation import MAX_POSITION, describe
+
+
+def _host_integers(values: Array, name: str, xp: Namespace, x: Array) -> np.ndarray[Any, Any]:
+    values_xp = namespace_of(values, argument=name)
+    if library_name(values_xp) != library_name(xp):
+        raise TypeError(
+            f"`{name}` must be an array of the same library as the input ({library_name(xp)}); "
+            f"got {describe(values)}"
+        )
+    if str(device_of(values)) != str(device_of(x)):
+        raise ValueError(
+            f"`{name}` must be on the input's device {device_of(x)}; got device {device_of(values)}"
+        )
+    if not values_xp.isdtype(values.dtype, "integral"):
+        raise TypeError(f"`{name}` must have an integer dtype; got {values.dtype}")
+    if values.ndim != 1:
+        raise ValueError(f"`{name}` must be one-dimensional; got shape {tuple(values.shape)}")
+    return to_host(values).astype(np.int64)
+
+
+def packed_positions(cu_seqlens: object, offsets: object, *, x: Array, xp: Namespace) -> Array:
+    """Per-token positions (shape ``(total_tokens,)``, int64, on the device of ``x``).
+
+    Parameters
+    ----------
+    cu_seqlens : integer array
+        ``(num_sequences + 1,)``: starts at 0, non-decreasing, ends at ``x.shape[0]``.
+    offsets : None, int or integer array
+        Added to every position of a sequence: ``None`` (0), one int for all, or an
+        array of shape ``(num_sequences,)``.
+    x : array
+        The packed input ``(total_tokens, heads, head_dim)``.
+    """
+    if len(x.shape) != 3:
+        raise ValueError(
+            f"layout='thd' needs a packed input of shape (total_tokens, heads, head_dim); "
+            f"got {describe(x)}"
+        )
+    if cu_seqlens is None:
+        raise ValueError("layout='thd' needs `cu_seqlens`, the cumulative sequence lengths")
+    cu = _host_integers(cu_seqlens, "cu_seqlens", xp, x)
+    total = int(x.shape[0])
+    if cu.size < 1 or cu[0] != 0 or np.any(np.diff(cu) < 0) or cu[-1] != total:
+        raise ValueError(
+            "`cu_seqlens` must start at 0, never decrease and end at the number of tokens "
+            f"x.shape[0]={total}; got {cu.tolist() if cu.size <= 16 else describe(cu_seqlens)}"
+        )
+    count = cu.size - 1
+    starts = _offsets(offsets, count, xp, x)
+    lengths = np.diff(cu)
+    sequence = np.repeat(np.arange(count), lengths)
+    positions = np.arange(total, dtype=np.int64) - cu[:-1][sequence] + starts[sequence]
+    if positions.size and positions.max() >= MAX_POSITION:
+        raise ValueError(
+            "`positions` (per-sequence offsets) plus sequence lengths must stay below 2**53; "
+            f"got a maximum position of {positions.max()}"
+        )
+    return xp.asarray(positions, device=device_of(x))
+
+
+def _offsets(offsets: object, count: int, xp: Namespace, x: Array) -> np.ndarray[Any, Any]:
+    if offsets is None:
+        return np.zeros(count, dtype=np.int64)
+    if not isinstance(offsets, bool) and isinstance(offsets, numbers.Integral):
+        if int(offsets) < 0:
+            raise ValueError(f"`positions` offset must be non-negative; got {int(offsets)}")
+        return np.full(count, int(offsets), dtype=np.int64)
+    if isinstance(offsets, (bool, float, list, tuple)):
+        raise TypeError(
+            "with layout='thd', `positions` must be None, an integer offset or an integer "
+            f"array of per-sequence offsets; got {type(offsets).__name__}"
+        )
+    host = _host_integers(offsets, "positions", xp, x)
+    if host.shape != (count,):
+        raise ValueError(
+            f"with layout='thd', `positions` holds one offset per sequence: shape ({count},) for "
+            f"{count + 1} cu_seqlens entries; got shape {host.shape}"
+        )
+    if host.size and host.min() < 0:
+        raise ValueError(f"`positions` offsets must be non-negative; got a minimum of {host.min()}")
+    return host

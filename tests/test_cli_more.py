@@ -1,0 +1,140 @@
+"""The ``info``, ``bench`` and ``plot`` subcommands, each run in a subprocess."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from subprocess_run import run_python
+
+CONFIGS = Path(__file__).parent / "configs"
+HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
+
+
+def anyrope_cli(*args: str):
+    return run_python("-m", "anyrope", *args)
+
+
+@pytest.mark.parametrize("command", ["info", "bench", "plot"])
+def test_help(command):
+    result = anyrope_cli(command, "--help")
+    assert result.returncode == 0, result.stderr
+    assert f"usage: anyrope {command}" in result.stdout
+    assert "Exit code" in result.stdout
+
+
+def test_top_level_help_lists_subcommands():
+    result = anyrope_cli("--help")
+    assert result.returncode == 0
+    for command in ("check", "info", "bench", "plot"):
+        assert command in result.stdout
+
+
+def test_info_text():
+    result = anyrope_cli("info")
+    assert result.returncode == 0, result.stderr
+    for section in ("libraries:", "backends:", "devices:", "fast paths:"):
+        assert section in result.stdout
+    assert "numpy-cpu              usable" in result.stdout
+    assert "blocked (cache-blocked CPU, NumPy): always available" in result.stdout
+
+
+def test_info_json_agrees_with_this_process():
+    result = anyrope_cli("info", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    libraries = report["libraries"]
+    assert libraries["numpy"] == importlib.import_module("numpy").__version__
+    torch_installed = importlib.util.find_spec("torch") is not None
+    assert (libraries["torch"] is not None) == torch_installed
+    backends = {row["backend"]: row for row in report["backends"]}
+    assert backends["numpy-cpu"]["usable"]
+    assert backends["torch-cpu"]["usable"] == torch_installed
+    if not torch_installed:
+        assert backends["torch-cpu"]["reason"] == "PyTorch is not installed"
+    paths = {row["path"]: row for row in report["fast_paths"]}
+    assert paths["blocked (cache-blocked CPU, PyTorch)"]["available"] == torch_installed
+
+
+def test_bench_writes_json_and_chart(tmp_path):
+    result = anyrope_cli("bench", "--repeats", "1", "--output", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / "bench.json").read_text())
+    assert report["q_shape"] == [1, 2048, 32, 128]
+    assert report["k_shape"] == [1, 2048, 8, 128]
+    assert report["command"] == f"anyrope bench --repeats 1 --output {tmp_path}"
+    assert report["machine"]["cpu_count"] >= 1
+    names = [row["name"] for row in report["timings"]]
+    assert names[:3] == ["copy (np.copyto)", "numpy naive expression", "anyrope numpy"]
+    torch_installed = importlib.util.find_spec("torch") is not None
+    assert ("anyrope torch" in names) == torch_installed
+    for row in report["timings"]:
+        assert row["median_ms"] > 0
+        assert row["gbytes_per_s"] > 0
+    assert report["timings"][0]["copy_ratio"] == 1.0
+    assert "anyrope numpy" in result.stdout
+    assert (tmp_path / "bench.png").exists() == HAS_MATPLOTLIB
+
+
+@pytest.mark.parametrize("repeats", ["0", "-1"])
+def test_bench_bad_repeats(repeats, tmp_path):
+    result = anyrope_cli("bench", "--repeats", repeats, "--output", str(tmp_path))
+    assert result.returncode == 2
+    assert f"--repeats must be positive; got {repeats}" in result.stderr
+    assert not (tmp_path / "bench.json").exists()
+
+
+def test_bench_repeats_must_be_an_integer():
+    result = anyrope_cli("bench", "--repeats", "many")
+    assert result.returncode == 2
+    assert "invalid int value: 'many'" in result.stderr
+
+
+@pytest.mark.parametrize("config", ["llama-3.1-8b.json", "gpt-neox-20b.json"])
+def test_plot_config(config, tmp_path):
+    result = anyrope_cli("plot", "--config", str(CONFIGS / config), "--output", str(tmp_path))
+    if not HAS_MATPLOTLIB:
+        assert result.returncode == 3
+        assert "matplotlib" in result.stderr
+        return
+    assert result.returncode == 0, result.stderr
+    png = tmp_path / "frequencies.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_missing_config(tmp_path):
+    result = anyrope_cli("plot", "--config", str(tmp_path / "nope.json"))
+    assert result.returncode == 2
+    assert "cannot read --config" in result.stderr
+
+
+def test_plot_invalid_json(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text("{not json")
+    result = anyrope_cli("plot", "--config", str(path))
+    assert result.returncode == 2
+    assert "is not valid JSON" in result.stderr
+
+
+def test_plot_config_with_a_bad_value(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"hidden_size": 64, "num_attention_heads": 4, "rope_theta": -1}))
+    result = anyrope_cli("plot", "--config", str(path))
+    assert result.returncode == 2
+    assert "`base` must be a finite number greater than 1; got -1" in result.stderr
+
+
+def test_plot_bad_seq_len():
+    config = str(CONFIGS / "llama-3.1-8b.json")
+    result = anyrope_cli("plot", "--config", config, "--seq-len", "0")
+    assert result.returncode == 2
+    assert "--seq-len must be positive; got 0" in result.stderr
+
+
+def test_plot_needs_config():
+    result = anyrope_cli("plot")
+    assert result.returncode == 2
+    assert "--config" in result.stderr

@@ -1,0 +1,315 @@
+"""The CUDA kernel path (``impl="cuda"``) on a GPU, and its errors on a CPU.
+
+GPU tests run for CuPy arrays and PyTorch CUDA tensors (``--backend cupy-cuda`` /
+``--backend torch-cuda``) and skip with the reason when there is no device or no CuPy.
+Every result is compared bit for bit with the array-API path on NumPy.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import anyrope
+from anyrope._backends import Backend, known_backends, numpy_dtype
+from anyrope._cuda import launch as cuda_launch
+from anyrope._cuda._plan import Launch
+
+GOLDEN = Path(__file__).parent / "golden"
+CASES = json.loads((GOLDEN / "cases.json").read_text())
+_UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+GPU_BACKENDS = [b for b in known_backends() if b.device_label != "cpu"]
+
+
+@pytest.fixture(params=GPU_BACKENDS, ids=[b.id for b in GPU_BACKENDS])
+def gpu(request: pytest.FixtureRequest) -> Backend:
+    backend: Backend = request.param
+    chosen = request.config.getoption("--backend")
+    if chosen and backend.id not in chosen and backend.name not in chosen:
+        pytest.skip(f"{backend.id} not selected with --backend")
+    if backend.unavailable is not None:
+        pytest.skip(backend.unavailable)
+    if importlib.util.find_spec("cupy") is None:
+        pytest.skip("CuPy is not installed: the kernel path needs it")
+    return backend
+
+
+def _ints(backend: Backend, a: np.ndarray) -> Any:
+    """An integer NumPy array on the backend's device (``from_numpy`` takes floats)."""
+    return backend.from_bits(a.view(_UINT[a.dtype.itemsize]), a.dtype.name)
+
+
+@pytest.fixture
+def launches(monkeypatch: pytest.MonkeyPatch) -> list[Launch]:
+    """Records every kernel launch (and still runs it)."""
+    seen: list[Launch] = []
+    run = cuda_launch._launch_on_device
+
+    def counting(first: Any, name: str, launch: Launch, position_itemsize: int) -> None:
+        seen.append(launch)
+        run(first, name, launch, position_itemsize)
+
+    monkeypatch.setattr(cuda_launch, "_launch_on_device", counting)
+    return seen
+
+
+def _np(name: str) -> np.dtype[Any]:
+    dtype = numpy_dtype(name)
+    if dtype is None:
+        pytest.skip("bfloat16 on NumPy needs ml_dtypes")
+    return dtype
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a).view(_UINT[a.dtype.itemsize])
+
+
+def _assert_same(backend: Backend, got: Any, want: np.ndarray) -> None:
+    assert tuple(got.shape) == want.shape
+    np.testing.assert_array_equal(backend.to_bits(got), _bits(want))
+
+
+def _random(shape: tuple[int, ...], dtype: np.dtype[Any], seed: int = 0) -> np.ndarray:
+    return (np.random.default_rng(seed).standard_normal(shape) * 3).astype(dtype)
+
+
+# -- on any machine ---------------------------------------------------------------------
+
+
+def test_cuda_on_numpy_is_a_clear_error() -> None:
+    x = np.zeros((1, 4, 2, 8), dtype=np.float32)
+    with pytest.raises(ValueError, match=r"`impl`='cuda' needs CuPy arrays or PyTorch CUDA"):
+        anyrope.rotate(x, impl="cuda")
+    with pytest.raises(ValueError, match="numpy arrays on device cpu"):
+        anyrope.rotate_qk(x, x, impl="cuda")
+
+
+def test_cuda_on_torch_cpu_is_a_clear_error() -> None:
+    torch = pytest.importorskip("torch")
+    x = torch.zeros((1, 4, 2, 8))
+    with pytest.raises(ValueError, match="torch arrays on device cpu"):
+        anyrope.rotate(x, impl="cuda")
+
+
+def test_auto_on_numpy_does_not_touch_cuda(launches: list[Launch]) -> None:
+    x = _random((2, 3, 2, 8), np.dtype(np.float32))
+    anyrope.rotate(x)
+    assert launches == []
+
+
+# -- on a GPU ---------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+@pytest.mark.parametrize("impl", ["cuda", "auto"])
+def test_golden_bits(gpu: Backend, case: dict[str, Any], impl: str, launches: list[Launch]) -> None:
+    if case["dtype"] not in gpu.dtype_names:
+        pytest.skip(f"{gpu.name} has no {case['dtype']}")
+    data = np.load(GOLDEN / "golden.npz")
+    x = gpu.from_bits(data[f"{case['name']}_x"], case["dtype"])
+    positions = case["positions"]
+    if positions == "array":
+        positions = _ints(gpu, data[f"{case['name']}_positions"])
+    y = anyrope.rotate(
+        x,
+        positions,
+        rotary_dim=case["rotary_dim"],
+        base=case["base"],
+        interleaved=case["interleaved"],
+        layout=case["layout"],
+        impl=impl,
+    )
+    np.testing.assert_array_equal(gpu.to_bits(y), data[f"{case['name']}_y"])
+    assert launches
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["bshd", "bhsd", "sbhd"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("interleaved", [False, True], ids=["half", "interleaved"])
+def test_q_and_k_in_one_launch(
+    gpu: Backend, layout: str, dtype: str, interleaved: bool, launches: list[Launch]
+) -> None:
+    if dtype not in gpu.dtype_names:
+        pytest.skip(f"{gpu.name} has no {dtype}")
+    shapes = {"bshd": ((2, 9, 8, 64), (2, 9, 2, 64)), "bhsd": ((2, 8, 9, 64), (2, 2, 9, 64))}
+    q_shape, k_shape = shapes.get(layout, ((9, 2, 8, 64), (9, 2, 2, 64)))
+    q, k = _random(q_shape, _np(dtype), 1), _random(k_shape, _np(dtype), 2)
+    positions = np.array([[5, 6, 7, 8, 9, 10, 11, 12, 13], [0, 1, 2, 3, 4, 5, 6, 7, 8]])
+    options = {"rotary_dim": 48, "interleaved": interleaved, "layout": layout}
+    want_q, want_k = anyrope.rotate_qk(q, k, positions, impl="array_api", **options)
+
+    got_q, got_k = anyrope.rotate_qk(
+        gpu.from_numpy(q), gpu.from_numpy(k), _ints(gpu, positions), impl="cuda", **options
+    )
+
+    _assert_same(gpu, got_q, want_q)
+    _assert_same(gpu, got_k, want_k)
+    assert len(launches) == 1
+    assert launches[0].vector
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("positions_dtype", [np.int32, np.int64])
+def test_strided_views_of_a_fused_qkv(
+    gpu: Backend, dtype: str, positions_dtype: type, launches: list[Launch]
+) -> None:
+    fused = _random((2, 7, 12, 32), _np(dtype), 3)
+    positions = np.arange(100, 107).astype(positions_dtype)
+    want_q, want_k = anyrope.rotate_qk(
+        fused[:, :, :8], fused[:, :, 8:10], positions, rotary_dim=16, impl="array_api"
+    )
+    device_fused = gpu.from_numpy(fused)
+
+    got_q, got_k = anyrope.rotate_qk(
+        device_fused[:, :, :8],
+        device_fused[:, :, 8:10],
+        _ints(gpu, positions),
+        rotary_dim=16,
+        impl="cuda",
+    )
+
+    _assert_same(gpu, got_q, want_q)
+    _assert_same(gpu, got_k, want_k)
+    _assert_same(gpu, device_fused, fused)
+    assert [launch.vector for launch in launches] == [True]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("view", ["misaligned", "strided-last-axis"])
+def test_scalar_variant_for_what_vectors_cannot_take(
+    gpu: Backend, dtype: str, view: str, launches: list[Launch]
+) -> None:
+    shape = (2, 5, 3, 32)
+    if view == "misaligned":
+        flat = _random((int(np.prod(shape)) + 1,), _np(dtype), 4)
+        host, device = flat[1:].reshape(shape), gpu.from_numpy(flat)[1:].reshape(shape)
+    else:
+        wide = _random((*shape[:-1], 64), _np(dtype), 5)
+        host, device = wide[..., ::2], gpu.from_numpy(wide)[..., ::2]
+    want = anyrope.rotate(host, 3, interleaved=True, impl="array_api")
+
+    got = anyrope.rotate(device, 3, interleaved=True, impl="cuda")
+
+    _assert_same(gpu, got, want)
+    assert [launch.vector for launch in launches] == [False]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_inplace_rotates_the_callers_buffer(gpu: Backend, dtype: str) -> None:
+    if dtype not in gpu.dtype_names:
+        pytest.skip(f"{gpu.name} has no {dtype}")
+    host = _random((3, 6, 4, 64), _np(dtype), 6)
+    want = anyrope.rotate(host, 17, rotary_dim=32, inverse=True, impl="array_api")
+    x = gpu.from_numpy(host)
+
+    y = anyrope.rotate(x, 17, rotary_dim=32, inverse=True, inplace=True, impl="cuda")
+
+    assert y is x
+    _assert_same(gpu, x, want)
+
+
+@pytest.mark.gpu
+def test_positions_beyond_the_cached_table(gpu: Backend) -> None:
+    host = _random((2, 4, 2, 64), np.dtype(np.float32), 7)
+    positions = np.array([[2**40, 3, 2**40 + 9, 3], [1, 2, 3, 4]])
+    want = anyrope.rotate(host, positions, impl="array_api")
+
+    got = anyrope.rotate(gpu.from_numpy(host), _ints(gpu, positions), impl="cuda")
+
+    _assert_same(gpu, got, want)
+    offset = anyrope.rotate(gpu.from_numpy(host), 2**45, impl="cuda")
+    _assert_same(gpu, offset, anyrope.rotate(host, 2**45, impl="array_api"))
+
+
+@pytest.mark.gpu
+def test_negative_positions_are_refused_before_the_launch(
+    gpu: Backend, launches: list[Launch]
+) -> None:
+    x = gpu.from_numpy(_random((1, 3, 2, 16), np.dtype(np.float32)))
+    with pytest.raises(ValueError, match="non-negative"):
+        anyrope.rotate(x, _ints(gpu, np.array([0, -1, 2])), impl="cuda")
+    assert launches == []
+
+
+@pytest.mark.gpu
+def test_torch_runs_on_the_callers_stream(gpu: Backend) -> None:
+    if gpu.name != "torch":
+        pytest.skip("streams are a PyTorch test")
+    import torch
+
+    host = _random((4, 64, 8, 128), np.dtype(np.float32), 8)
+    want = anyrope.rotate(host, impl="array_api")
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        x = gpu.from_numpy(host)
+        y = anyrope.rotate(x, impl="cuda")
+    stream.synchronize()
+    _assert_same(gpu, y, want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("interleaved", [False, True], ids=["half", "interleaved"])
+def test_torch_gradcheck_float64(gpu: Backend, interleaved: bool) -> None:
+    if gpu.name != "torch":
+        pytest.skip("autograd is a PyTorch test")
+    import torch
+
+    q = torch.randn(2, 5, 3, 16, dtype=torch.float64, device="cuda", requires_grad=True)
+    k = torch.randn(2, 5, 1, 16, dtype=torch.float64, device="cuda", requires_grad=True)
+    positions = torch.tensor([3, 1, 4, 1, 5], device="cuda")
+
+    def rotated(q: Any, k: Any) -> Any:
+        return anyrope.rotate_qk(
+            q, k, positions, rotary_dim=12, interleaved=interleaved, impl="cuda"
+        )
+
+    assert torch.autograd.gradcheck(rotated, (q, k))
+
+
+@pytest.mark.gpu
+def test_torch_backward_is_the_inverse_rotation(gpu: Backend) -> None:
+    if gpu.name != "torch":
+        pytest.skip("autograd is a PyTorch test")
+    import torch
+
+    x = torch.randn(2, 6, 4, 32, device="cuda", requires_grad=True)
+    grad = torch.randn(2, 6, 4, 32, device="cuda")
+    anyrope.rotate(x, 11, impl="cuda").backward(grad)
+
+    want = anyrope.rotate(grad, 11, inverse=True, impl="cuda")
+    np.testing.assert_array_equal(gpu.to_bits(x.grad), gpu.to_bits(want))
+
+
+def test_gpu_benchmark_without_a_gpu_says_so(tmp_path: Path) -> None:
+    has_torch_cuda = importlib.util.find_spec("torch") is not None and _torch_cuda()
+    if has_torch_cuda and importlib.util.find_spec("cupy") is not None:
+        pytest.skip("a GPU is here: run benchmarks/bench_gpu.py itself")
+    script = Path(__file__).parents[1] / "benchmarks" / "bench_gpu.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert "bench_gpu.py needs a CUDA GPU" in done.stderr
+    assert not (tmp_path / "gpu.json").exists()
+
+
+def _torch_cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())

@@ -1,0 +1,612 @@
+"""The CUDA kernel without a GPU.
+
+1. ``rope.cu`` compiles with ``nvcc`` for sm_80 and sm_90, every template instantiation
+   that ``anyrope._cuda._module`` asks NVRTC for, with no FMA in the generated PTX and
+   16-byte loads and stores in the vector variants.
+2. The kernel body (``rope_math.cuh``), built for the host and run over a simulated grid
+   on exactly the arguments ``anyrope._cuda.launch`` packs for the device, gives the bits
+   of the array-API path: a wrong index, stride, layout or rounding fails here on a CPU.
+
+Without nvcc these tests skip, except under CI (``CI`` set), where they fail.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import zlib
+from pathlib import Path
+from typing import Any
+
+import array_api_compat.numpy as np_xp
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import anyrope
+from anyrope._backends import numpy_dtype
+from anyrope._cuda import _module
+from anyrope._cuda._plan import Launch, Operand, plan_launches
+from anyrope._cuda.launch import rotate_raw
+from anyrope._layout import axes_of
+from anyrope._positions import resolve_positions
+
+HARNESS = Path(__file__).parent / "cuda_harness" / "harness.cpp"
+DTYPE_CODES = {"float16": 0, "bfloat16": 1, "float32": 2, "float64": 3}
+_UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def _nvcc() -> str:
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        if os.environ.get("CI"):
+            pytest.fail(
+                "nvcc is required when CI is set: the CUDA kernel must compile on every run"
+            )
+        pytest.skip("nvcc is not installed, so the CUDA kernel cannot be compiled here")
+    return nvcc
+
+
+def _compile(args: list[str]) -> None:
+    done = subprocess.run(args, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, f"{' '.join(args)}\n{done.stdout}\n{done.stderr}"
+
+
+# -- 1. nvcc ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def instantiations(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A .cu file that includes rope.cu and instantiates every name NVRTC is given."""
+    names = [name for dtype in _module.KERNEL_TYPES for name in _module.kernel_names(dtype)]
+    lines = ['#include "rope.cu"', "void anyrope_instantiate_all() {"]
+    lines += [f"  (void)&{name};" for name in names]
+    lines.append("}")
+    path = tmp_path_factory.mktemp("cuda") / "instantiate.cu"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_kernel_compiles(arch: str, instantiations: Path, tmp_path: Path) -> None:
+    nvcc = _nvcc()
+    _compile(
+        [
+            nvcc,
+            f"-arch={arch}",
+            *_module.COMPILE_OPTIONS,
+            f"-I{_module.source_dir()}",
+            "-cubin",
+            "--keep",
+            f"--keep-dir={tmp_path}",
+            "-o",
+            str(tmp_path / "rope.cubin"),
+            str(instantiations),
+        ]
+    )
+    assert (tmp_path / "rope.cubin").stat().st_size > 0
+    (ptx_file,) = tmp_path.glob("*.ptx")
+    ptx = ptx_file.read_text()
+    entries = re.split(r"\.entry\s+", ptx)[1:]
+    assert len(entries) == 4 * len(_module.kernel_names("float32"))
+    # numerics.md: no fused multiply-add anywhere, only separately rounded operations.
+    assert re.search(r"\bfma\.", ptx) is None
+    assert "mul.rn.f32" in ptx
+    assert "sub.rn.f64" in ptx
+    # The vector variants (V = 16 / sizeof(T) > 1) move both halves of a pair in 16 bytes.
+    vector_entries = [e for e in entries if re.match(r"_Z12anyrope_ropeI\w+?Li(8|4|2)E", e)]
+    assert len(vector_entries) == 16
+    for entry in vector_entries:
+        assert "ld.global.v4.u32" in entry
+        assert "st.global.v4.u32" in entry
+
+
+def _nvrtc_library() -> ctypes.CDLL:
+    """libnvrtc from the system or the ``nvidia-cuda-nvrtc-cu12`` wheel; skip without one."""
+    candidates = [ctypes.util.find_library("nvrtc")]
+    spec = None
+    if importlib.util.find_spec("nvidia") is not None:
+        spec = importlib.util.find_spec("nvidia.cuda_nvrtc")
+    if spec is not None and spec.submodule_search_locations:
+        for folder in spec.submodule_search_locations:
+            candidates += sorted(str(p) for p in Path(folder, "lib").glob("libnvrtc.so*"))
+    found = next(filter(None, candidates), None)
+    if found is None:
+        pytest.skip("NVRTC is not installed (pip install nvidia-cuda-nvrtc-cu12 to run this test)")
+    return ctypes.CDLL(found)
+
+
+def _cuda_include_dir(nvcc: str) -> str:
+    """The CUDA toolkit's include directory, as nvcc itself reports it."""
+    dry = subprocess.run(
+        [nvcc, "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    match = re.search(r'INCLUDES="-I([^"]+?)"', dry.stdout + dry.stderr)
+    assert match is not None, dry.stderr
+    return match.group(1).strip()
+
+
+def test_nvrtc_compiles_every_name_expression() -> None:
+    # CuPy compiles rope.cu at run time with NVRTC, not nvcc: same options, same names.
+    nvcc = _nvcc()
+    lib = _nvrtc_library()
+    program = ctypes.c_void_p()
+    source = _module.kernel_source().encode()
+    assert lib.nvrtcCreateProgram(ctypes.byref(program), source, b"rope.cu", 0, None, None) == 0
+    names = [name for dtype in _module.KERNEL_TYPES for name in _module.kernel_names(dtype)]
+    for name in names:
+        assert lib.nvrtcAddNameExpression(program, name.encode()) == 0
+    options = [
+        *_module.COMPILE_OPTIONS,
+        f"-I{_module.source_dir()}",
+        f"-I{_cuda_include_dir(nvcc)}",
+        "--gpu-architecture=compute_80",
+    ]
+    encoded = (ctypes.c_char_p * len(options))(*(o.encode() for o in options))
+    status = lib.nvrtcCompileProgram(program, len(options), encoded)
+    size = ctypes.c_size_t()
+    lib.nvrtcGetProgramLogSize(program, ctypes.byref(size))
+    log = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetProgramLog(program, log)
+    assert status == 0, log.value.decode()
+    for name in names:
+        lowered = ctypes.c_char_p()
+        assert lib.nvrtcGetLoweredName(program, name.encode(), ctypes.byref(lowered)) == 0
+        assert lowered.value is not None
+        assert lowered.value.startswith(b"_Z12anyrope_rope")
+    lib.nvrtcGetPTXSize(program, ctypes.byref(size))
+    ptx = ctypes.create_string_buffer(size.value)
+    assert lib.nvrtcGetPTX(program, ptx) == 0
+    assert re.search(rb"\bfma\.", ptx.value) is None
+    lib.nvrtcDestroyProgram(ctypes.byref(program))
+
+
+# -- 2. the host harness ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    nvcc = _nvcc()
+    library = tmp_path_factory.mktemp("harness") / "libharness.so"
+    # nvcc drives the host compiler and supplies the CUDA headers; -ffp-contract=off keeps
+    # a*b - c*d from being fused on the host, as --fmad=false does on the device.
+    _compile(
+        [
+            nvcc,
+            "-std=c++17",
+            "-O2",
+            "-shared",
+            "-Xcompiler",
+            "-fPIC,-ffp-contract=off,-Wall,-Wno-unknown-pragmas",
+            f"-I{_module.source_dir()}",
+            "-o",
+            str(library),
+            str(HARNESS),
+        ]
+    )
+    lib = ctypes.CDLL(str(library))
+    lib.anyrope_harness_run.restype = ctypes.c_int
+    lib.anyrope_harness_run.argtypes = [
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_longlong,
+        ctypes.c_longlong,
+        ctypes.POINTER(ctypes.c_longlong),
+        ctypes.c_int,
+    ]
+    return lib
+
+
+def _dtype(name: str) -> np.dtype[Any]:
+    dtype = numpy_dtype(name)
+    if dtype is None:
+        pytest.skip("bfloat16 on NumPy needs ml_dtypes")
+    return dtype
+
+
+def _data(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+    return (rng.standard_normal(shape) * 3).astype(dtype)
+
+
+def _harness_launcher(harness: Any, launches: list[Launch], grid_cap: int | None = None) -> Any:
+    """A launcher for anyrope._cuda.launch that runs each launch in the host harness."""
+
+    def launcher(x: Any, name: str, launch: Launch, position_itemsize: int) -> None:
+        launches.append(launch)
+        grid = launch.grid if grid_cap is None else min(grid_cap, launch.grid)
+        args = (ctypes.c_longlong * len(launch.args))(*launch.args)
+        code = harness.anyrope_harness_run(
+            DTYPE_CODES[name],
+            int(launch.vector),
+            int(launch.interleaved),
+            position_itemsize,
+            grid,
+            launch.block,
+            args,
+            len(launch.args),
+        )
+        assert code == 0
+
+    return launcher
+
+
+def _run(
+    harness: Any,
+    arrays: tuple[np.ndarray, ...],
+    positions: object,
+    *,
+    rotary_dim: int,
+    interleaved: bool,
+    layout: str,
+    inverse: bool = False,
+    inplace: bool = False,
+    grid_cap: int | None = None,
+) -> tuple[tuple[np.ndarray, ...], list[Launch]]:
+    """Rotate NumPy ``arrays`` through launch.py with the harness in place of the GPU."""
+    first = arrays[0]
+    rope = anyrope.RoPE(first.shape[-1], rotary_dim=rotary_dim, interleaved=interleaved)
+    axes = axes_of(first, layout)
+    where = resolve_positions(positions, np_xp, first, axes.batch, axes.seq)
+    launches: list[Launch] = []
+    launcher = _harness_launcher(harness, launches, grid_cap)
+    outputs = rotate_raw(
+        rope,
+        arrays,
+        where,
+        layout=layout,
+        inverse=inverse,
+        inplace=inplace,
+        xp=np_xp,
+        launcher=launcher,
+    )
+    return outputs, launches
+
+
+def _expected(x: np.ndarray, positions: object, **options: Any) -> np.ndarray:
+    return anyrope.rotate(np.array(x), positions, impl="array_api", **options)
+
+
+def _assert_bits(got: np.ndarray, want: np.ndarray) -> None:
+    assert got.shape == want.shape
+    assert got.dtype == want.dtype
+    uint = _UINT[got.dtype.itemsize]
+    np.testing.assert_array_equal(np.ascontiguousarray(got).view(uint), want.view(uint))
+
+
+def _shape(layout: str, batch: tuple[int, ...], seq: int, heads: int, dim: int) -> tuple[int, ...]:
+    if layout == "bshd":
+        return (*batch, seq, heads, dim)
+    if layout == "bhsd":
+        return (*batch, heads, seq, dim)
+    return (seq, *batch, heads, dim)
+
+
+def _heads_axis(layout: str, ndim: int) -> int:
+    return ndim - 3 if layout == "bhsd" else ndim - 2
+
+
+def _scenario(
+    name: str, layout: str, dtype: np.dtype[Any], rng: np.random.Generator
+) -> dict[str, Any]:
+    """Inputs of one scenario and what the planner must make of them."""
+    dim, seq, batch = 32, 5, (2,)
+    spec: dict[str, Any] = {
+        "rotary_dim": dim,
+        "positions": None,
+        "vector": True,
+        "launches": 1,
+        "options": {},
+    }
+    if name == "contiguous-qk":
+        q = _data(rng, _shape(layout, batch, seq, 4, dim), dtype)
+        k = _data(rng, _shape(layout, batch, seq, 2, dim), dtype)
+        spec["arrays"] = (q, k)
+    elif name in ("fused-qkv-partial-int32", "inplace-partial"):
+        fused = _data(rng, _shape(layout, batch, seq, 4 + 2 + 2, dim), dtype)
+        axis = _heads_axis(layout, fused.ndim)
+        spec["arrays"] = tuple(
+            fused[(slice(None),) * axis + (slice(lo, hi),)] for lo, hi in ((0, 4), (4, 6))
+        )
+        assert not spec["arrays"][0].flags.c_contiguous
+        spec["rotary_dim"] = 16
+        spec["positions"] = rng.integers(0, 300, size=seq).astype(np.int32)
+        if name == "inplace-partial":
+            spec["options"] = {"inplace": True}
+    elif name == "offset-inverse":
+        spec["arrays"] = (_data(rng, _shape(layout, batch, seq, 3, dim), dtype),)
+        spec["positions"] = 1000
+        spec["options"] = {"inverse": True}
+    elif name == "batch-positions-int64":
+        batch = (2, 3)
+        q = _data(rng, _shape(layout, batch, seq, 2, dim), dtype)
+        k = _data(rng, _shape(layout, batch, seq, 1, dim), dtype)
+        spec["arrays"] = (q, k)
+        spec["positions"] = rng.integers(0, 5000, size=(2, 1, seq)).astype(np.int64)
+        # positions broadcast over the second batch axis: no single batch stride fits both.
+        spec["launches"] = 2
+    elif name == "misaligned":
+        shape = _shape(layout, batch, seq, 3, dim)
+        flat = _data(rng, (int(np.prod(shape)) + 1,), dtype)
+        spec["arrays"] = (flat[1:].reshape(shape),)
+        spec["vector"] = False
+    elif name == "strided-last-axis":
+        wide = _data(rng, _shape(layout, batch, seq, 3, 2 * dim), dtype)
+        spec["arrays"] = (wide[..., ::2],)
+        spec["rotary_dim"] = 24
+        spec["vector"] = False
+    elif name == "odd-width":
+        spec["arrays"] = (_data(rng, _shape(layout, batch, seq, 3, 24), dtype),)
+        spec["rotary_dim"] = 20
+        spec["vector"] = dtype.itemsize == 8
+    elif name == "noncollapsible-batch":
+        # batch (2, 3) whose strides cannot be merged into one: one launch per outer index.
+        base = _data(rng, _shape(layout, (3, 2), seq, 2, dim), dtype)
+        b0, b1 = (0, 1) if layout != "sbhd" else (1, 2)
+        q = np.swapaxes(base, b0, b1)
+        k = _data(rng, _shape(layout, (2, 3), seq, 1, dim), dtype)
+        spec["arrays"] = (q, k)
+        spec["launches"] = 2
+        spec["positions"] = 7
+    elif name == "large-positions":
+        spec["arrays"] = (_data(rng, _shape(layout, batch, seq, 2, dim), dtype),)
+        spec["positions"] = np.array([3, 2**40, 5, 2**40 + 1, 3], dtype=np.int64)
+    elif name == "large-offset":
+        spec["arrays"] = (_data(rng, _shape(layout, batch, seq, 2, dim), dtype),)
+        spec["positions"] = 2**45
+    elif name == "grid-stride":
+        spec["arrays"] = (_data(rng, _shape(layout, (3,), 40, 4, dim), dtype),)
+        spec["options"] = {"grid_cap": 2}
+    else:
+        raise AssertionError(name)
+    return spec
+
+
+SCENARIOS = [
+    "contiguous-qk",
+    "fused-qkv-partial-int32",
+    "inplace-partial",
+    "offset-inverse",
+    "batch-positions-int64",
+    "misaligned",
+    "strided-last-axis",
+    "odd-width",
+    "noncollapsible-batch",
+    "large-positions",
+    "large-offset",
+    "grid-stride",
+]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("layout", ["bshd", "bhsd", "sbhd"])
+@pytest.mark.parametrize("interleaved", [False, True], ids=["half", "interleaved"])
+@pytest.mark.parametrize("dtype_name", ["float16", "bfloat16", "float32", "float64"])
+def test_harness_matches_array_api(
+    harness: Any, dtype_name: str, interleaved: bool, layout: str, scenario: str
+) -> None:
+    dtype = _dtype(dtype_name)
+    rng = np.random.default_rng(
+        zlib.crc32(f"{dtype_name}-{interleaved}-{layout}-{scenario}".encode())
+    )
+    spec = _scenario(scenario, layout, dtype, rng)
+    arrays = spec["arrays"]
+    options = dict(spec["options"])
+    grid_cap = options.pop("grid_cap", None)
+    common = {"rotary_dim": spec["rotary_dim"], "interleaved": interleaved, "layout": layout}
+    expected = [_expected(x, spec["positions"], **common, **options) for x in arrays]
+    before = [np.array(x) for x in arrays]
+
+    outputs, launches = _run(
+        harness, arrays, spec["positions"], grid_cap=grid_cap, **common, **options
+    )
+
+    assert len(launches) == spec["launches"]
+    assert all(launch.vector == spec["vector"] for launch in launches)
+    for x, y, want, old in zip(arrays, outputs, expected, before, strict=True):
+        _assert_bits(y, want)
+        if options.get("inplace"):
+            assert y is x
+        else:
+            _assert_bits(x, old)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    case=st.fixed_dictionaries(
+        {
+            "dtype": st.sampled_from(["float16", "float32", "float64"]),
+            "layout": st.sampled_from(["bshd", "bhsd", "sbhd"]),
+            "interleaved": st.booleans(),
+            "half": st.integers(1, 12),
+            "extra": st.integers(0, 6),
+            "batch": st.lists(st.integers(1, 3), max_size=2).map(tuple),
+            "seq": st.integers(1, 9),
+            "heads": st.tuples(st.integers(1, 4), st.integers(0, 3)),
+            "positions": st.sampled_from(["none", "offset", "int32", "int64"]),
+            "inverse": st.booleans(),
+            "inplace": st.booleans(),
+            "seed": st.integers(0, 2**16),
+        }
+    )
+)
+def test_harness_random_geometry(harness: Any, case: dict[str, Any]) -> None:
+    rng = np.random.default_rng(case["seed"])
+    layout, batch, seq = case["layout"], case["batch"], case["seq"]
+    rotary_dim = 2 * case["half"]
+    dim = rotary_dim + 2 * case["extra"]
+    arrays = tuple(
+        _data(rng, _shape(layout, batch, seq, h, dim), np.dtype(case["dtype"]))
+        for h in case["heads"]
+        if h > 0
+    )
+    positions: object = {
+        "none": None,
+        "offset": int(rng.integers(0, 10**6)),
+        "int32": rng.integers(0, 10**4, size=seq).astype(np.int32),
+        "int64": rng.integers(0, 10**9, size=(*batch, seq)).astype(np.int64),
+    }[case["positions"]]
+    common = {"rotary_dim": rotary_dim, "interleaved": case["interleaved"], "layout": layout}
+    expected = [_expected(x, positions, inverse=case["inverse"], **common) for x in arrays]
+
+    outputs, _ = _run(
+        harness, arrays, positions, inverse=case["inverse"], inplace=case["inplace"], **common
+    )
+
+    for y, want in zip(outputs, expected, strict=True):
+        _assert_bits(y, want)
+
+
+def test_autograd_function_through_the_harness(harness: Any) -> None:
+    # The torch.autograd.Function of the CUDA path, with CPU tensors and the host harness
+    # standing in for the device: forward and backward are launches of the same kernel.
+    torch = pytest.importorskip("torch")
+    import array_api_compat.torch as torch_xp
+
+    from anyrope._cuda.autograd import rotate_with_grad
+
+    rope = anyrope.RoPE(16, rotary_dim=12, interleaved=True)
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 5, 3, 16, dtype=torch.float64, generator=gen, requires_grad=True)
+    k = torch.randn(2, 5, 1, 16, dtype=torch.float64, generator=gen, requires_grad=True)
+    positions = torch.tensor([3, 1, 4, 1, 5])
+    where = resolve_positions(positions, torch_xp, q, (2,), 5)
+    launches: list[Launch] = []
+
+    def rotated(q: Any, k: Any) -> Any:
+        return rotate_with_grad(
+            rope,
+            (q, k),
+            where,
+            layout="bshd",
+            inverse=False,
+            inplace=False,
+            xp=torch_xp,
+            launcher=_harness_launcher(harness, launches),
+        )
+
+    want = anyrope.rotate_qk(
+        q.detach(), k.detach(), positions, rotary_dim=12, interleaved=True, impl="array_api"
+    )
+    for got, expected in zip(rotated(q, k), want, strict=True):
+        assert torch.equal(got.detach(), expected)
+    assert torch.autograd.gradcheck(rotated, (q, k))
+    grad = torch.randn(2, 5, 3, 16, dtype=torch.float64, generator=gen)
+    (q_grad,) = torch.autograd.grad(rotated(q, k)[0], q, grad)
+    undone = anyrope.rotate(grad, positions, rotary_dim=12, interleaved=True, inverse=True)
+    assert torch.equal(q_grad, undone)
+    assert launches
+
+
+def test_inplace_refuses_a_broadcast_view(harness: Any) -> None:
+    row = _data(np.random.default_rng(0), (1, 1, 2, 8), np.dtype(np.float32))
+    x = np.broadcast_to(row, (1, 4, 2, 8))
+    with pytest.raises(ValueError, match="do not overlap"):
+        _run(harness, (x,), None, rotary_dim=8, interleaved=False, layout="bshd", inplace=True)
+
+
+# -- the planner on its own -------------------------------------------------------------
+
+
+def _contiguous(ptr: int, shape: tuple[int, ...]) -> Operand:
+    strides = [1]
+    for n in reversed(shape[1:]):
+        strides.insert(0, strides[0] * n)
+    return Operand(ptr, shape, tuple(strides))
+
+
+def test_plan_packs_q_and_k_into_one_launch() -> None:
+    q = _contiguous(4096, (2, 7, 8, 128))
+    k = _contiguous(1 << 20, (2, 7, 2, 128))
+    (launch,) = plan_launches(
+        q,
+        _contiguous(2 << 20, q.shape),
+        k,
+        _contiguous(3 << 20, k.shape),
+        layout="bshd",
+        itemsize=2,
+        rotary_dim=128,
+        interleaved=False,
+        inverse=False,
+        inplace=False,
+        positions=None,
+        position_itemsize=0,
+        offset=0,
+        cos_ptr=512,
+        sin_ptr=1024,
+    )
+    assert launch.vector
+    args = launch.device_args()
+    assert len(args) == 34
+    assert [type(a) for a in args].count(np.uint64) == len(Launch.pointer_args)
+    assert isinstance(args[-1], np.int32)
+    # q: 2 * 7 * 8 rows of 64 pairs in units of 8; k: 2 * 7 * 2 rows.
+    assert launch.args[11] == 2 * 7 * 8 * 8
+    assert launch.args[23] == 2 * 7 * 2 * 8
+    assert launch.grid * launch.block >= launch.args[11] + launch.args[23]
+
+
+def test_plan_in_place_leaves_the_tail_alone() -> None:
+    q = _contiguous(4096, (3, 4, 64))
+    (launch,) = plan_launches(
+        q,
+        q,
+        None,
+        None,
+        layout="bshd",
+        itemsize=4,
+        rotary_dim=32,
+        interleaved=True,
+        inverse=True,
+        inplace=True,
+        positions=None,
+        position_itemsize=0,
+        offset=5,
+        cos_ptr=512,
+        sin_ptr=1024,
+    )
+    assert launch.args[32] == 0  # tail
+    assert launch.args[11] == 3 * 4 * (16 // 4)
+    assert launch.args[23] == 0
+    assert launch.args[-1] == 1
+
+
+def test_plan_rejects_unknown_layout() -> None:
+    q = _contiguous(4096, (3, 4, 64))
+    with pytest.raises(ValueError, match="layout"):
+        plan_launches(
+            q,
+            q,
+            None,
+            None,
+            layout="bsdh",
+            itemsize=4,
+            rotary_dim=32,
+            interleaved=False,
+            inverse=False,
+            inplace=True,
+            positions=None,
+            position_itemsize=0,
+            offset=0,
+            cos_ptr=0,
+            sin_ptr=0,
+        )
+
+
+def test_kernel_source_ships_with_the_package() -> None:
+    source = _module.kernel_source()
+    assert '#include "rope_math.cuh"' in source
+    assert (_module.source_dir() / "rope_math.cuh").is_file()
+    assert "--fmad=false" in _module.COMPILE_OPTIONS

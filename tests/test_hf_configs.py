@@ -1,0 +1,253 @@
+"""Real model configs (tests/configs/*.json, as published) read by ``from_hf_config``.
+
+Each is checked against the formulas in float64 with numbers worked out by hand from
+the published values; test_transformers_parity.py checks the same files against
+transformers itself.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import types
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from anyrope.scaling import default, from_hf_config, yarn
+
+CONFIGS = Path(__file__).parent / "configs"
+
+
+def _load(name: str) -> dict[str, Any]:
+    config: dict[str, Any] = json.loads((CONFIGS / f"{name}.json").read_text())
+    return config
+
+
+EXPECTED = {
+    # name: (head_dim, rotary_dim, base, interleaved, rope_type, max_position_embeddings)
+    "llama-3.1-8b": (128, 128, 500000.0, False, "llama3", 131072),
+    "qwen2.5-7b-instruct-yarn": (128, 128, 1e6, False, "yarn", 32768),
+    "phi-3-mini-128k-instruct": (96, 96, 10000.0, False, "longrope", 131072),
+    "deepseek-v3": (64, 64, 10000.0, True, "yarn", 163840),
+    "gpt-neox-20b": (96, 24, 10000.0, False, "default", 2048),
+    "gemma-2-9b": (256, 256, 10000.0, False, "default", 8192),
+    "mistral-7b-v0.2": (128, 128, 1e6, False, "default", 32768),
+    "codellama-7b": (128, 128, 1e6, False, "default", 16384),
+    "qwen2-vl-7b-instruct": (128, 128, 1e6, False, "default", 32768),
+}
+
+
+def test_every_config_file_is_covered() -> None:
+    assert {path.stem for path in CONFIGS.glob("*.json")} == set(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_settings(name: str) -> None:
+    settings = from_hf_config(_load(name))
+    head_dim, rotary_dim, base, interleaved, rope_type, lmax = EXPECTED[name]
+    assert settings.head_dim == head_dim
+    assert settings.rotary_dim == rotary_dim
+    assert settings.base == base
+    assert settings.interleaved is interleaved
+    assert settings.scaling.rope_type == rope_type
+    assert settings.max_position_embeddings == lmax
+    kwargs = settings.kwargs()
+    assert kwargs["scaling"] is settings.scaling
+    assert kwargs["rotary_dim"] == rotary_dim
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_object_with_attributes_reads_the_same(name: str) -> None:
+    """A transformers PretrainedConfig is read through its attributes."""
+    config = _load(name)
+    assert from_hf_config(types.SimpleNamespace(**config)) == from_hf_config(config)
+
+
+@pytest.mark.parametrize("name", ["gpt-neox-20b", "gemma-2-9b", "mistral-7b-v0.2", "codellama-7b"])
+def test_unscaled_models(name: str) -> None:
+    settings = from_hf_config(_load(name))
+    freq, factor = settings.scaling.frequencies(settings.rotary_dim, settings.base)
+    d, b = settings.rotary_dim, settings.base
+    np.testing.assert_allclose(freq, [b ** (-2 * i / d) for i in range(d // 2)], rtol=1e-14)
+    assert factor == 1.0
+    assert settings.scaling.softmax_scale == 1.0
+
+
+def test_gemma_uses_the_explicit_head_dim() -> None:
+    config = _load("gemma-2-9b")
+    assert config["hidden_size"] // config["num_attention_heads"] == 224
+    assert from_hf_config(config).head_dim == 256
+
+
+def test_llama31() -> None:
+    settings = from_hf_config(_load("llama-3.1-8b"))
+    freq, factor = settings.scaling.frequencies(128, 500000.0)
+    unscaled = default.inv_freq(128, 500000.0)
+    wavelen = 2 * math.pi / unscaled
+    # wavelengths below 8192/4 = 2048 keep their frequency; above 8192/1 are divided by 8
+    fast, slow = wavelen < 2048, wavelen > 8192
+    # 2 pi * 500000 ** (i / 64) < 2048  <=>  i <= 28;  > 8192  <=>  i >= 35
+    assert np.flatnonzero(fast).tolist() == list(range(29))
+    assert np.flatnonzero(slow).tolist() == list(range(35, 64))
+    np.testing.assert_array_equal(freq[fast], unscaled[fast])
+    np.testing.assert_array_equal(freq[slow], unscaled[slow] / 8.0)
+    middle = ~(fast | slow)
+    ratio = unscaled[middle] / freq[middle]
+    assert np.all((ratio > 1) & (ratio < 8))
+    assert factor == 1.0
+
+
+def test_qwen25_yarn() -> None:
+    settings = from_hf_config(_load("qwen2.5-7b-instruct-yarn"))
+    scaling = settings.scaling
+    assert (scaling.factor, scaling.original_max_position_embeddings) == (4.0, 32768)
+    _, factor = scaling.frequencies(128, 1e6)
+    assert math.isclose(factor, 0.1 * math.log(4.0) + 1.0, rel_tol=1e-15)
+    assert scaling.softmax_scale == 1.0
+
+
+def test_deepseek_v3() -> None:
+    settings = from_hf_config(_load("deepseek-v3"))
+    scaling = settings.scaling
+    freq, factor = scaling.frequencies(64, 10000.0)
+    assert factor == 1.0  # mscale / mscale_all_dim = 1: not mscale(40) = 1.3689
+    assert math.isclose(scaling.softmax_scale, (0.1 * math.log(40.0) + 1.0) ** 2, rel_tol=1e-15)
+    expected = yarn.inv_freq(64, 10000.0, factor=40.0, original_max_position_embeddings=4096)
+    np.testing.assert_array_equal(freq, expected)
+
+
+def test_phi3_longrope() -> None:
+    config = _load("phi-3-mini-128k-instruct")
+    short = config["rope_scaling"]["short_factor"]
+    long = config["rope_scaling"]["long_factor"]
+    assert len(short) == len(long) == 48
+    settings = from_hf_config(config)
+    scaling = settings.scaling
+    assert scaling.original_max_position_embeddings == 4096
+    unscaled = default.inv_freq(96, 10000.0)
+    attention = math.sqrt(1 + math.log(131072 / 4096) / math.log(4096))
+    for seq_len, factors in [(None, short), (4096, short), (4097, long), (131072, long)]:
+        freq, factor = scaling.frequencies(96, 10000.0, seq_len=seq_len)
+        np.testing.assert_allclose(freq, unscaled / np.array(factors), rtol=1e-15)
+        assert math.isclose(factor, attention, rel_tol=1e-15)
+
+
+def test_qwen2_vl_mrope_section() -> None:
+    settings = from_hf_config(_load("qwen2-vl-7b-instruct"))
+    assert settings.scaling.mrope_section == (16, 24, 24)
+
+
+def test_rope_parameters_form_of_transformers_5() -> None:
+    """Newer configs keep rope_theta (and the type) inside ``rope_parameters``."""
+    config = {
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "max_position_embeddings": 131072,
+        "rope_parameters": {
+            "rope_type": "llama3",
+            "rope_theta": 500000.0,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+    }
+    settings = from_hf_config(config)
+    assert settings.base == 500000.0
+    assert settings.scaling == from_hf_config(_load("llama-3.1-8b")).scaling.__class__(
+        **{**from_hf_config(_load("llama-3.1-8b")).scaling.__dict__, "rope_theta": 500000.0}
+    )
+
+
+def test_partial_rotary_inside_rope_parameters() -> None:
+    config = {
+        "hidden_size": 2560,
+        "num_attention_heads": 32,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 10000.0,
+            "partial_rotary_factor": 0.4,
+        },
+    }
+    assert from_hf_config(config).rotary_dim == 32
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "message"),
+    [
+        (
+            {"rope_theta": 1e6, "rotary_emb_base": 1e4},
+            ValueError,
+            "`rope_theta`=1000000.0 and `rotary_emb_base`",
+        ),
+        ({"rope_parameters": {"rope_theta": 1e6}, "rope_theta": 1e4}, ValueError, "disagree"),
+        (
+            {"partial_rotary_factor": 0.5, "rotary_pct": 0.25},
+            ValueError,
+            "`partial_rotary_factor`=0.5",
+        ),
+        ({"partial_rotary_factor": 0.09}, ValueError, "odd or empty rotary width"),
+        ({"partial_rotary_factor": 0.0}, ValueError, "`partial_rotary_factor` must be a number in"),
+        ({"hidden_size": 100, "num_attention_heads": 3}, ValueError, "not a multiple"),
+        ({"head_dim": -4}, ValueError, "`head_dim` must be a positive integer"),
+        ({"max_position_embeddings": "4096"}, ValueError, "`max_position_embeddings` must be"),
+        ({"rope_scaling": "su"}, TypeError, "`rope_scaling` must be a dict"),
+        ({"rope_interleave": 1}, TypeError, "`rope_interleave` must be true or false"),
+        ({"rope_theta": 0.5}, ValueError, "`base` must be a finite number greater than 1"),
+        (
+            {
+                "rope_scaling": {
+                    "type": "longrope",
+                    "short_factor": [1.0] * 32,
+                    "long_factor": [1.0] * 32,
+                }
+            },
+            ValueError,
+            "`short_factor` must have rotary_dim // 2 = 64 entries; got 32",
+        ),
+        (
+            {
+                "rope_scaling": {"type": "yarn", "factor": 4.0},
+                "rope_parameters": {"type": "linear", "factor": 2.0},
+            },
+            ValueError,
+            "`rope_parameters`=.* and `rope_scaling`=.* disagree",
+        ),
+    ],
+)
+def test_contradictions_and_bad_values(
+    change: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    config = {**_load("mistral-7b-v0.2"), **change}
+    with pytest.raises(error, match=message):
+        from_hf_config(config)
+
+
+def test_missing_head_dim_keys() -> None:
+    with pytest.raises(
+        ValueError, match=r"needs `head_dim`, or `hidden_size` and `num_attention_heads`"
+    ):
+        from_hf_config({"rope_theta": 1e4})
+
+
+def test_absent_theta_is_transformers_default() -> None:
+    assert from_hf_config({"head_dim": 64}).base == 10000.0
+
+
+def test_axial_vision_tower_uses_embed_dim() -> None:
+    """Qwen2-VL's vision config: attention width ``embed_dim``, ``hidden_size`` is the merger's."""
+    vision = {
+        "embed_dim": 1280,
+        "hidden_size": 3584,
+        "num_heads": 16,
+        "num_attention_heads": 16,
+        "rope_parameters": {"rope_type": "axial", "rope_theta": 10000.0},
+    }
+    settings = from_hf_config(vision)
+    assert (settings.head_dim, settings.rotary_dim) == (80, 80)
+    assert settings.scaling.sections(80) == (20, 20)
+    text = {**vision, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}
+    assert from_hf_config(text).head_dim == 224
