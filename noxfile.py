@@ -18,6 +18,8 @@ nox.options.error_on_missing_interpreters = True
 TORCH_CPU = "torch==2.13.0"
 # The scaling formulas are pinned to this release (tests/test_transformers_parity.py).
 TRANSFORMERS = "transformers==5.23.0"
+# NVRTC of the CUDA 13 toolkit that nvcc comes from; CuPy compiles rope.cu with NVRTC.
+NVRTC = "nvidia-cuda-nvrtc==13.5.37"
 
 
 def _pytest(session: nox.Session, *args: str) -> None:
@@ -57,6 +59,14 @@ def tests_dask(session: nox.Session) -> None:
     """dask arrays, lazily and on a two-process ``distributed.LocalCluster``."""
     session.install("-e", ".[test,dask]")
     _pytest(session, "tests/test_dask.py")
+
+
+@nox.session(name="tests-kernel")
+def tests_kernel(session: nox.Session) -> None:
+    """The CUDA kernel without a GPU: nvcc for sm_80 and sm_90, NVRTC as CuPy compiles it,
+    and the host harness that runs its index mapping and arithmetic on the CPU."""
+    session.install("-e", ".[test]", NVRTC)
+    _pytest(session, "tests/test_cuda_source.py")
 
 
 @nox.session(name="tests-hf", default=False)
@@ -100,6 +110,6 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict on src/."""
-    session.install("-e", ".", "mypy", "numpy")
+    """mypy --strict on src/, with the optional libraries that ship types installed."""
+    session.install("-e", ".[strict,cli]", "mypy", TORCH_CPU)
     session.run("mypy")

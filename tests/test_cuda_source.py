@@ -108,17 +108,16 @@ def test_kernel_compiles(arch: str, instantiations: Path, tmp_path: Path) -> Non
 
 
 def _nvrtc_library() -> ctypes.CDLL:
-    """libnvrtc from the system or the ``nvidia-cuda-nvrtc-cu12`` wheel; skip without one."""
+    """libnvrtc from the system or an NVIDIA wheel (``nvidia-cuda-nvrtc``); skip without one."""
     candidates = [ctypes.util.find_library("nvrtc")]
-    spec = None
-    if importlib.util.find_spec("nvidia") is not None:
-        spec = importlib.util.find_spec("nvidia.cuda_nvrtc")
-    if spec is not None and spec.submodule_search_locations:
-        for folder in spec.submodule_search_locations:
-            candidates += sorted(str(p) for p in Path(folder, "lib").glob("libnvrtc.so*"))
+    spec = importlib.util.find_spec("nvidia")
+    folders = [] if spec is None else list(spec.submodule_search_locations or [])
+    # The wheels put it in nvidia/cu13/lib (CUDA 13) or nvidia/cuda_nvrtc/lib (CUDA 12).
+    for folder in folders:
+        candidates += sorted(str(p) for p in Path(folder).glob("*/lib/libnvrtc.so*"))
     found = next(filter(None, candidates), None)
     if found is None:
-        pytest.skip("NVRTC is not installed (pip install nvidia-cuda-nvrtc-cu12 to run this test)")
+        pytest.skip("NVRTC is not installed (pip install nvidia-cuda-nvrtc to run this test)")
     return ctypes.CDLL(found)
 
 

@@ -211,7 +211,11 @@ def _check_writable(arrays: tuple[Array, ...], xp: Namespace) -> None:
 
 def _empty_like(x: Array) -> Array:
     if array_api_compat.is_torch_array(x):
+        # NumPy asks Linux for transparent huge pages on large allocations and PyTorch's
+        # CPU allocator does not: the first touch of a fresh output then cost as much as
+        # the rotation itself. The bytes come from NumPy, the tensor views them.
         import torch
 
-        return torch.empty_like(x, memory_format=torch.contiguous_format)
+        storage = np.empty(x.numel() * x.element_size(), dtype=np.uint8)
+        return torch.from_numpy(storage).view(x.dtype).view(x.shape)
     return np.empty_like(x, order="C")

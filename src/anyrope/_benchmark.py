@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ._functional import rotate_qk
+from ._rope import RoPE
 
 Q_SHAPE = (1, 2048, 32, 128)
 K_SHAPE = (1, 2048, 8, 128)
@@ -79,10 +80,16 @@ def cases(
     def numpy_naive() -> object:
         return q * cos + _rotate_half_numpy(q) * sin, k * cos + _rotate_half_numpy(k) * sin
 
+    # Scaling changes only the float64 host tables, so it must cost nothing per call.
+    yarn = RoPE(
+        q.shape[-1],
+        scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768},
+    )
     found: dict[str, tuple[Callable[[], object], bool]] = {
         "copy (np.copyto)": (copy, True),
         "numpy naive expression": (numpy_naive, True),
         "anyrope numpy": (lambda: rotate_qk(q, k), True),
+        "anyrope numpy, yarn": (lambda: yarn(q, k), True),
     }
     if importlib.util.find_spec("torch") is not None:
         import torch
@@ -102,6 +109,7 @@ def cases(
 
         found["torch eager expression"] = (torch_eager, False)
         found["anyrope torch"] = (lambda: rotate_qk(tq, tk), False)
+        found["anyrope torch, yarn"] = (lambda: yarn(tq, tk), False)
     return found
 
 

@@ -303,8 +303,10 @@ class RoPE:
         >>> import anyrope
         >>> x = np.zeros((3, 1, 2), dtype=np.float32)    # (seq, heads, head_dim)
         >>> x[..., 0] = 1.0
-        >>> anyrope.RoPE(2).rotate(x)[:, 0, :].round(4).tolist()
-        [[1.0, 0.0], [0.5403, 0.8415], [-0.4161, 0.9093]]
+        >>> anyrope.RoPE(2).rotate(x)[:, 0, :]
+        array([[ 1.        ,  0.        ],
+               [ 0.5403023 ,  0.84147096],
+               [-0.41614684,  0.9092974 ]], dtype=float32)
         """
         (y,) = apply(
             self,
