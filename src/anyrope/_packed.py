@@ -18,23 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from ._namespace import Array, Namespace, device_of, library_name, namespace_of, to_host
+from ._namespace import Array, Namespace, device_of, to_host
+from ._positions import check_integer_array
 from ._validation import MAX_POSITION, describe
 
 
 def _host_integers(values: Array, name: str, xp: Namespace, x: Array) -> np.ndarray[Any, Any]:
-    values_xp = namespace_of(values, argument=name)
-    if library_name(values_xp) != library_name(xp):
-        raise TypeError(
-            f"`{name}` must be an array of the same library as the input ({library_name(xp)}); "
-            f"got {describe(values)}"
-        )
-    if str(device_of(values)) != str(device_of(x)):
-        raise ValueError(
-            f"`{name}` must be on the input's device {device_of(x)}; got device {device_of(values)}"
-        )
-    if not values_xp.isdtype(values.dtype, "integral"):
-        raise TypeError(f"`{name}` must have an integer dtype; got {values.dtype}")
+    check_integer_array(values, name, xp, x)
     if values.ndim != 1:
         raise ValueError(f"`{name}` must be one-dimensional; got shape {tuple(values.shape)}")
     return to_host(values).astype(np.int64)

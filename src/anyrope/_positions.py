@@ -58,24 +58,29 @@ def resolve_positions(
     return _resolve_array(positions, xp, x, batch, seq)
 
 
+def check_integer_array(values: Array, name: str, xp: Namespace, x: Array) -> None:
+    """Check that ``values`` is an integer array of the input's library and device."""
+    try:
+        values_xp = array_api_compat.array_namespace(values)
+    except TypeError:
+        values_xp = None
+    if values_xp is None or library_name(values_xp) != library_name(xp):
+        raise TypeError(
+            f"`{name}` must be an array of the same library as the input ({library_name(xp)}); "
+            f"got {describe(values)}"
+        )
+    if str(device_of(values)) != str(device_of(x)):
+        raise ValueError(
+            f"`{name}` must be on the input's device {device_of(x)}; got device {device_of(values)}"
+        )
+    if not xp.isdtype(values.dtype, "integral"):
+        raise TypeError(f"`{name}` must have an integer dtype; got {values.dtype}")
+
+
 def _resolve_array(
     p: Array, xp: Namespace, x: Array, batch: tuple[int, ...], seq: int
 ) -> Positions:
-    try:
-        p_xp = array_api_compat.array_namespace(p)
-    except TypeError:
-        p_xp = None
-    if p_xp is None or library_name(p_xp) != library_name(xp):
-        raise TypeError(
-            f"`positions` must be an array of the same library as the input ({library_name(xp)}); "
-            f"got {describe(p)}"
-        )
-    if str(device_of(p)) != str(device_of(x)):
-        raise ValueError(
-            f"`positions` must be on the input's device {device_of(x)}; got device {device_of(p)}"
-        )
-    if not xp.isdtype(p.dtype, "integral"):
-        raise TypeError(f"`positions` must have an integer dtype; got {p.dtype}")
+    check_integer_array(p, "positions", xp, x)
     target = (*batch, seq)
     if p.ndim < 1 or p.ndim > len(target):
         raise ValueError(
