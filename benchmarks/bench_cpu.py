@@ -9,11 +9,9 @@ prints medians, GB/s and each path's speed as a fraction of the copy's, writes J
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 from pathlib import Path
 
-from anyrope._benchmark import format_timings, run_cpu_benchmark
+from anyrope._benchmark import format_timings, run_cpu_benchmark, write_json
 
 
 def main() -> None:
@@ -36,19 +34,7 @@ def main() -> None:
         )
     for name, value in ratios.items():
         print(f"{name}: {value:.2f}x")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(
-        json.dumps(
-            {
-                "machine": platform.processor() or platform.machine(),
-                "python": platform.python_version(),
-                "timings": [t.as_dict() for t in timings],
-                "ratios": ratios,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
+    write_json(args.json, {"timings": [t.as_dict() for t in timings], "ratios": ratios})
     print(f"wrote {args.json}")
 
 

@@ -7,7 +7,6 @@ no image is committed, so the pictures always match the code.
 
 from __future__ import annotations
 
-import ast
 import os
 import subprocess
 import sys
@@ -49,11 +48,8 @@ intersphinx_mapping: dict[str, tuple[str, str | None]] = {}
 doctest_global_setup = "import numpy as np\nimport anyrope"
 doctest_test_doctest_blocks = "default"
 
-exclude_patterns = ["_build", "plots", "examples"]
+exclude_patterns = ["_build", "plots"]
 templates_path: list[str] = []
-# Pages written alongside this site by other work; the index lists them, and a build
-# without them drops their toctree lines instead of failing (see drop_missing_pages).
-OPTIONAL_PAGES = ("scaling", "attention")
 
 html_theme = "pydata_sphinx_theme"
 html_title = f"anyrope {release}"
@@ -72,29 +68,5 @@ def draw_plots(app: Sphinx) -> None:
         subprocess.run([sys.executable, str(script), str(PLOT_OUTPUT)], check=True, env=env)
 
 
-def drop_missing_pages(app: Sphinx, docname: str, source: list[str]) -> None:
-    """Remove the index's toctree lines of optional pages that have no source file."""
-    if docname != "index":
-        return
-    for page in OPTIONAL_PAGES:
-        if not any(DOCS.glob(f"{page}.*")):
-            source[0] = source[0].replace(f"\n   {page}\n", "\n")
-
-
-def add_docs_examples(app: Sphinx, docname: str, source: list[str]) -> None:
-    """Append every ``docs/examples/*.py`` to the examples page, titled by its docstring."""
-    if docname != "examples":
-        return
-    for script in sorted((DOCS / "examples").glob("*.py")):
-        docstring = ast.get_docstring(ast.parse(script.read_text()))
-        title = docstring.splitlines()[0].rstrip(".") if docstring else script.stem
-        source[0] += (
-            f"\n{title}\n{'-' * len(title)}\n\n"
-            f".. literalinclude:: examples/{script.name}\n   :language: python\n"
-        )
-
-
 def setup(app: Sphinx) -> None:
     app.connect("builder-inited", draw_plots)
-    app.connect("source-read", drop_missing_pages)
-    app.connect("source-read", add_docs_examples)

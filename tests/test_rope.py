@@ -143,3 +143,19 @@ def test_offset_equals_explicit_positions(backend):
     np.testing.assert_array_equal(
         backend.to_bits(anyrope.rotate(x, 40)), backend.to_bits(anyrope.rotate(x, int32))
     )
+
+
+def test_one_thread_keeps_the_blocked_loop_on_the_calling_thread(monkeypatch):
+    from anyrope._cpu import blocked
+
+    def no_pool():
+        raise AssertionError("the thread pool was used")
+
+    monkeypatch.setattr(blocked, "_executor", no_pool)
+    monkeypatch.setattr(blocked, "_cores", lambda: 4)
+    x = np.random.default_rng(0).standard_normal((2, 512, 8, 64), dtype=np.float32)
+    with pytest.raises(AssertionError, match="thread pool"):
+        anyrope.rotate(x, impl="blocked")
+    with blocked.one_thread():
+        y = anyrope.rotate(x, impl="blocked")
+    assert np.array_equal(y, anyrope.rotate(x, impl="array_api"))

@@ -8,11 +8,15 @@ time of copying the same arrays (the floor: RoPE reads q and k and writes them o
 from __future__ import annotations
 
 import importlib.util
+import json
+import platform
 import statistics
+import sys
 import time
 import tracemalloc
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,7 +47,8 @@ def _rotate_half_numpy(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return np.concatenate((-x[..., half:], x[..., :half]), axis=-1)
 
 
-def _median_ms(fn: Callable[[], object], repeats: int) -> float:
+def median_ms(fn: Callable[[], object], repeats: int) -> float:
+    """Median wall time of ``repeats`` calls of ``fn`` after one warm-up call, in ms."""
     fn()
     times = []
     for _ in range(repeats):
@@ -51,6 +56,18 @@ def _median_ms(fn: Callable[[], object], repeats: int) -> float:
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times) * 1e3
+
+
+def write_json(path: Path, report: dict[str, Any]) -> None:
+    """Write ``report`` as JSON, with the command, machine and versions that produced it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    provenance = {
+        "command": " ".join(["python", *sys.argv]),
+        "machine": platform.processor() or platform.machine(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+    }
+    path.write_text(json.dumps({**provenance, **report}, indent=2) + "\n")
 
 
 def _peak_extra_mib(fn: Callable[[], object]) -> float:
@@ -126,7 +143,7 @@ def run_cpu_benchmark(
     for name, (fn, numpy_allocates) in cases(q, k).items():
         if progress is not None:
             progress(name)
-        median = _median_ms(fn, repeats)
+        median = median_ms(fn, repeats)
         copy_ms = median if copy_ms is None else copy_ms
         peak = _peak_extra_mib(fn) if numpy_allocates else None
         timings.append(Timing(name, median, moved / median / 1e6, copy_ms / median, peak))

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import array_api_compat
 import numpy as np
 
+from ._cpu import blocked
 from ._layout import Axes
 from ._namespace import Array
 from ._validation import describe
@@ -147,9 +148,11 @@ class BlockRotation:
 
         if self._rope is None:
             self._rope = _rope_for(**self._arguments)
-        (y,) = apply(
-            self._rope, (block,), ("x",), positions, inplace=False, xp=None, **self._options
-        )
+        # dask already runs one block per thread of each worker.
+        with blocked.one_thread():
+            (y,) = apply(
+                self._rope, (block,), ("x",), positions, inplace=False, xp=None, **self._options
+            )
         return y
 
     def by_offset(self, block: Array, *, offset: int, block_info: Any = None) -> Array:

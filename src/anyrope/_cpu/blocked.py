@@ -13,6 +13,7 @@ inner loops long. It gives the bits of :func:`anyrope._agnostic.rotation.rotate_
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
@@ -37,6 +38,22 @@ the calling thread and PyTorch's own threads do not compete with ours."""
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Keep rotations in this block on the calling thread.
+
+    For callers that already run one rotation per core (dask's workers): threads of ours
+    on top of theirs would only compete for the same cores.
+    """
+    previous = getattr(_local, "one_thread", False)
+    _local.one_thread = True
+    try:
+        yield
+    finally:
+        _local.one_thread = previous
 
 
 def supports(x: Array) -> bool:
@@ -81,7 +98,7 @@ def rotate_blocked(
     first_sin = ops.broadcast_to(first_sin, (*x.shape[:-1], rotary_dim // 2))
     second_sin = ops.broadcast_to(second_sin, (*x.shape[:-1], rotary_dim // 2))
     blocks = list(_blocks(x.shape[:-1], rotary_dim, ops.block_elements))
-    workers = min(_cores(), len(blocks))
+    workers = 1 if getattr(_local, "one_thread", False) else min(_cores(), len(blocks))
     chunks = [blocks[i::workers] for i in range(workers)]
     size = min(ops.block_elements, math.prod(rotated_shape))
 
