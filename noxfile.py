@@ -58,7 +58,7 @@ def tests_jax(session: nox.Session) -> None:
 def tests_dask(session: nox.Session) -> None:
     """dask arrays, lazily and on a two-process ``distributed.LocalCluster``."""
     session.install("-e", ".[test,dask]")
-    _pytest(session, "tests/test_dask.py")
+    _pytest(session, "tests/test_dask.py", "tests/test_examples.py")
 
 
 @nox.session(name="tests-kernel")
