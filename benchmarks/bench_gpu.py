@@ -184,7 +184,11 @@ def _bench_case(
     rope = anyrope.RoPE(case.head_dim, rotary_dim=case.rotary_dim)
     cos, sin = _hf_tables(torch, rope, positions, case, dtype)
     hf = _hf_expression(torch, case.rotary_dim)
-    compiled = torch.compile(hf)
+    # Every case compiles afresh for its static shapes: dynamo keys its cache on the code
+    # object of `apply`, shared by all cases, so without a reset later cases would get
+    # dynamic-shape code and, past the recompile limit, silently run eager.
+    torch.compiler.reset()
+    compiled = torch.compile(hf, dynamic=False)
     kernel_positions = None if not case.decode else positions
 
     paths: dict[str, Callable[[], Any]] = {
@@ -304,6 +308,7 @@ def main(argv: list[str] | None = None) -> None:
     (args.out / "gpu.json").write_text(
         json.dumps(
             {
+                "command": " ".join(["python", *sys.argv]),
                 "device": torch.cuda.get_device_name(),
                 "python": platform.python_version(),
                 "torch": torch.__version__,
@@ -318,6 +323,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"wrote {args.out / 'gpu.json'}")
     if _chart(results, args.out / "gpu.png"):
         print(f"wrote {args.out / 'gpu.png'}")
+    else:
+        print("matplotlib is not installed: no gpu.png (pip install matplotlib)")
 
 
 if __name__ == "__main__":

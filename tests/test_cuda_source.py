@@ -19,7 +19,12 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+import threading
+import time
+import types
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -144,9 +149,10 @@ def test_nvrtc_compiles_every_name_expression() -> None:
     names = [name for dtype in _module.KERNEL_TYPES for name in _module.kernel_names(dtype)]
     for name in names:
         assert lib.nvrtcAddNameExpression(program, name.encode()) == 0
+    # No -I for the package folder: the source CuPy gets must stand alone. The toolkit's
+    # include folder is what CuPy itself adds (CUDA_PATH or the cudart wheel's headers).
     options = [
         *_module.COMPILE_OPTIONS,
-        f"-I{_module.source_dir()}",
         f"-I{_cuda_include_dir(nvcc)}",
         "--gpu-architecture=compute_80",
     ]
@@ -509,6 +515,41 @@ def test_autograd_function_through_the_harness(harness: Any) -> None:
     assert launches
 
 
+def test_inplace_on_torch_tells_autograd(harness: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Raw pointers bypass torch's version counter: a tensor that autograd saved (here q,
+    # for the gradient of w) and that the kernel then rotates in place must make
+    # backward fail loudly, as any in-place torch operation would, not give wrong grads.
+    torch = pytest.importorskip("torch")
+    import array_api_compat.torch as torch_xp
+
+    from anyrope._cuda import launch as cuda_launch
+
+    monkeypatch.setattr(cuda_launch, "_launch_on_device", _harness_launcher(harness, []))
+    gen = torch.Generator().manual_seed(0)
+    w = torch.randn(16, 16, dtype=torch.float64, generator=gen, requires_grad=True)
+    q = torch.randn(2, 5, 3, 16, dtype=torch.float64, generator=gen)
+    want = anyrope.rotate(q, 7, impl="array_api")
+    loss = (q @ w).sum()
+    where = resolve_positions(7, torch_xp, q, (2,), 5)
+    rope = anyrope.RoPE(16)
+
+    (y,) = cuda_launch.rotate_cuda(
+        rope, (q,), where, layout="bshd", inverse=False, inplace=True, xp=torch_xp
+    )
+
+    assert y is q
+    assert torch.equal(q, want)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+    with torch.inference_mode():
+        x = torch.randn(2, 5, 3, 16, dtype=torch.float64, generator=gen)
+        want = anyrope.rotate(x, 7, impl="array_api")
+        cuda_launch.rotate_cuda(
+            rope, (x,), where, layout="bshd", inverse=False, inplace=True, xp=torch_xp
+        )
+        assert torch.equal(x, want)
+
+
 def test_inplace_refuses_a_broadcast_view(harness: Any) -> None:
     row = _data(np.random.default_rng(0), (1, 1, 2, 8), np.dtype(np.float32))
     x = np.broadcast_to(row, (1, 4, 2, 8))
@@ -582,6 +623,29 @@ def test_plan_in_place_leaves_the_tail_alone() -> None:
     assert launch.args[-1] == 1
 
 
+def test_plan_vectors_need_aligned_tables() -> None:
+    # The vector variant reads cos/sin rows with 16-byte loads too: a table that is not
+    # 16-byte aligned must get the scalar variant, never a misaligned vector load.
+    q = _contiguous(4096, (3, 4, 64))
+    common: dict[str, Any] = {
+        "layout": "bshd",
+        "itemsize": 4,
+        "rotary_dim": 64,
+        "interleaved": False,
+        "inverse": False,
+        "inplace": True,
+        "positions": None,
+        "position_itemsize": 0,
+        "offset": 0,
+    }
+    (aligned,) = plan_launches(q, q, None, None, cos_ptr=512, sin_ptr=1024, **common)
+    (shifted_cos,) = plan_launches(q, q, None, None, cos_ptr=516, sin_ptr=1024, **common)
+    (shifted_sin,) = plan_launches(q, q, None, None, cos_ptr=512, sin_ptr=1032, **common)
+    assert aligned.vector
+    assert not shifted_cos.vector
+    assert not shifted_sin.vector
+
+
 def test_plan_rejects_unknown_layout() -> None:
     q = _contiguous(4096, (3, 4, 64))
     with pytest.raises(ValueError, match="layout"):
@@ -605,7 +669,98 @@ def test_plan_rejects_unknown_layout() -> None:
 
 
 def test_kernel_source_ships_with_the_package() -> None:
-    source = _module.kernel_source()
-    assert '#include "rope_math.cuh"' in source
+    assert (_module.source_dir() / "rope.cu").is_file()
     assert (_module.source_dir() / "rope_math.cuh").is_file()
     assert "--fmad=false" in _module.COMPILE_OPTIONS
+
+
+def test_kernel_source_inlines_the_header() -> None:
+    # CuPy's on-disk cache keys a binary on the source text and the options, not on the
+    # files the source includes: the header must be part of the text CuPy is given, or an
+    # upgrade that changes only rope_math.cuh would keep running the old kernel.
+    source = _module.kernel_source()
+    header = (_module.source_dir() / "rope_math.cuh").read_text(encoding="utf-8")
+    assert '#include "rope_math.cuh"' not in source
+    assert header.split("#pragma once\n", 1)[1] in source
+    assert "anyrope_rope(ANYROPE_PARAMS" in source
+
+
+class _FakeCupy:
+    """Just enough of CuPy for ``_module.get_kernel``: records compilations and devices."""
+
+    def __init__(self) -> None:
+        self.compiled: list[tuple[int, tuple[str, ...]]] = []
+        self.lookups: list[tuple[int, str]] = []
+        self.device_stack: list[int] = []
+        self.lock = threading.Lock()
+        fake = self
+
+        class Device:
+            def __init__(self, device_id: int) -> None:
+                self.device_id = device_id
+
+            def __enter__(self) -> None:
+                fake.device_stack.append(self.device_id)
+
+            def __exit__(self, *exc: object) -> None:
+                fake.device_stack.pop()
+
+        class RawModule:
+            def __init__(self, *, code: str, options: tuple[str, ...], name_expressions: Any):
+                assert code == _module.kernel_source()
+                assert set(_module.COMPILE_OPTIONS) <= set(options)
+                self.names = list(name_expressions)
+
+            def compile(self) -> None:
+                time.sleep(0.01)  # widen the window for a second thread to race in
+                with fake.lock:
+                    fake.compiled.append((fake.device_stack[-1], tuple(self.names)))
+
+            def get_function(self, name: str) -> tuple[int, str]:
+                assert name in self.names
+                with fake.lock:
+                    fake.lookups.append((fake.device_stack[-1], name))
+                return (fake.device_stack[-1], name)
+
+        self.cuda = types.SimpleNamespace(Device=Device)
+        self.RawModule = RawModule
+
+
+def test_kernels_compile_once_per_device_and_dtype(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _FakeCupy()
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(_module, "_kernels", {})
+    variants = [
+        (device, dtype, vector, interleaved, size)
+        for device in (0, 1)
+        for dtype in ("float16", "float32")
+        for vector in (True, False)
+        for interleaved in (False, True)
+        for size in (4, 8)
+    ]
+
+    def fetch(variant: tuple[int, str, bool, bool, int]) -> Any:
+        device, dtype, vector, interleaved, size = variant
+        return _module.get_kernel(
+            device, dtype, vector=vector, interleaved=interleaved, position_itemsize=size
+        )
+
+    with ThreadPoolExecutor(8) as pool:
+        first = list(pool.map(fetch, variants * 4))
+    again = [fetch(v) for v in variants]
+
+    assert sorted(device for device, _ in fake.compiled) == [0, 0, 1, 1]
+    assert all(
+        names == tuple(_module.kernel_names("float16"))
+        or names == tuple(_module.kernel_names("float32"))
+        for _, names in fake.compiled
+    )
+    # Every kernel is looked up once, on its own device, and then served from the cache.
+    assert len(fake.lookups) == len(variants)
+    for variant, kernel in zip(variants, again, strict=True):
+        device, dtype, vector, interleaved, size = variant
+        name = _module.kernel_name(
+            dtype, vector=vector, interleaved=interleaved, position_itemsize=size
+        )
+        assert kernel == (device, name)
+    assert first == again * 4

@@ -1,4 +1,4 @@
-"""Compile ``rope.cu`` once per (device, dtype) with CuPy and cache the module.
+"""Compile ``rope.cu`` once per (device, dtype) with CuPy and cache its kernels.
 
 The single helper for loading the kernel: everything CUDA-side goes through
 :func:`get_kernel`. CuPy is imported only when a kernel is first needed.
@@ -7,7 +7,6 @@ The single helper for loading the kernel: everything CUDA-side goes through
 from __future__ import annotations
 
 import functools
-import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -56,13 +55,21 @@ def kernel_name(dtype_name: str, *, vector: bool, interleaved: bool, position_it
     )
 
 
+def _variants() -> list[tuple[bool, bool, int]]:
+    """(vector, interleaved, position itemsize) of every variant compiled for a dtype."""
+    return [
+        (vector, interleaved, size)
+        for vector in (True, False)
+        for interleaved in (False, True)
+        for size in sorted(POSITION_TYPES)
+    ]
+
+
 def kernel_names(dtype_name: str) -> list[str]:
     """Every variant compiled for one dtype: vector/scalar x pair layout x position type."""
     return [
         kernel_name(dtype_name, vector=vector, interleaved=interleaved, position_itemsize=size)
-        for vector in (True, False)
-        for interleaved in (False, True)
-        for size in sorted(POSITION_TYPES)
+        for vector, interleaved, size in _variants()
     ]
 
 
@@ -73,24 +80,24 @@ def source_dir() -> Path:
 
 @functools.cache
 def kernel_source() -> str:
-    """The text of ``rope.cu``."""
-    return (source_dir() / "rope.cu").read_text(encoding="utf-8")
+    """The text CuPy compiles: ``rope.cu`` with ``rope_math.cuh`` written in place.
 
-
-def _include_options(cupy: Any) -> tuple[str, ...]:
-    options = [f"-I{source_dir()}"]
-    # NVRTC ships cuda_fp16.h / cuda_bf16.h built in since CUDA 12; older toolkits need the
-    # toolkit's include directory.
-    cuda_path = cupy.cuda.get_cuda_path()
-    if cuda_path:
-        include = os.path.join(cuda_path, "include")
-        if os.path.isdir(include):
-            options.append(f"-I{include}")
-    return tuple(options)
+    CuPy's on-disk cache keys a binary on this text and the options, never on the files
+    it includes; with the header inlined, any change to the kernel is a new key.
+    """
+    header = (source_dir() / "rope_math.cuh").read_text(encoding="utf-8")
+    # `#pragma once` only means something in an included file.
+    header = header.replace("#pragma once\n", "", 1)
+    source = (source_dir() / "rope.cu").read_text(encoding="utf-8")
+    include = '#include "rope_math.cuh"\n'
+    if include not in source:
+        raise RuntimeError(f"rope.cu no longer includes rope_math.cuh as {include!r}")
+    return source.replace(include, header, 1)
 
 
 _lock = threading.Lock()
-_modules: dict[tuple[int, str], Any] = {}
+#: (device, dtype name, vector, interleaved, position itemsize) -> ``cupy.RawKernel``.
+_kernels: dict[tuple[int, str, bool, bool, int], Any] = {}
 
 
 def get_kernel(
@@ -104,27 +111,35 @@ def get_kernel(
     """The compiled ``cupy.RawKernel`` of one variant on ``device_id``.
 
     All variants of a dtype are compiled together the first time that dtype is used on
-    that device; CuPy's on-disk cache makes later processes skip the compilation.
+    that device; CuPy's on-disk cache makes later processes skip the compilation. The
+    kernels are kept, so a call after the first is one dictionary lookup (CuPy's
+    ``RawModule.get_function`` builds a new ``RawKernel`` and looks the function up in
+    the driver each time it is called).
     """
-    key = (device_id, dtype_name)
+    key = (device_id, dtype_name, vector, interleaved, position_itemsize)
+    kernel = _kernels.get(key)
+    if kernel is not None:
+        return kernel
     with _lock:
-        module = _modules.get(key)
-        if module is None:
-            import cupy
+        if key not in _kernels:
+            _compile(device_id, dtype_name)
+        return _kernels[key]
 
-            with cupy.cuda.Device(device_id):
-                module = cupy.RawModule(
-                    code=kernel_source(),
-                    options=(*COMPILE_OPTIONS, *_include_options(cupy)),
-                    name_expressions=kernel_names(dtype_name),
-                )
-                module.compile()
-            _modules[key] = module
-    return module.get_function(
-        kernel_name(
-            dtype_name,
-            vector=vector,
-            interleaved=interleaved,
-            position_itemsize=position_itemsize,
+
+def _compile(device_id: int, dtype_name: str) -> None:
+    """Compile every variant of ``dtype_name`` on ``device_id`` into ``_kernels`` (lock held)."""
+    import cupy
+
+    # CuPy adds the CUDA headers itself (CUDA_PATH, or the cudart wheel's include folder).
+    with cupy.cuda.Device(device_id):
+        module = cupy.RawModule(
+            code=kernel_source(),
+            options=COMPILE_OPTIONS,
+            name_expressions=kernel_names(dtype_name),
         )
-    )
+        module.compile()
+        # Looked up on the kernel's own device: CuPy loads a module per current device.
+        for (vector, interleaved, size), name in zip(
+            _variants(), kernel_names(dtype_name), strict=True
+        ):
+            _kernels[device_id, dtype_name, vector, interleaved, size] = module.get_function(name)

@@ -130,7 +130,8 @@ def plan_launches(
     One launch for q and k together unless the batch axes of the operands cannot be
     walked with a single stride (then one launch per outer batch index, still exact).
     The 16-byte vector variant is chosen when every tensor has a unit last stride,
-    16-byte aligned rows and widths that are whole vectors; otherwise the scalar one.
+    16-byte aligned rows and widths that are whole vectors, and both tables are 16-byte
+    aligned; otherwise the scalar one.
     """
     ndim = len(q_in.shape)
     batch_axes, s_axis, h_axis = _axes(layout, ndim)
@@ -163,6 +164,9 @@ def plan_launches(
     vector = (
         half % width == 0
         and tail % width == 0
+        # Table rows are read with 16-byte loads as well (a row holds `half` entries).
+        and cos_ptr % _VECTOR_BYTES == 0
+        and sin_ptr % _VECTOR_BYTES == 0
         and all(
             op.strides[-1] == 1
             and op.ptr % _VECTOR_BYTES == 0

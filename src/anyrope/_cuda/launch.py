@@ -79,7 +79,7 @@ def rotate_cuda(
             return rotate_with_grad(
                 rope, arrays, where, layout=layout, inverse=inverse, inplace=inplace, xp=xp
             )
-    return rotate_raw(
+    outputs = rotate_raw(
         rope,
         arrays,
         where,
@@ -89,6 +89,16 @@ def rotate_cuda(
         xp=xp,
         launcher=_launch_on_device,
     )
+    if inplace and array_api_compat.is_torch_array(arrays[0]):
+        from torch.autograd.graph import increment_version
+
+        # Writes through data_ptr() do not bump torch's version counter; autograd needs it
+        # to refuse a backward through a tensor saved before this in-place rotation.
+        # Inference tensors have no counter (older torch raises when asked to bump one).
+        for x in arrays:
+            if not x.is_inference():
+                increment_version(x)
+    return outputs
 
 
 def rotate_raw(
