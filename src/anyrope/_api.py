@@ -16,6 +16,7 @@ from ._agnostic.rotation import rotate_pairs
 from ._cpu import blocked
 from ._cuda.launch import rotate_cuda
 from ._cuda.launch import unsupported_reason as cuda_unsupported
+from ._cuda.launch import usable as cuda_usable
 from ._layout import Axes, axes_of, place_tables
 from ._mrope import join_sections
 from ._namespace import (
@@ -170,11 +171,10 @@ def _check_same_tokens(arrays: tuple[Array, ...], names: tuple[str, ...], axes: 
 
 def _choose_path(impl: str, arrays: tuple[Array, ...], inplace: bool, xp: Namespace) -> str:
     if impl in ("auto", "cuda"):
-        reason = cuda_unsupported(arrays)
-        if reason is None:
+        if cuda_usable(arrays):
             return "cuda"
         if impl == "cuda":
-            raise ValueError(reason)
+            raise ValueError(cuda_unsupported(arrays))
     fast = all(blocked.supports(x) for x in arrays)
     if impl == "blocked" and not fast:
         raise ValueError(

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from .._positions import Positions
     from .._rope import RoPE
 
-__all__ = ["cuda_array", "rotate_cuda", "unsupported_reason"]
+__all__ = ["cuda_array", "rotate_cuda", "unsupported_reason", "usable"]
 
 Launcher = Callable[[Array, str, Launch, int], None]
 """``launcher(first_array, dtype_name, launch, position_itemsize)`` runs one launch."""
@@ -37,6 +37,11 @@ def cuda_array(x: Array) -> bool:
     if array_api_compat.is_cupy_array(x):
         return True
     return bool(array_api_compat.is_torch_array(x) and x.is_cuda)
+
+
+def usable(arrays: tuple[Array, ...]) -> bool:
+    """Whether the kernel can take ``arrays``; asked on every call, so it builds no message."""
+    return all(cuda_array(x) for x in arrays) and _cupy_installed()
 
 
 def unsupported_reason(arrays: tuple[Array, ...]) -> str | None:
