@@ -9,11 +9,15 @@ Both take ``x`` of shape ``(..., seq, heads, d)`` (bshd) and positions of shape
 
 from __future__ import annotations
 
+import mpmath
 import numpy as np
 
 
 def frequencies(rotary_dim: int, base: float) -> np.ndarray:
-    return 1.0 / base ** (np.arange(rotary_dim // 2, dtype=np.float64) * 2.0 / rotary_dim)
+    """``base ** (-2i / rotary_dim)`` correctly rounded (mpmath at 200 bits)."""
+    with mpmath.workprec(200):
+        pairs = range(rotary_dim // 2)
+        return np.array([float(mpmath.power(base, mpmath.mpf(-2 * i) / rotary_dim)) for i in pairs])
 
 
 def pair_index(rotary_dim: int, interleaved: bool) -> tuple[np.ndarray, np.ndarray]:

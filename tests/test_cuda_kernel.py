@@ -8,7 +8,6 @@ Every result is compared bit for bit with the array-API path on NumPy.
 from __future__ import annotations
 
 import importlib.util
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -21,9 +20,8 @@ import anyrope
 from anyrope._backends import Backend, known_backends, numpy_dtype
 from anyrope._cuda import launch as cuda_launch
 from anyrope._cuda._plan import Launch
+from goldens import CASES, DATA, assert_same_bits, case_id, rotate_case
 
-GOLDEN = Path(__file__).parent / "golden"
-CASES = json.loads((GOLDEN / "cases.json").read_text())
 _UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 GPU_BACKENDS = [b for b in known_backends() if b.device_label != "cpu"]
 
@@ -108,26 +106,17 @@ def test_auto_on_numpy_does_not_touch_cuda(launches: list[Launch]) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+@pytest.mark.parametrize("case", CASES, ids=case_id)
 @pytest.mark.parametrize("impl", ["cuda", "auto"])
 def test_golden_bits(gpu: Backend, case: dict[str, Any], impl: str, launches: list[Launch]) -> None:
     if case["dtype"] not in gpu.dtype_names:
         pytest.skip(f"{gpu.name} has no {case['dtype']}")
-    data = np.load(GOLDEN / "golden.npz")
-    x = gpu.from_bits(data[f"{case['name']}_x"], case["dtype"])
+    x = gpu.from_bits(DATA[f"{case['name']}_x"], case["dtype"])
     positions = case["positions"]
     if positions == "array":
-        positions = _ints(gpu, data[f"{case['name']}_positions"])
-    y = anyrope.rotate(
-        x,
-        positions,
-        rotary_dim=case["rotary_dim"],
-        base=case["base"],
-        interleaved=case["interleaved"],
-        layout=case["layout"],
-        impl=impl,
-    )
-    np.testing.assert_array_equal(gpu.to_bits(y), data[f"{case['name']}_y"])
+        positions = _ints(gpu, DATA[f"{case['name']}_positions"])
+    y = rotate_case(case, x, positions, impl=impl)
+    assert_same_bits(gpu.to_bits(y), DATA[f"{case['name']}_y"], case["dtype"])
     assert launches
 
 

@@ -1,8 +1,9 @@
 """The CUDA kernel without a GPU.
 
 1. ``rope.cu`` compiles with ``nvcc`` for sm_80 and sm_90, every template instantiation
-   that ``anyrope._cuda._module`` asks NVRTC for, with no FMA in the generated PTX and
-   16-byte loads and stores in the vector variants.
+   that ``anyrope._cuda._module`` asks NVRTC for, with no FMA in the generated PTX, no
+   flush to zero under the ``-ftz=true`` CuPy adds, and 16-byte loads and stores in the
+   vector variants.
 2. The kernel body (``rope_math.cuh``), built for the host and run over a simulated grid
    on exactly the arguments ``anyrope._cuda.launch`` packs for the device, gives the bits
    of the array-API path: a wrong index, stride, layout or rounding fails here on a CPU.
@@ -139,9 +140,8 @@ def _cuda_include_dir(nvcc: str) -> str:
     return match.group(1).strip()
 
 
-def test_nvrtc_compiles_every_name_expression() -> None:
-    # CuPy compiles rope.cu at run time with NVRTC, not nvcc: same options, same names.
-    nvcc = _nvcc()
+def _nvrtc_compile(options: list[str]) -> tuple[bytes, dict[str, bytes]]:
+    """PTX and lowered names of the source CuPy compiles, every name of every dtype, by NVRTC."""
     lib = _nvrtc_library()
     program = ctypes.c_void_p()
     source = _module.kernel_source().encode()
@@ -149,13 +149,6 @@ def test_nvrtc_compiles_every_name_expression() -> None:
     names = [name for dtype in _module.KERNEL_TYPES for name in _module.kernel_names(dtype)]
     for name in names:
         assert lib.nvrtcAddNameExpression(program, name.encode()) == 0
-    # No -I for the package folder: the source CuPy gets must stand alone. The toolkit's
-    # include folder is what CuPy itself adds (CUDA_PATH or the cudart wheel's headers).
-    options = [
-        *_module.COMPILE_OPTIONS,
-        f"-I{_cuda_include_dir(nvcc)}",
-        "--gpu-architecture=compute_80",
-    ]
     encoded = (ctypes.c_char_p * len(options))(*(o.encode() for o in options))
     status = lib.nvrtcCompileProgram(program, len(options), encoded)
     size = ctypes.c_size_t()
@@ -163,16 +156,70 @@ def test_nvrtc_compiles_every_name_expression() -> None:
     log = ctypes.create_string_buffer(size.value)
     lib.nvrtcGetProgramLog(program, log)
     assert status == 0, log.value.decode()
+    lowered_names = {}
     for name in names:
         lowered = ctypes.c_char_p()
         assert lib.nvrtcGetLoweredName(program, name.encode(), ctypes.byref(lowered)) == 0
         assert lowered.value is not None
-        assert lowered.value.startswith(b"_Z12anyrope_rope")
+        lowered_names[name] = lowered.value
     lib.nvrtcGetPTXSize(program, ctypes.byref(size))
     ptx = ctypes.create_string_buffer(size.value)
     assert lib.nvrtcGetPTX(program, ptx) == 0
-    assert re.search(rb"\bfma\.", ptx.value) is None
     lib.nvrtcDestroyProgram(ctypes.byref(program))
+    return ptx.value, lowered_names
+
+
+def test_nvrtc_compiles_every_name_expression() -> None:
+    # CuPy compiles rope.cu at run time with NVRTC, not nvcc: same options, same names.
+    # No -I for the package folder: the source CuPy gets must stand alone. The toolkit's
+    # include folder is what CuPy itself adds (CUDA_PATH or the cudart wheel's headers).
+    ptx, lowered = _nvrtc_compile(
+        [
+            *_module.COMPILE_OPTIONS,
+            f"-I{_cuda_include_dir(_nvcc())}",
+            "--gpu-architecture=compute_80",
+        ]
+    )
+    assert all(name.startswith(b"_Z12anyrope_rope") for name in lowered.values())
+    assert re.search(rb"\bfma\.", ptx) is None
+
+
+# Flags after the caller's options. CuPy's compiler.py appends `-ftz=true` to every
+# compile (_compile_with_cache_cuda), then the architecture (compile_using_nvrtc); the
+# other sets flush and approximate harder still, to show that no flag reaches the math.
+FLUSHING_FLAGS = {
+    "cupy-ftz": ["-ftz=true"],
+    "use-fast-math": ["--use_fast_math"],
+    "fast-div-sqrt-ftz": ["-prec-div=false", "-prec-sqrt=false", "-ftz=true"],
+}
+
+
+@pytest.mark.parametrize("flags", list(FLUSHING_FLAGS.values()), ids=list(FLUSHING_FLAGS))
+@pytest.mark.parametrize("arch", ["compute_80", "compute_90"])
+def test_nvrtc_float32_math_keeps_subnormals(arch: str, flags: list[str]) -> None:
+    # numerics.md section 3: subnormals are kept as NumPy keeps them. `.ftz` on any f32
+    # instruction (mul, add, sub, neg, cvt, setp, ...) would flush them on the GPU.
+    ptx, _ = _nvrtc_compile(
+        [
+            *_module.COMPILE_OPTIONS,
+            f"-I{_cuda_include_dir(_nvcc())}",
+            *flags,
+            f"-arch={arch}",
+        ]
+    )
+    flushing = sorted(set(re.findall(rb"[\w.]*\.ftz[\w.]*", ptx)))
+    assert flushing == []
+    # The float32 math and the conversions are there, so this cannot pass vacuously.
+    for op in (
+        "mul.rn.f32",
+        "add.rn.f32",
+        "sub.rn.f32",
+        "neg.f32",
+        "cvt.rn.f16.f32",
+        "cvt.rn.bf16.f32",
+    ):
+        assert re.search(rf"\b{re.escape(op)}\s".encode(), ptx) is not None, op
+    assert re.search(rb"\bfma\.", ptx) is None
 
 
 # -- 2. the host harness ----------------------------------------------------------------
@@ -183,7 +230,8 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Any:
     nvcc = _nvcc()
     library = tmp_path_factory.mktemp("harness") / "libharness.so"
     # nvcc drives the host compiler and supplies the CUDA headers; -ffp-contract=off keeps
-    # a*b - c*d from being fused on the host, as --fmad=false does on the device.
+    # a*b - c*d from being fused on the host, as --fmad=false does on the device. No
+    # -ffast-math (harness.cpp refuses it): SSE at -O2 keeps subnormals, as NumPy does.
     _compile(
         [
             nvcc,
@@ -472,6 +520,66 @@ def test_harness_random_geometry(harness: Any, case: dict[str, Any]) -> None:
 
     for y, want in zip(outputs, expected, strict=True):
         _assert_bits(y, want)
+
+
+def _special_values(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
+    """A random mix of subnormals, tiny normals (whose products with cos and sin are
+    subnormal), zeros, infinities, NaN, the largest finite value and ordinary numbers."""
+    uint = _UINT[dtype.itemsize]
+    inf = int(np.array(np.inf, dtype).view(uint))
+    normal = inf & -inf  # bits of the smallest normal number: exponent 1, mantissa 0
+    size = int(np.prod(shape))
+    pools = [
+        rng.integers(1, normal, size),
+        rng.integers(normal, 8 * normal, size),
+        np.zeros(size, dtype=np.int64),
+        rng.choice([inf, inf | (normal >> 1), inf - 1], size),
+        _data(rng, (size,), dtype).view(uint),
+    ]
+    bits = np.choose(rng.integers(0, len(pools), size), [pool.astype(uint) for pool in pools])
+    signs = rng.integers(0, 2, size).astype(uint) << uint(8 * dtype.itemsize - 1)
+    return (bits ^ signs).view(dtype).reshape(shape)
+
+
+def _nan_and_subnormal(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Masks of the NaNs and of the subnormals of ``x``, read from its bits."""
+    uint = _UINT[x.dtype.itemsize]
+    inf = int(np.array(np.inf, x.dtype).view(uint))
+    magnitude = np.ascontiguousarray(x).view(uint) & uint(inf | (inf - 1))
+    return magnitude > inf, (magnitude != 0) & (magnitude < (inf & -inf))
+
+
+@pytest.mark.parametrize("inverse", [False, True], ids=["forward", "inverse"])
+@pytest.mark.parametrize("interleaved", [False, True], ids=["half", "interleaved"])
+@pytest.mark.parametrize("dtype_name", ["float16", "bfloat16", "float32", "float64"])
+def test_harness_keeps_subnormals_inf_and_nan(
+    harness: Any, dtype_name: str, interleaved: bool, inverse: bool
+) -> None:
+    # numerics.md section 3: no flush to zero, IEEE special values as NumPy gives them.
+    dtype = _dtype(dtype_name)
+    rng = np.random.default_rng(
+        zlib.crc32(f"special-{dtype_name}-{interleaved}-{inverse}".encode())
+    )
+    x = _special_values(rng, (2, 8, 3, 20), dtype)
+    # Position 0 (cos 1, sin 0) sends subnormals through the arithmetic unchanged.
+    positions = np.array([0, 1, 2, 3, 1000, 12345, 2**20, 7], dtype=np.int64)
+    common = {"rotary_dim": 16, "interleaved": interleaved, "layout": "bshd", "inverse": inverse}
+    with np.errstate(invalid="ignore", over="ignore"):  # inf * 0, inf - inf, overflow
+        want = _expected(x, positions, **common)
+
+    (got,), _ = _run(harness, (x,), positions, **common)
+
+    nan_got, _ = _nan_and_subnormal(got)
+    nan_want, subnormal_want = _nan_and_subnormal(want)
+    np.testing.assert_array_equal(nan_got, nan_want)
+    _assert_bits(np.where(nan_want, want, got), want)  # NaN payloads may differ
+    # The rotated entries hold what the test is about, so it cannot pass vacuously (nor
+    # in a process whose NumPy flushes subnormals too).
+    rotated = want[..., :16]
+    assert subnormal_want[..., :16].any()
+    assert nan_want[..., :16].any()
+    assert np.isinf(rotated.astype(np.float64)).any()
+    assert (np.signbit(rotated.astype(np.float64)) & (rotated == 0)).any()
 
 
 def test_autograd_function_through_the_harness(harness: Any) -> None:

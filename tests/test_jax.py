@@ -6,22 +6,17 @@ contract does not cover (numerics.md, section 4): there the promise is one ulp.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import ml_dtypes
 import numpy as np
 import pytest
 
 import anyrope
 from anyrope._backends import numpy_dtype
+from goldens import CASES, DATA, assert_same_bits, case_id, rope_options
 
 jax = pytest.importorskip("jax", reason="JAX is not installed")
 jnp = pytest.importorskip("jax.numpy")
 
-GOLDEN = Path(__file__).parent / "golden"
-CASES = json.loads((GOLDEN / "cases.json").read_text())
-DATA = np.load(GOLDEN / "golden.npz")
 BITS = {"float16": np.uint16, "bfloat16": np.uint16, "float32": np.uint32, "float64": np.uint64}
 # Eager JAX compiles each operation for each new shape, about a second per case here: a
 # quick subset (each dtype with both pair layouts, all three axis layouts, offsets and
@@ -29,23 +24,15 @@ BITS = {"float16": np.uint16, "bfloat16": np.uint16, "float32": np.uint32, "floa
 QUICK = {1, 2, 11}
 
 
-def _case_id(case: dict) -> str:
-    positions = (
-        case["positions"]
-        if isinstance(case["positions"], str)
-        else ("default" if case["positions"] is None else "offset")
-    )
-    return f"{case['name']}-{case['dtype']}-{case['layout']}-{positions}"
-
-
-def _golden_cases():
+def _golden_cases(kinds=("random", "special", "large", "scaled")):
     return [
         pytest.param(
             case,
-            id=_case_id(case),
+            id=case_id(case),
             marks=() if index % 12 in QUICK else pytest.mark.slow,
         )
         for index, case in enumerate(CASES)
+        if case["kind"] in kinds
     ]
 
 
@@ -54,13 +41,7 @@ def _inputs(case):
     positions = case["positions"]
     if positions == "array":
         positions = jnp.asarray(DATA[f"{case['name']}_positions"].view(np.int64))
-    options = {
-        "rotary_dim": case["rotary_dim"],
-        "base": case["base"],
-        "interleaved": case["interleaved"],
-        "layout": case["layout"],
-    }
-    return x, positions, options
+    return x, positions, rope_options(case)
 
 
 def _bits(y) -> np.ndarray:
@@ -107,10 +88,12 @@ def test_eager_equals_golden_bits(case, x64):
     y = anyrope.rotate(x, positions, **options)
     assert isinstance(y, jax.Array)
     assert y.dtype == x.dtype
-    np.testing.assert_array_equal(_bits(y), DATA[f"{case['name']}_y"])
+    assert_same_bits(_bits(y), DATA[f"{case['name']}_y"], case["dtype"])
 
 
-@pytest.mark.parametrize("case", _golden_cases())
+# XLA may flush subnormals and fuse operations under jit: the promise there is one ulp on
+# ordinary values, which the special-value cases are not.
+@pytest.mark.parametrize("case", _golden_cases(kinds=("random", "large", "scaled")))
 def test_jit_within_one_ulp_of_golden(case, x64):
     x, positions, options = _inputs(case)
     if isinstance(positions, jax.Array):

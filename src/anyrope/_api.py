@@ -74,6 +74,35 @@ def apply(
     path = _choose_path(impl, arrays, inplace, xp)
     if any(math.prod(x.shape) == 0 for x in arrays):
         return tuple(x if inplace else xp.asarray(x, copy=True) for x in arrays)
+    # inf * 0 is NaN and a huge pair may overflow: IEEE results the contract keeps
+    # (numerics.md, section 4), not something to warn about on NumPy and not elsewhere.
+    with np.errstate(invalid="ignore", over="ignore"):
+        return _rotate(
+            rope,
+            arrays,
+            where,
+            axes=first_axes,
+            path=path,
+            layout=layout,
+            inverse=inverse,
+            inplace=inplace,
+            xp=xp,
+        )
+
+
+def _rotate(
+    rope: RoPE,
+    arrays: tuple[Array, ...],
+    where: Positions | list[Positions],
+    *,
+    axes: Axes,
+    path: str,
+    layout: str,
+    inverse: bool,
+    inplace: bool,
+    xp: Namespace,
+) -> tuple[Array, ...]:
+    first = arrays[0]
     if path == "cuda" and isinstance(where, Positions):
         return rotate_cuda(
             rope, arrays, where, layout=layout, inverse=inverse, inplace=inplace, xp=xp
@@ -88,7 +117,7 @@ def apply(
         cos, sin = join_sections(
             [gather_tables(rope, stream, xp, device, dtype) for stream in where], rope.sections, xp
         )
-    cos, sin = place_tables(cos, first_axes, xp), place_tables(sin, first_axes, xp)
+    cos, sin = place_tables(cos, axes, xp), place_tables(sin, axes, xp)
     r, interleaved = rope.rotary_dim, rope.interleaved
     results = []
     for x in arrays:

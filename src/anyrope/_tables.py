@@ -1,7 +1,8 @@
 """cos/sin tables: float64 on the host, rounded once, moved to a device once and cached.
 
 numerics.md, section 2: ``angle = float64(m) * theta``; ``cos``/``sin`` of it times the
-attention factor, all in float64 with NumPy, then one rounding to the table dtype.
+attention factor, all in float64 with :func:`anyrope._hostmath.sincos` (the same bits on
+every machine), then one rounding to the table dtype.
 Every entry depends only on its own position, so a table grown later, a slice of it
 and a table built directly for a few positions hold the same bits.
 """
@@ -13,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ._hostmath import sincos
 from ._namespace import Array, Namespace
 
 MAX_CACHED_ENTRIES = 2**22
@@ -20,6 +22,9 @@ MAX_CACHED_ENTRIES = 2**22
 float32); positions beyond it get tables built for just the positions asked for."""
 
 MIN_CACHED_ROWS = 256
+
+BLOCK_ENTRIES = 8192
+"""Entries computed per step: the host math's temporaries stay in the L1/L2 caches."""
 
 
 def host_tables(
@@ -34,13 +39,20 @@ def host_tables(
     ``positions`` are non-negative integers below 2**53, so converting them to
     float64 is exact; the products and the attention factor are float64 too.
     """
-    angles = positions.astype(np.float64)[..., None] * inv_freq
-    cos = np.cos(angles)
-    sin = np.sin(angles)
-    if attention_factor != 1.0:
-        cos *= attention_factor
-        sin *= attention_factor
-    return cos.astype(dtype), sin.astype(dtype)
+    flat = positions.reshape(-1).astype(np.float64)
+    cos = np.empty((flat.size, inv_freq.size), dtype=dtype)
+    sin = np.empty_like(cos)
+    rows = max(1, BLOCK_ENTRIES // max(inv_freq.size, 1))
+    for start in range(0, flat.size, rows):
+        block = slice(start, start + rows)
+        s, c = sincos(flat[block, None] * inv_freq)
+        if attention_factor != 1.0:
+            s *= attention_factor
+            c *= attention_factor
+        cos[block] = c
+        sin[block] = s
+    shape = (*positions.shape, inv_freq.size)
+    return cos.reshape(shape), sin.reshape(shape)
 
 
 class TableCache:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._frequencies import default_inv_freq
+from ._hostmath import sincos
 from ._layout import Axes, axes_of
 from ._namespace import Array, Namespace, compute_dtype, device_of, is_real_floating, namespace_of
 from ._validation import check_bool, check_layout, describe
@@ -288,6 +289,7 @@ def relative_decay_bound(
     """
     theta = default_inv_freq(dim, base)
     phases = np.asarray(distances, dtype=np.float64)[..., None] * theta
-    partial_sums = np.cumsum(np.exp(1j * phases), axis=-1)
+    sin, cos = sincos(phases)
+    partial_sums = np.cumsum(cos + 1j * sin, axis=-1)
     bound: np.ndarray[Any, np.dtype[np.float64]] = np.mean(np.abs(partial_sums), axis=-1)
     return bound

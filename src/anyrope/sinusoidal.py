@@ -13,6 +13,7 @@ import array_api_compat
 import numpy as np
 
 from ._frequencies import default_inv_freq
+from ._hostmath import sincos
 from ._namespace import (
     Array,
     Namespace,
@@ -100,6 +101,6 @@ def sinusoidal(
         raise TypeError(f"`dtype` must be a real floating dtype; got {dtype!r}")
 
     angles = host.astype(np.float64)[..., None] * default_inv_freq(dim, base)
-    table = np.stack((np.sin(angles), np.cos(angles)), axis=-1).reshape((*host.shape, dim))
+    table = np.stack(sincos(angles), axis=-1).reshape((*host.shape, dim))
     out = xp.asarray(table.astype(table_dtype(xp, dtype)), device=device)
     return xp.astype(out, dtype, copy=False)

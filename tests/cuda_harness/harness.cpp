@@ -5,9 +5,15 @@
 // through ctypes in place of the CuPy launch: the very same index mapping and rounding,
 // run for every (blockIdx.x, threadIdx.x) in order on host memory, with the arguments
 // that anyrope._cuda.launch packed for the device (pointers are host addresses here).
+#include <cfloat>
 #include <cstdint>
 
 #include "rope_math.cuh"
+
+// NumPy keeps subnormals and rounds every operation to nearest even; so must the host build.
+#if defined(__FAST_MATH__)
+#error "the harness must be built without -ffast-math: it flushes subnormals and reorders math"
+#endif
 
 namespace {
 
@@ -60,14 +66,24 @@ int run_positions(int position_itemsize, bool vector, bool interleaved, const lo
   }
 }
 
+// SSE arithmetic keeps subnormals unless the thread's MXCSR has FTZ or DAZ set, which a
+// library built with -ffast-math does for the whole process when it is loaded.
+bool keeps_subnormals() {
+  volatile float smallest_normal = FLT_MIN;
+  volatile float subnormal = smallest_normal * 0.5f;  // 0 under FTZ
+  return subnormal * 2.0f == FLT_MIN;                 // 0 under DAZ
+}
+
 }  // namespace
 
 // dtype: 0 float16, 1 bfloat16, 2 float32, 3 float64.  Returns 0 on success, 1 for a wrong
-// argument count, 2 for an unknown position type, 3 for an unknown dtype.
+// argument count, 2 for an unknown position type, 3 for an unknown dtype, 4 when this
+// thread flushes subnormals to zero.
 extern "C" int anyrope_harness_run(int dtype, int vector, int interleaved, int position_itemsize,
                                    long long grid, long long block, const long long* args,
                                    int n_args) {
   if (n_args != kParams) return 1;
+  if (!keeps_subnormals()) return 4;
   switch (dtype) {
     case 0: return run_positions<__half>(position_itemsize, vector, interleaved, args, grid, block);
     case 1:

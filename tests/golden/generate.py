@@ -1,8 +1,19 @@
-"""Regenerate the golden files from the NumPy path: ``python tests/golden/generate.py``.
+"""Regenerate the golden files: ``python tests/golden/generate.py``.
 
-Each case stores its input, positions and expected output as raw bits (so bfloat16 and
-the exact float16 payloads survive), plus its options in ``cases.json``. Every backend's
-test session compares its output with these bits exactly. Needs ml_dtypes for bfloat16.
+Three kinds of golden data, all stored as raw bits (bfloat16 and float16 payloads survive):
+
+- ``cases.json`` + ``golden.npz``: rotations. Random inputs over every dtype, pairing,
+  axis layout and partial width; special values (subnormal inputs and outputs, signed
+  zeros, infinities, NaN, overflow); positions up to ``2**53 - 1``; scaled RoPEs.
+- ``tables.json`` + ``golden.npz``: ``inv_freq``, attention factor, softmax scale and the
+  float64 and float32 cos/sin tables of every scaling method, at positions up to
+  ``2**53 - 1``.
+
+Every test session compares its results with these bits exactly (NaN: at the same
+places), on every machine; ``tests/test_golden.py`` also checks the tables against mpmath,
+so the files are right and not only self-consistent. Needs ml_dtypes for bfloat16.
+Regenerating is only needed when a case is added: the bits must not depend on where this
+script runs, and the tests prove that they do not.
 """
 
 from __future__ import annotations
@@ -10,6 +21,7 @@ from __future__ import annotations
 import itertools
 import json
 from pathlib import Path
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -22,6 +34,18 @@ DTYPES = ("float16", "bfloat16", "float32", "float64")
 BITS = {"float16": np.uint16, "bfloat16": np.uint16, "float32": np.uint32, "float64": np.uint64}
 HEAD_DIMS = (64, 80, 96, 128, 256)
 POSITION_KINDS = ("default", "offset", "random")
+LARGEST_POSITION = 2**53 - 1
+
+
+def _native(dtype: str) -> Any:
+    return ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+
+
+def _to_bits(values: np.ndarray, dtype: str) -> np.ndarray:
+    """float64 values rounded once to ``dtype``, as bits."""
+    if dtype == "bfloat16":
+        return values.astype(ml_dtypes.bfloat16).view(np.uint16)
+    return values.astype(dtype).view(BITS[dtype])
 
 
 def _input(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
@@ -33,6 +57,42 @@ def _input(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.n
     return values.astype(dtype).view(BITS[dtype])
 
 
+def _special_input(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """Subnormals, values whose rotation is subnormal, signed zeros, inf, NaN, huge values."""
+    info = ml_dtypes.finfo(_native(dtype))
+    tiny, smallest = float(info.smallest_normal), float(info.smallest_subnormal)
+    largest = float(info.max)
+    pool = np.array(
+        [
+            smallest,
+            -smallest,
+            3 * smallest,
+            tiny / 2,
+            -tiny / 3,
+            tiny * 0.999,
+            tiny,
+            -tiny,
+            1.5 * tiny,
+            0.0,
+            -0.0,
+            np.inf,
+            -np.inf,
+            np.nan,
+            largest,
+            -largest,
+            largest / 2,
+            1.0,
+            -0.75,
+        ]
+    )
+    values = rng.choice(pool, size=shape)
+    # A few ordinary values between the special ones, so pairs mix both.
+    ordinary = rng.standard_normal(shape)
+    values = np.where(rng.random(shape) < 0.25, ordinary, values)
+    with np.errstate(over="ignore"):
+        return _to_bits(values, dtype)
+
+
 def _positions(rng: np.random.Generator, kind: str, batch: int, seq: int) -> object:
     if kind == "default":
         return None
@@ -41,10 +101,53 @@ def _positions(rng: np.random.Generator, kind: str, batch: int, seq: int) -> obj
     return rng.integers(0, 2**20, size=(batch, seq), dtype=np.int64)
 
 
-def main() -> None:
-    rng = np.random.default_rng(20261123)
-    cases = []
+def _rotation_cases(rng: np.random.Generator) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    cases: list[dict[str, Any]] = []
     arrays: dict[str, np.ndarray] = {}
+
+    def add(
+        kind: str,
+        dtype: str,
+        bits: np.ndarray,
+        positions: object,
+        *,
+        interleaved: bool,
+        layout: str,
+        rotary_dim: int,
+        base: float,
+        **rope: Any,
+    ) -> None:
+        name = f"case{len(cases):03d}"
+        x = bits.view(_native(dtype))
+        options = {
+            "rotary_dim": rotary_dim,
+            "base": base,
+            "interleaved": interleaved,
+            "layout": layout,
+        }
+        with np.errstate(invalid="ignore", over="ignore"):
+            y = anyrope.rotate(x, positions, **options, **rope, impl="array_api")
+        arrays[f"{name}_x"] = bits
+        arrays[f"{name}_y"] = np.ascontiguousarray(y).view(BITS[dtype])
+        if isinstance(positions, np.ndarray):
+            arrays[f"{name}_positions"] = positions
+        cases.append(
+            {
+                "name": name,
+                "kind": kind,
+                "dtype": dtype,
+                "interleaved": interleaved,
+                "layout": layout,
+                "rotary_dim": rotary_dim,
+                "head_dim": bits.shape[-1],
+                "base": base,
+                "shape": list(bits.shape),
+                "positions": positions if not isinstance(positions, np.ndarray) else "array",
+                **rope,
+            }
+        )
+
+    # 1. Random inputs: every dtype x pairing x axis layout x full/partial width.
     combos = itertools.product(DTYPES, (False, True), ("bshd", "bhsd", "sbhd"), ("full", "partial"))
     for number, (dtype, interleaved, layout, rotary) in enumerate(combos):
         head_dim = HEAD_DIMS[number % len(HEAD_DIMS)]
@@ -59,39 +162,227 @@ def main() -> None:
         kind = POSITION_KINDS[number % len(POSITION_KINDS)]
         positions = _positions(rng, kind, batch, seq)
         bits = _input(rng, shape, dtype)
-        numpy_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
-        x = bits.view(numpy_dtype)
         base = float(rng.choice([10000.0, 500000.0, 1e6]))
-        y = anyrope.rotate(
-            x,
+        add(
+            "random",
+            dtype,
+            bits,
             positions,
-            rotary_dim=rotary_dim,
-            base=base,
             interleaved=interleaved,
             layout=layout,
-            impl="array_api",
+            rotary_dim=rotary_dim,
+            base=base,
         )
-        name = f"case{number:03d}"
-        arrays[f"{name}_x"] = bits
-        arrays[f"{name}_y"] = np.ascontiguousarray(y).view(BITS[dtype])
-        if isinstance(positions, np.ndarray):
+
+    # 2. Special values, at position 0 (cos 1, sin 0: inf * 0) and beyond.
+    for dtype, interleaved in itertools.product(DTYPES, (False, True)):
+        shape = (2, 6, 3, 64)
+        positions = rng.integers(0, 2**31, size=(2, 6), dtype=np.int64)
+        positions[:, 0] = 0
+        add(
+            "special",
+            dtype,
+            _special_input(rng, shape, dtype),
+            positions,
+            interleaved=interleaved,
+            layout="bshd",
+            rotary_dim=48,
+            base=10000.0,
+        )
+
+    # 3. Large positions: below 2**31 (long contexts) and up to 2**53 - 1, where the
+    # angles need the exact argument reduction.
+    for dtype, base in itertools.product(DTYPES, (1e4, 5e5, 1e7)):
+        shape = (2, 4, 2, 128)
+        positions = rng.integers(0, 2**31, size=(2, 4), dtype=np.int64)
+        positions[1] = rng.integers(2**31, LARGEST_POSITION, size=4, dtype=np.int64)
+        positions[1, -1] = LARGEST_POSITION
+        add(
+            "large",
+            dtype,
+            _input(rng, shape, dtype),
+            positions,
+            interleaved=base == 5e5,
+            layout="bshd",
+            rotary_dim=128,
+            base=base,
+        )
+
+    # 4. Scaled RoPEs: the attention factor inside the tables.
+    for dtype, scaling in itertools.product(("bfloat16", "float32", "float64"), _ROTATION_SCALINGS):
+        shape = (1, 5, 2, 64)
+        positions = rng.integers(0, 200_000, size=(1, 5), dtype=np.int64)
+        add(
+            "scaled",
+            dtype,
+            _input(rng, shape, dtype),
+            positions,
+            interleaved=False,
+            layout="bshd",
+            rotary_dim=64,
+            base=1e6,
+            scaling=scaling,
+            max_position_embeddings=131072,
+        )
+    return cases, arrays
+
+
+_ROTATION_SCALINGS = (
+    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768},
+    {
+        "rope_type": "longrope",
+        "short_factor": [1.0 + 0.05 * i for i in range(32)],
+        "long_factor": [1.0 + 1.5 * i for i in range(32)],
+        "original_max_position_embeddings": 4096,
+    },
+)
+
+# (name, RoPE keyword arguments, sequence lengths for the length-dependent methods)
+TABLE_ROPES: tuple[tuple[str, dict[str, Any], tuple[int | None, ...]], ...] = (
+    ("default-1e4", {"head_dim": 128}, (None,)),
+    ("default-5e5-r64", {"head_dim": 128, "rotary_dim": 64, "base": 500000.0}, (None,)),
+    ("default-1e7", {"head_dim": 256, "base": 1e7}, (None,)),
+    ("linear", {"head_dim": 128, "scaling": {"rope_type": "linear", "factor": 4.0}}, (None,)),
+    ("ntk", {"head_dim": 128, "scaling": {"rope_type": "ntk", "factor": 4.0}}, (None,)),
+    (
+        "dynamic",
+        {
+            "head_dim": 128,
+            "scaling": {"rope_type": "dynamic", "factor": 4.0},
+            "max_position_embeddings": 4096,
+        },
+        (4096, 5000, 200_000),
+    ),
+    (
+        "yarn",
+        {
+            "head_dim": 128,
+            "base": 1e6,
+            "scaling": {"rope_type": "yarn", "factor": 4.0},
+            "max_position_embeddings": 32768,
+        },
+        (None,),
+    ),
+    (
+        "yarn-no-truncate",
+        {
+            "head_dim": 64,
+            "scaling": {
+                "rope_type": "yarn",
+                "factor": 16.0,
+                "beta_fast": 16.0,
+                "beta_slow": 2.0,
+                "truncate": False,
+                "attention_factor": 1.25,
+                "original_max_position_embeddings": 2048,
+            },
+        },
+        (None,),
+    ),
+    (
+        "yarn-deepseek",
+        {
+            "head_dim": 64,
+            "interleaved": True,
+            "scaling": {
+                "rope_type": "yarn",
+                "factor": 40.0,
+                "mscale": 1.0,
+                "mscale_all_dim": 0.707,
+                "beta_fast": 32,
+                "beta_slow": 1,
+                "original_max_position_embeddings": 4096,
+            },
+            "max_position_embeddings": 163840,
+        },
+        (None,),
+    ),
+    (
+        "longrope",
+        {
+            "head_dim": 96,
+            "scaling": {
+                "rope_type": "longrope",
+                "short_factor": [1.0 + 0.02 * i for i in range(48)],
+                "long_factor": [1.0 + 1.7 * i for i in range(48)],
+                "original_max_position_embeddings": 4096,
+            },
+            "max_position_embeddings": 131072,
+        },
+        (4096, 4097, 131072),
+    ),
+    (
+        "llama3",
+        {
+            "head_dim": 128,
+            "base": 500000.0,
+            "scaling": {
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192,
+            },
+            "max_position_embeddings": 131072,
+        },
+        (None,),
+    ),
+    ("axial", {"head_dim": 64, "scaling": {"rope_type": "axial"}}, (None,)),
+)
+
+TABLE_POSITIONS = (0, 1, 2, 3, 7, 100, 4095, 4096, 65535, 131071, 10**6 + 3, 2**31 - 1)
+HUGE_POSITIONS = (2**40 + 5, LARGEST_POSITION)
+
+
+def _table_positions(seq_len: int | None) -> np.ndarray:
+    """Positions below ``seq_len`` (all of them, and 2**53 - 1, when it is None)."""
+    if seq_len is None:
+        return np.array(TABLE_POSITIONS + HUGE_POSITIONS, dtype=np.int64)
+    kept = [p for p in TABLE_POSITIONS if p < seq_len - 1]
+    return np.array([*kept, seq_len - 1], dtype=np.int64)
+
+
+def _table_cases() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    cases: list[dict[str, Any]] = []
+    arrays: dict[str, np.ndarray] = {}
+    for label, kwargs, lengths in TABLE_ROPES:
+        head_dim = kwargs["head_dim"]
+        options = {key: value for key, value in kwargs.items() if key != "head_dim"}
+        rope = anyrope.RoPE(head_dim, **options)
+        for seq_len in lengths:
+            name = f"table-{label}" + ("" if seq_len is None else f"-L{seq_len}")
+            positions = _table_positions(seq_len)
+            if rope.axial:
+                # (row, column) of image patches.
+                positions = np.stack([positions, positions[::-1]], axis=-1)
+            inv_freq, factor = rope.frequencies(int(positions.max()) + 1)
             arrays[f"{name}_positions"] = positions
-        cases.append(
-            {
-                "name": name,
-                "dtype": dtype,
-                "interleaved": interleaved,
-                "layout": layout,
-                "rotary_dim": rotary_dim,
-                "head_dim": head_dim,
-                "base": base,
-                "shape": list(shape),
-                "positions": positions if not isinstance(positions, np.ndarray) else "array",
-            }
-        )
-    np.savez_compressed(HERE / "golden.npz", **arrays)
+            arrays[f"{name}_inv_freq"] = inv_freq.view(np.uint64)
+            for dtype in (np.float64, np.float32):
+                cos, sin = rope.tables(positions, dtype=dtype)
+                key = np.dtype(dtype).name
+                arrays[f"{name}_cos_{key}"] = cos.view(BITS[key])
+                arrays[f"{name}_sin_{key}"] = sin.view(BITS[key])
+            cases.append(
+                {
+                    "name": name,
+                    "head_dim": head_dim,
+                    "options": options,
+                    "attention_factor": float(factor).hex(),
+                    "softmax_scale": float(rope.softmax_scale).hex(),
+                }
+            )
+    return cases, arrays
+
+
+def main() -> None:
+    rng = np.random.default_rng(20261123)
+    cases, arrays = _rotation_cases(rng)
+    tables, table_arrays = _table_cases()
+    np.savez_compressed(HERE / "golden.npz", **arrays, **table_arrays)
     (HERE / "cases.json").write_text(json.dumps(cases, indent=1) + "\n")
-    print(f"wrote {len(cases)} cases to {HERE}")
+    (HERE / "tables.json").write_text(json.dumps(tables, indent=1) + "\n")
+    print(f"wrote {len(cases)} rotation cases and {len(tables)} table cases to {HERE}")
 
 
 if __name__ == "__main__":

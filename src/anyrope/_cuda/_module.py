@@ -36,8 +36,9 @@ _ITEMSIZE: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4, "float64
 #: C++ type of the positions for each integer itemsize.
 POSITION_TYPES: dict[int, str] = {4: "int", 8: "long long"}
 
-#: ``--fmad=false`` is the contract of numerics.md section 3 (no FMA contraction); the
-#: arithmetic also uses the ``__f*_rn`` intrinsics, which are never contracted.
+#: ``--fmad=false`` is the contract of numerics.md section 3 (no FMA contraction). The
+#: float32 arithmetic is inline PTX with explicit rounding, never contracted and never
+#: flushed to zero by the ``-ftz=true`` that CuPy appends to these options.
 COMPILE_OPTIONS: tuple[str, ...] = ("--std=c++17", "--fmad=false")
 
 

@@ -35,27 +35,46 @@ template <> ANYROPE_HD __nv_bfloat16 from_compute<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
 }
 
-// One IEEE operation each, rounded to nearest even, never contracted into an FMA:
-// the device intrinsics are never fused, and the host build uses -ffp-contract=off.
+// One IEEE operation each, rounded to nearest even, never contracted into an FMA, with
+// subnormals kept.  CuPy appends -ftz=true to every NVRTC compile, which turns `a * b` and
+// even `__fmul_rn` into `mul.rn.ftz.f32`; the float instructions are therefore written out
+// in PTX, where no compiler flag adds `.ftz`, and an instruction with an explicit rounding
+// mode is never fused.  The host build uses -ffp-contract=off and no fast-math flag.
 ANYROPE_HD float mul_rn(float a, float b) {
 #if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
+  float r;
+  asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
 #else
   return a * b;
 #endif
 }
 ANYROPE_HD float add_rn(float a, float b) {
 #if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
+  float r;
+  asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
 #else
   return a + b;
 #endif
 }
 ANYROPE_HD float sub_rn(float a, float b) {
 #if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
+  float r;
+  asm("sub.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
 #else
   return a - b;
+#endif
+}
+// Exact sign flip of a table entry; `-x` would become `neg.ftz.f32` under -ftz=true.
+ANYROPE_HD float negate(float x) {
+#if defined(__CUDA_ARCH__)
+  float r;
+  asm("neg.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+#else
+  return -x;
 #endif
 }
 ANYROPE_HD double mul_rn(double a, double b) {
@@ -79,6 +98,8 @@ ANYROPE_HD double sub_rn(double a, double b) {
   return a - b;
 #endif
 }
+// float64 has no flush-to-zero mode in PTX.
+ANYROPE_HD double negate(double x) { return -x; }
 
 // y0 = x0*c - x1*s, y1 = x1*c + x0*s, in the compute type, rounded once to T.
 template <typename T, typename C>
@@ -225,7 +246,7 @@ ANYROPE_HD void rope_unit(const tensor_view<T>& tv, const shared_args<C, P>& a, 
   }
 #pragma unroll
   for (int j = 0; j < V; ++j) {
-    if (a.inverse) sn[j] = -sn[j];
+    if (a.inverse) sn[j] = negate(sn[j]);
   }
 
   if constexpr (INTERLEAVED) {

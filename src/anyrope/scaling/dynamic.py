@@ -8,6 +8,7 @@ so tables are rebuilt whenever a call needs a longer sequence than the last one.
 
 from __future__ import annotations
 
+from .._hostmath import power
 from . import default
 from ._types import FloatArray
 
@@ -40,6 +41,8 @@ def scaled_base(
 ) -> float:
     """Return ``base * (factor * L / L_max - (factor - 1)) ** (d / (d - 2))``, L >= L_max.
 
+    The exponent ``d / (d - 2)`` is an exact fraction.
+
     Examples
     --------
     >>> from anyrope.scaling import dynamic
@@ -50,7 +53,7 @@ def scaled_base(
     """
     length = effective_length(seq_len, max_position_embeddings=max_position_embeddings)
     stretch = factor * length / max_position_embeddings - (factor - 1.0)
-    return float(base * stretch ** (rotary_dim / (rotary_dim - 2)))
+    return float(base * power(stretch, rotary_dim, rotary_dim - 2))
 
 
 def inv_freq(

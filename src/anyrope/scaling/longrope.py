@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .._hostmath import log
 from . import default
 from ._types import FloatArray
 
@@ -94,4 +95,4 @@ def attention_factor(
         return float(attention_factor)
     if factor <= 1.0:
         return 1.0
-    return math.sqrt(1.0 + math.log(factor) / math.log(original_max_position_embeddings))
+    return math.sqrt(1.0 + float(log(factor)) / float(log(original_max_position_embeddings)))

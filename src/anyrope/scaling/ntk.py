@@ -7,6 +7,7 @@ The highest frequency (``i = 0``) is unchanged and the lowest is divided by exac
 
 from __future__ import annotations
 
+from .._hostmath import power
 from . import default
 from ._types import FloatArray
 
@@ -14,7 +15,7 @@ __all__ = ["inv_freq", "scaled_base"]
 
 
 def scaled_base(rotary_dim: int, base: float, *, factor: float) -> float:
-    """Return ``base * factor ** (d / (d - 2))``.
+    """Return ``base * factor ** (d / (d - 2))``, the exponent an exact fraction.
 
     Examples
     --------
@@ -22,7 +23,7 @@ def scaled_base(rotary_dim: int, base: float, *, factor: float) -> float:
     >>> ntk.scaled_base(4, 100.0, factor=4.0)
     1600.0
     """
-    return float(base * factor ** (rotary_dim / (rotary_dim - 2)))
+    return float(base * power(factor, rotary_dim, rotary_dim - 2))
 
 
 def inv_freq(rotary_dim: int, base: float, *, factor: float) -> FloatArray:

@@ -24,6 +24,7 @@ import math
 
 import numpy as np
 
+from .._hostmath import log
 from . import default
 from ._types import FloatArray
 
@@ -49,7 +50,7 @@ def mscale(scale: float, k: float = 1.0) -> float:
     """
     if scale <= 1.0:
         return 1.0
-    return 0.1 * k * math.log(scale) + 1.0
+    return 0.1 * k * float(log(scale)) + 1.0
 
 
 def correction_dim(
@@ -64,7 +65,7 @@ def correction_dim(
     20.9445
     """
     turns = original_max_position_embeddings / (num_rotations * 2.0 * math.pi)
-    return rotary_dim * math.log(turns) / (2.0 * math.log(base))
+    return rotary_dim * float(log(turns)) / (2.0 * float(log(base)))
 
 
 def correction_range(
@@ -194,7 +195,8 @@ def softmax_scale(factor: float, *, mscale_all_dim: float | None) -> float:
     """
     if not mscale_all_dim:
         return 1.0
-    return _mscale(factor, mscale_all_dim) ** 2
+    scale = _mscale(factor, mscale_all_dim)
+    return scale * scale
 
 
 _mscale = mscale
