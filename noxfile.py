@@ -51,14 +51,63 @@ def tests_strict(session: nox.Session) -> None:
 def tests_jax(session: nox.Session) -> None:
     """JAX on the CPU: eager bits equal the golden files, ``jax.jit`` within one ulp."""
     session.install("-e", ".[test,jax]")
-    _pytest(session, "tests/test_jax.py", "tests/test_examples.py")
+    _pytest(session, "tests/test_jax.py", "tests/test_check.py", "tests/test_examples.py")
 
 
 @nox.session(name="tests-dask")
 def tests_dask(session: nox.Session) -> None:
     """dask arrays, lazily and on a two-process ``distributed.LocalCluster``."""
     session.install("-e", ".[test,dask]")
-    _pytest(session, "tests/test_dask.py", "tests/test_examples.py")
+    _pytest(session, "tests/test_dask.py", "tests/test_check.py", "tests/test_examples.py")
+
+
+# Prints the SIMD features NumPy dispatches to on this CPU, beyond its baseline.
+_DISPATCHED = """
+try:
+    from numpy._core import _multiarray_umath as umath
+except ImportError:
+    from numpy.core import _multiarray_umath as umath
+print(" ".join(name for name in umath.__cpu_dispatch__ if umath.__cpu_features__.get(name)))
+"""
+
+
+def _dispatch_levels(features: list[str]) -> list[tuple[str, str, str | None]]:
+    """(label, NPY_DISABLE_CPU_FEATURES, ATEN_CPU_CAPABILITY) for each level this CPU has:
+    everything, then without the AVX-512 groups, then NumPy's baseline (no AVX2 either)."""
+    levels: list[tuple[str, str, str | None]] = [("native", "", None)]
+    avx512 = [f for f in features if "AVX512" in f or f == "X86_V4"]
+    if avx512:
+        levels.append(("no-avx512", " ".join(avx512), "avx2"))
+    if len(features) > len(avx512):
+        levels.append(("baseline", " ".join(features), "default"))
+    return levels
+
+
+@nox.session(name="tests-dispatch")
+def tests_dispatch(session: nox.Session) -> None:
+    """The golden files and the host math once per NumPy SIMD level this CPU offers.
+
+    NumPy picks its loops by CPU (and PyTorch its kernels): the same bits must come out at
+    every level, on this machine as on any other.
+    """
+    session.install("-e", ".[test]", TORCH_CPU)
+    features = session.run("python", "-c", _DISPATCHED, silent=True).split()
+    for label, disabled, aten in _dispatch_levels(features):
+        env = {"NPY_DISABLE_CPU_FEATURES": disabled}
+        if aten is not None and any(f.startswith(("AVX", "X86")) for f in features):
+            env["ATEN_CPU_CAPABILITY"] = aten
+        session.log(f"dispatch level {label}: {env}")
+        session.run(
+            "pytest",
+            "tests/test_golden.py",
+            "tests/test_hostmath.py",
+            "--backend",
+            "numpy-cpu",
+            "--backend",
+            "torch-cpu",
+            *session.posargs,
+            env=env,
+        )
 
 
 @nox.session(name="tests-kernel")

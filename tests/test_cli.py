@@ -17,11 +17,20 @@ def test_check_in_a_subprocess():
     )
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
-    assert lines[1].split()[:4] == ["backend", "device", "dtype", "pairing"]
+    assert "reference: bits shipped in anyrope/_reference_bits.json" in lines[2]
+    assert lines[3].split()[:7] == [
+        "backend",
+        "device",
+        "dtype",
+        "pairing",
+        "path",
+        "reference",
+        "numpy",
+    ]
     numpy_rows = [line for line in lines if line.startswith("numpy ")]
     assert len(numpy_rows) >= 6  # float16, float32, float64 at least, both pairings
     assert "FAIL" not in result.stdout
-    assert "identical to NumPy" in result.stdout
+    assert "the same bits as the shipped reference and as NumPy here" in lines[-1]
 
 
 def test_check_fails_on_a_mismatch(monkeypatch, capsys):

@@ -63,6 +63,24 @@ def apply(
         raise ValueError(f"`cu_seqlens` needs layout='thd'; got layout={layout!r}")
     axes = [_check_input(x, name, rope, layout, xp) for x, name in zip(arrays, names, strict=True)]
     _check_same_tokens(arrays, names, axes)
+    if array_api_compat.is_jax_array(arrays[0]) and not inplace and impl in ("auto", "array_api"):
+        from ._jax import back_to_jax, on_host
+
+        host = on_host(arrays, positions)
+        if host is not None:
+            host_arrays, host_positions = host
+            results = apply(
+                rope,
+                host_arrays,
+                names,
+                host_positions,
+                layout=layout,
+                inverse=inverse,
+                inplace=False,
+                impl=impl,
+                xp=None,
+            )
+            return back_to_jax(results, like=arrays)
     if array_api_compat.is_dask_array(arrays[0]):
         from ._dask import rotate_dask
 

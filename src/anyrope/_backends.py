@@ -2,13 +2,14 @@
 
 Each :class:`Backend` moves NumPy data onto one (library, device) and back *by bits*,
 so that bfloat16 survives the trip whatever the libraries support natively. Nothing is
-imported until :func:`known_backends` is called.
+imported until :func:`known_backends` or :func:`extra_backends` is called.
 """
 
 from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +34,8 @@ class Backend:
     """One array library on one device.
 
     ``unavailable`` is ``None`` when usable, else the reason it is not (not installed,
-    no device), for skips and for ``python -m anyrope check``.
+    no device), for skips and for ``python -m anyrope check``. ``scope`` is entered
+    around every use of the backend's arrays (JAX needs 64-bit types switched on).
     """
 
     name: str
@@ -43,6 +45,7 @@ class Backend:
     from_bits: Callable[[np.ndarray[Any, Any], str], Array]
     to_bits: Callable[[Array], np.ndarray[Any, Any]]
     dtype_names: tuple[str, ...]
+    scope: Callable[[], AbstractContextManager[Any]] = nullcontext
 
     @property
     def id(self) -> str:
@@ -98,7 +101,7 @@ def numpy_dtype(name: str) -> np.dtype[Any] | None:
 
 
 def _bfloat16(library: str, xp: Namespace) -> Any:
-    if library == "numpy":
+    if library in ("numpy", "dask"):
         return numpy_dtype("bfloat16")
     return xp.bfloat16
 
@@ -208,3 +211,72 @@ def _cupy_backend() -> Backend:
 def known_backends() -> list[Backend]:
     """Every backend anyrope knows, usable or not (see :attr:`Backend.unavailable`)."""
     return [_numpy_backend(), _strict_backend(), *_torch_backends(), _cupy_backend()]
+
+
+def _jax_backend() -> Backend:
+    missing = importlib.util.find_spec("jax") is None
+
+    def load() -> Namespace:
+        import jax.numpy as jnp
+
+        return jnp
+
+    def from_bits(bits: np.ndarray[Any, Any], name: str) -> Array:
+        jnp = load()
+        return jnp.asarray(bits.view(getattr(jnp, name)))
+
+    def to_bits(x: Array) -> np.ndarray[Any, Any]:
+        return _host_bits(np.asarray(x))
+
+    def x64() -> AbstractContextManager[Any]:
+        import jax
+
+        # Without 64-bit types JAX turns float64 into float32 and int64 positions into
+        # int32; the context manager leaves the global setting as it was.
+        scope: AbstractContextManager[Any] = jax.enable_x64(True)
+        return scope
+
+    if missing:
+        return Backend("jax", "cpu", "JAX is not installed", load, from_bits, to_bits, DTYPES)
+    import jax
+
+    return Backend("jax", jax.default_backend(), None, load, from_bits, to_bits, DTYPES, scope=x64)
+
+
+def _dask_backend() -> Backend:
+    missing = importlib.util.find_spec("dask") is None
+
+    def load() -> Namespace:
+        import array_api_compat.dask.array as xp
+
+        return xp
+
+    def from_bits(bits: np.ndarray[Any, Any], name: str) -> Array:
+        import dask.array as da
+
+        # Two chunks along each of the first two axes (batch and sequence, or the
+        # positions' own two axes): the blocks are rotated separately and joined.
+        chunks = tuple(max(1, (n + 1) // 2) if axis < 2 else n for axis, n in enumerate(bits.shape))
+        return da.from_array(bits.view(numpy_dtype(name) or name).copy(), chunks=chunks)
+
+    def to_bits(x: Array) -> np.ndarray[Any, Any]:
+        return _host_bits(np.asarray(x.compute()))
+
+    reason = "dask is not installed" if missing else None
+    names = DTYPES if numpy_dtype("bfloat16") is not None else ("float16", "float32", "float64")
+    return Backend("dask", "cpu", reason, load, from_bits, to_bits, names)
+
+
+def extra_backends() -> list[Backend]:
+    """JAX and dask, which ``python -m anyrope check`` covers and the test matrix does not.
+
+    They have test files of their own (``tests/test_jax.py``, ``tests/test_dask.py``), so
+    they stay out of :func:`known_backends`, from which the test matrix is built.
+
+    Examples
+    --------
+    >>> from anyrope._backends import extra_backends
+    >>> [b.name for b in extra_backends()]
+    ['jax', 'dask']
+    """
+    return [_jax_backend(), _dask_backend()]

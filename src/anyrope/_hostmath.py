@@ -112,23 +112,17 @@ def _taylor(first: int, step: int, count: int, coefficient: Any) -> tuple[float,
     return tuple(float(coefficient(first + step * j)) for j in range(count))
 
 
-def _inverse_factorial(n: int) -> Fraction:
-    return Fraction(1, _factorial(n)) * (-1 if (n // 2) % 2 else 1)
-
-
-def _factorial(n: int) -> int:
-    result = 1
-    for k in range(2, n + 1):
-        result *= k
-    return result
+def _alternating_inverse_factorial(n: int) -> Fraction:
+    """The coefficient of ``r**n`` in the Taylor series of sin (odd n) or cos (even n)."""
+    return Fraction(-1 if (n // 2) % 2 else 1, math.factorial(n))
 
 
 # sin(r) = r - r**3/6 + r**5 S(r**2); cos(r) = 1 - r**2/2 + r**4/24 + r**6 C(r**2), |r| <= pi/4:
 # the first omitted terms are below 2**-70 of the result.
-_SIN_TAIL = _taylor(5, 2, 8, _inverse_factorial)
-_COS_TAIL = _taylor(6, 2, 8, _inverse_factorial)
+_SIN_TAIL = _taylor(5, 2, 8, _alternating_inverse_factorial)
+_COS_TAIL = _taylor(6, 2, 8, _alternating_inverse_factorial)
 # exp(r) = 1 + r + r**2/2 + r**3/6 + r**4 * E(r), |r| <= log(2)/2.
-_EXP_TAIL = _taylor(4, 1, 12, lambda n: Fraction(1, _factorial(n)))
+_EXP_TAIL = _taylor(4, 1, 12, lambda n: Fraction(1, math.factorial(n)))
 # log(m) = 2s + 2s**3/3 + s**5 * L(s**2), s = (m - 1)/(m + 1), |s| <= 0.172.
 _LOG_TAIL = _taylor(5, 2, 11, lambda n: Fraction(2, n))
 
@@ -189,9 +183,12 @@ def _reduce(x: Float64) -> tuple[Float64, Float64, np.ndarray[Any, np.dtype[np.i
     ``2**-120``: far below the smallest ``|r|`` a float64 can reach (about ``2**-61``).
     Larger ``x`` are reduced one by one with rationals.
     """
+    large = np.flatnonzero(~(np.abs(x) < _FAST_REDUCTION_LIMIT))
+    fast = x
+    if large.size:
+        fast = x.copy()
+        fast.flat[large] = 0.0
     p0, p1, p2, p3 = _PIO2
-    large = ~(np.abs(x) < _FAST_REDUCTION_LIMIT)
-    fast = np.where(large, 0.0, x)
     k = np.rint(fast * _TWO_OVER_PI)
     h0, l0 = _two_prod(k, p0)
     h1, l1 = _two_prod(k, p1)
@@ -201,7 +198,7 @@ def _reduce(x: Float64) -> tuple[Float64, Float64, np.ndarray[Any, np.dtype[np.i
     tail = (ea + eb) - l1 - h2 - l2 - k * p3
     rh, rl = _fast_two_sum(b, tail)
     quadrant = k.astype(np.int64) & 3
-    for index in np.flatnonzero(large):
+    for index in large:
         quadrant.flat[index], rh.flat[index], rl.flat[index] = _reduce_exact(float(x.flat[index]))
     return rh, rl, quadrant
 

@@ -1,36 +1,72 @@
-"""``python -m anyrope check``: the same bits on every installed backend, and how accurate.
+"""``python -m anyrope check``: the same bits on every installed backend and machine.
 
-For every backend installed here (NumPy always; PyTorch on the CPU; PyTorch CUDA, CuPy
-and array-api-strict where present), every dtype it has and both pairings, anyrope is
-applied to the same data and compared with
+For every backend installed here (NumPy always; PyTorch on the CPU; PyTorch CUDA, CuPy,
+array-api-strict, JAX and dask where present), every dtype it has and both pairings,
+anyrope rotates the same inputs and the result is compared with
 
-- the NumPy result, bit for bit (for bfloat16 without ml_dtypes: NumPy's float32 result
-  rounded to bfloat16, which is what the numerical contract prescribes), and
-- a float64 oracle (the complex-number form), as the largest error in ulps at the
-  magnitude of the input pair.
+- the reference bits shipped in the package (``_reference_bits.json``: SHA-256 digests
+  of NumPy's results on the machine that wrote it), so a match proves the same bits as
+  on that machine and on every machine that passes the check,
+- the NumPy result on this machine, bit for bit (for bfloat16 without ml_dtypes: NumPy's
+  float32 result rounded to bfloat16, which is what the numerical contract prescribes),
+- a float64 oracle, as the largest error in ulps at the magnitude of the input pair.
+
+NaN payloads are left to the hardware (numerics.md, section 4), so every NaN is replaced
+by one canonical pattern before comparing or hashing. The inputs are built from integer
+random draws and bit operations only: no platform math function touches them, so every
+machine makes the same ones (their digests are in the reference too).
+
+Regenerate the reference only when the bits are meant to change::
+
+    python -m anyrope.check --write-reference src/anyrope/_reference_bits.json
 """
 
 from __future__ import annotations
 
+import argparse
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
 from typing import Any
 
+import array_api_compat
 import numpy as np
 
-from ._accuracy import max_ulp_error
+from ._accuracy import max_ulp_error, pair_magnitude
+from ._api import _choose_path
 from ._backends import (
+    DTYPES,
     Backend,
     bfloat16_bits_to_float32,
+    extra_backends,
     float32_to_bfloat16_bits,
     known_backends,
     numpy_dtype,
 )
+from ._frequencies import default_inv_freq
 from ._functional import rotate
+from ._hostmath import sincos
 
-SHAPE = (2, 33, 4, 128)
-ROTARY_DIM = 96
+SEED = 20250611
+SHAPE = (2, 24, 3, 64)
+ROTARY_DIM = 48
 BASE = 500000.0
 HALF_BOUND = 0.51
+PAIRINGS = ("half-split", "interleaved")
+REFERENCE_FILE = "_reference_bits.json"
+REGENERATE = f"python -m anyrope.check --write-reference src/anyrope/{REFERENCE_FILE}"
+
+# (exponent bits, explicit significand bits, unsigned type of the bit pattern).
+_FORMATS: dict[str, tuple[int, int, type[np.unsignedinteger[Any]]]] = {
+    "float16": (5, 10, np.uint16),
+    "bfloat16": (8, 7, np.uint16),
+    "float32": (8, 23, np.uint32),
+    "float64": (11, 52, np.uint64),
+}
+_WIDE = {np.uint16: np.float16, np.uint32: np.float32, np.uint64: np.float64}
 
 
 @dataclass(frozen=True)
@@ -41,29 +77,140 @@ class Row:
     device: str
     dtype: str
     pairing: str
-    identical: bool
-    max_ulp: float
     path: str
+    same_inputs: bool
+    same_as_reference: bool
+    same_as_numpy: bool
+    max_ulp: float
 
     @property
     def ok(self) -> bool:
+        """Same bits as the reference and NumPy; half types within :data:`HALF_BOUND`."""
         bound_ok = self.max_ulp <= HALF_BOUND if self.dtype in ("float16", "bfloat16") else True
-        return self.identical and bound_ok
+        return self.same_as_reference and self.same_as_numpy and bound_ok
 
 
-def _inputs(dtype: str) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """Input bits, the same values in float64, and positions up to 2**20."""
-    rng = np.random.default_rng(7)
-    values = rng.standard_normal(SHAPE)
-    positions = rng.integers(0, 2**20, size=SHAPE[:2])
+def _positions(rng: np.random.Generator) -> np.ndarray[Any, Any]:
+    """Positions of shape ``SHAPE[:2]``: random below 2**31, the edges, and near 2**53."""
+    # Random magnitudes, so that small positions are as common as huge ones.
+    limits = np.left_shift(np.int64(1), rng.integers(1, 32, size=SHAPE[:2]))
+    positions: np.ndarray[Any, Any] = rng.integers(0, limits)
+    positions[0, :3] = [0, 1, 2**31 - 1]
+    positions[1, -3:] = [2**53 - 2**20 - 1, 2**53 - 2, 2**53 - 1]
+    return positions
+
+
+def _special_bits(dtype: str) -> list[int]:
+    """Signed zeros, infinities, quiet and signaling NaN, subnormals, the smallest normal."""
+    exponent_bits, significand_bits, _ = _FORMATS[dtype]
+    sign = 1 << (exponent_bits + significand_bits)
+    inf = ((1 << exponent_bits) - 1) << significand_bits
+    quiet = 1 << (significand_bits - 1)
+    top_subnormal = (1 << significand_bits) - 1
+    zeros, infinities = [0, sign], [inf, sign | inf]
+    nans = [inf | quiet, sign | inf | quiet, inf | 1]
+    subnormals = [1, sign | 1, top_subnormal, sign | quiet | 3]
+    return [*zeros, *infinities, *nans, *subnormals, 1 << significand_bits]
+
+
+def _input_bits(rng: np.random.Generator, dtype: str) -> np.ndarray[Any, Any]:
+    """Bit patterns of shape ``SHAPE``: magnitudes 2**-6 .. 2**4, with special values."""
+    exponent_bits, significand_bits, unsigned = _FORMATS[dtype]
+    bias = (1 << (exponent_bits - 1)) - 1
+    sign = rng.integers(0, 2, size=SHAPE, dtype=np.uint64)
+    exponent = rng.integers(bias - 6, bias + 4, size=SHAPE, dtype=np.uint64)
+    significand = rng.integers(0, 1 << significand_bits, size=SHAPE, dtype=np.uint64)
+    bits = (
+        (sign << np.uint64(exponent_bits + significand_bits))
+        | (exponent << np.uint64(significand_bits))
+        | significand
+    )
+    specials = np.array(_special_bits(dtype), dtype=np.uint64)
+    where = rng.integers(0, bits.size, size=bits.size // 32)
+    bits.flat[where] = specials[rng.integers(0, specials.size, size=where.size)]
+    return bits.astype(unsigned)
+
+
+def make_inputs(dtype: str) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """The check's input bit patterns for ``dtype`` and its int64 positions.
+
+    Only integer draws of :func:`numpy.random.default_rng` and bit operations make them:
+    the same arrays on every machine.
+
+    Parameters
+    ----------
+    dtype : str
+        One of ``"float16"``, ``"bfloat16"``, ``"float32"``, ``"float64"``.
+
+    Returns
+    -------
+    bits : numpy.ndarray
+        Unsigned integers of the dtype's width, shape :data:`SHAPE` (layout ``bshd``).
+    positions : numpy.ndarray
+        int64 of shape ``SHAPE[:2]``, from 0 to ``2**53 - 1``.
+
+    Examples
+    --------
+    >>> from anyrope.check import make_inputs
+    >>> bits, positions = make_inputs("float16")
+    >>> bits.dtype.name, bits.shape, int(positions.max()) == 2**53 - 1
+    ('uint16', (2, 24, 3, 64), True)
+    """
+    if dtype not in _FORMATS:
+        raise ValueError(f"`dtype` must be one of {', '.join(DTYPES)}; got {dtype!r}")
+    rng = np.random.default_rng(SEED)
+    positions = _positions(rng)
+    return _input_bits(rng, dtype), positions
+
+
+def _values(bits: np.ndarray[Any, Any], dtype: str) -> np.ndarray[Any, Any]:
+    """The float64 values of ``dtype`` bit patterns (exact)."""
     if dtype == "bfloat16":
-        bits = float32_to_bfloat16_bits(values.astype(np.float32))
-        return bits, bfloat16_bits_to_float32(bits).astype(np.float64), positions
-    typed = values.astype(dtype)
-    return typed.view(f"u{typed.itemsize}"), typed.astype(np.float64), positions
+        return bfloat16_bits_to_float32(bits).astype(np.float64)
+    return bits.view(_WIDE[bits.dtype.type]).astype(np.float64)
 
 
-def _reference_bits(
+def _little_endian(a: np.ndarray[Any, Any]) -> bytes:
+    return np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).tobytes()
+
+
+def canonical_digest(bits: np.ndarray[Any, Any], dtype: str) -> str:
+    """SHA-256 of ``dtype`` bit patterns, every NaN first replaced by one quiet NaN.
+
+    Parameters
+    ----------
+    bits : numpy.ndarray
+        Unsigned integers of the dtype's width (any shape; hashed in C order).
+    dtype : str
+        One of ``"float16"``, ``"bfloat16"``, ``"float32"``, ``"float64"``.
+
+    Returns
+    -------
+    str
+        64 hexadecimal digits.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from anyrope.check import canonical_digest
+    >>> x86_nan, arm_nan = np.array([0xFE00], np.uint16), np.array([0x7E00], np.uint16)
+    >>> canonical_digest(x86_nan, "float16") == canonical_digest(arm_nan, "float16")
+    True
+    """
+    exponent_bits, significand_bits, unsigned = _FORMATS[dtype]
+    exponent = ((1 << exponent_bits) - 1) << significand_bits
+    significand = (1 << significand_bits) - 1
+    bits = np.asarray(bits, dtype=unsigned)
+    nan = ((bits & unsigned(exponent)) == exponent) & ((bits & unsigned(significand)) != 0)
+    canonical = np.where(nan, unsigned(exponent | (1 << (significand_bits - 1))), bits)
+    return hashlib.sha256(_little_endian(canonical)).hexdigest()
+
+
+def _inputs_digest(bits: np.ndarray[Any, Any], positions: np.ndarray[Any, Any]) -> str:
+    return hashlib.sha256(_little_endian(bits) + _little_endian(positions)).hexdigest()
+
+
+def _numpy_bits(
     bits: np.ndarray[Any, Any], dtype: str, positions: np.ndarray[Any, Any], interleaved: bool
 ) -> np.ndarray[Any, Any]:
     """The NumPy result's bits (bfloat16 without ml_dtypes: float32 result, rounded once)."""
@@ -78,74 +225,259 @@ def _reference_bits(
 def _oracle(
     x: np.ndarray[Any, Any], positions: np.ndarray[Any, Any], interleaved: bool
 ) -> np.ndarray[Any, Any]:
+    """The rotation in float64 by the contract's float64 angle, with exact cos and sin.
+
+    theta and cos/sin come from anyrope's own host math (IEEE basic operations only), so
+    the oracle is the same on every machine; it is not the code under test, which rounds
+    the tables to the table dtype and computes in the compute dtype.
+    """
     half = ROTARY_DIM // 2
     i = np.arange(half)
     first, second = (2 * i, 2 * i + 1) if interleaved else (i, i + half)
-    # The contract defines theta and the float64 angle; the oracle rotates by it exactly.
-    theta = BASE ** (-(2.0 * i) / ROTARY_DIM)
-    turn = np.exp(1j * positions[..., None] * theta)[..., None, :]
-    z = (x[..., first] + 1j * x[..., second]) * turn
+    s, c = sincos(positions[..., None].astype(np.float64) * default_inv_freq(ROTARY_DIM, BASE))
+    s, c = s[..., None, :], c[..., None, :]
+    x0, x1 = x[..., first], x[..., second]
     y = x.copy()
-    y[..., first], y[..., second] = z.real, z.imag
+    y[..., first] = x0 * c - x1 * s
+    y[..., second] = x1 * c + x0 * s
     return y
 
 
-def _path(backend: Backend) -> str:
-    if backend.name == "numpy" or (backend.name == "torch" and backend.device_label == "cpu"):
-        return "blocked"
-    return "array_api"
+def _path(x: Any) -> str:
+    """The implementation ``rotate(x, ...)`` takes (``impl="auto"``)."""
+    if array_api_compat.is_dask_array(x):
+        return "blocked per chunk"
+    if array_api_compat.is_jax_array(x) and all(d.platform == "cpu" for d in x.devices()):
+        # Eager JAX arrays on the CPU are rotated by NumPy (anyrope._jax.on_host).
+        return "blocked via NumPy"
+    return _choose_path("auto", (x,), False, array_api_compat.array_namespace(x))
 
 
-def run_check() -> list[Row]:
-    """Run the check on every usable backend and return its rows."""
+def compute_reference() -> dict[str, Any]:
+    """The reference as NumPy computes it on this machine (what the shipped file holds).
+
+    Returns
+    -------
+    dict
+        The input parameters (``seed``, ``shape``, ``layout``, ``rotary_dim``, ``base``),
+        ``inputs``: a digest of each dtype's inputs and positions, and ``outputs``: the
+        NaN-canonical digest (:func:`canonical_digest`) of each ``"<dtype> <pairing>"``.
+
+    Examples
+    --------
+    >>> from anyrope.check import compute_reference, load_reference
+    >>> compute_reference() == load_reference()
+    True
+    """
+    inputs, outputs = {}, {}
+    for dtype in DTYPES:
+        bits, positions = make_inputs(dtype)
+        inputs[dtype] = _inputs_digest(bits, positions)
+        for pairing in PAIRINGS:
+            y = _numpy_bits(bits, dtype, positions, pairing == "interleaved")
+            outputs[f"{dtype} {pairing}"] = canonical_digest(y, dtype)
+    return {
+        "regenerate": REGENERATE,
+        "seed": SEED,
+        "shape": list(SHAPE),
+        "layout": "bshd",
+        "rotary_dim": ROTARY_DIM,
+        "base": BASE,
+        "inputs": inputs,
+        "outputs": outputs,
+    }
+
+
+def load_reference() -> dict[str, Any]:
+    """The reference shipped in the package (``anyrope/_reference_bits.json``).
+
+    Returns
+    -------
+    dict
+        As :func:`compute_reference` returns it.
+
+    Examples
+    --------
+    >>> from anyrope.check import load_reference
+    >>> sorted(load_reference()["outputs"])[:2]
+    ['bfloat16 half-split', 'bfloat16 interleaved']
+    """
+    text = resources.files("anyrope").joinpath(REFERENCE_FILE).read_text(encoding="utf-8")
+    reference: dict[str, Any] = json.loads(text)
+    return reference
+
+
+def write_reference(path: str | Path) -> None:
+    """Write :func:`compute_reference` to ``path`` as JSON.
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The file to write, normally ``src/anyrope/_reference_bits.json`` in a checkout.
+
+    Examples
+    --------
+    >>> import json, tempfile, pathlib
+    >>> from anyrope.check import load_reference, write_reference
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = pathlib.Path(folder) / "reference.json"
+    ...     write_reference(path)
+    ...     json.loads(path.read_text()) == load_reference()
+    True
+    """
+    text = json.dumps(compute_reference(), indent=2) + "\n"
+    Path(path).write_text(text, encoding="utf-8")
+
+
+def _check_parameters(reference: Mapping[str, Any]) -> None:
+    written = (
+        reference["seed"],
+        tuple(reference["shape"]),
+        reference["rotary_dim"],
+        reference["base"],
+    )
+    if written != (SEED, SHAPE, ROTARY_DIM, BASE):
+        raise ValueError(
+            f"`reference` was written for seed={reference['seed']}, "
+            f"shape={tuple(reference['shape'])}, rotary_dim={reference['rotary_dim']}, "
+            f"base={reference['base']}; this check uses seed={SEED}, shape={SHAPE}, "
+            f"rotary_dim={ROTARY_DIM}, base={BASE}: regenerate it with `{REGENERATE}`"
+        )
+
+
+def checked_backends() -> list[Backend]:
+    """The usable backends: those of the test matrix, then JAX and dask.
+
+    Examples
+    --------
+    >>> from anyrope.check import checked_backends
+    >>> checked_backends()[0].id
+    'numpy-cpu'
+    """
+    return [b for b in (*known_backends(), *extra_backends()) if b.unavailable is None]
+
+
+def run_check(
+    reference: Mapping[str, Any] | None = None, backends: Sequence[Backend] | None = None
+) -> list[Row]:
+    """Run the check and return its rows.
+
+    Parameters
+    ----------
+    reference : mapping, optional
+        Reference digests as :func:`compute_reference` returns them; default: the
+        shipped ones (:func:`load_reference`).
+    backends : sequence of Backend, optional
+        Default: every usable backend (:func:`checked_backends`).
+
+    Returns
+    -------
+    list of Row
+        One per backend, dtype it has and pairing.
+
+    Examples
+    --------
+    >>> from anyrope._backends import known_backends
+    >>> from anyrope.check import run_check
+    >>> rows = run_check(backends=known_backends()[:1])
+    >>> len(rows), all(row.ok for row in rows)
+    (8, True)
+    """
+    reference = load_reference() if reference is None else reference
+    _check_parameters(reference)
+    backends = checked_backends() if backends is None else backends
     rows = []
-    backends = [b for b in known_backends() if b.unavailable is None]
-    for dtype in ("float16", "bfloat16", "float32", "float64"):
-        bits, x64, positions = _inputs(dtype)
-        for interleaved in (False, True):
-            reference = _reference_bits(bits, dtype, positions, interleaved)
-            oracle = _oracle(x64, positions, interleaved)
-            for backend in backends:
-                if dtype not in backend.dtype_names:
-                    continue
-                y = rotate(
-                    backend.from_bits(bits, dtype),
-                    backend.from_numpy(positions),
-                    rotary_dim=ROTARY_DIM,
-                    base=BASE,
-                    interleaved=interleaved,
-                )
-                got = backend.to_bits(y)
-                error = max_ulp_error(
-                    backend.to_numpy(y),
-                    oracle,
-                    x64,
-                    dtype=dtype,
-                    rotary_dim=ROTARY_DIM,
-                    interleaved=interleaved,
-                )
-                rows.append(
-                    Row(
-                        backend.name,
-                        backend.device_label,
-                        dtype,
-                        "interleaved" if interleaved else "half-split",
-                        bool(np.array_equal(got, reference)),
-                        error,
-                        _path(backend),
+    # The inputs hold signaling NaNs and infinities: NumPy's casts and the oracle would
+    # warn about the NaNs they make, which are expected and left out of the ulp figure.
+    with np.errstate(invalid="ignore", over="ignore"):
+        for dtype in DTYPES:
+            bits, positions = make_inputs(dtype)
+            same_inputs = _inputs_digest(bits, positions) == reference["inputs"][dtype]
+            x64 = _values(bits, dtype)
+            for pairing in PAIRINGS:
+                interleaved = pairing == "interleaved"
+                want = reference["outputs"][f"{dtype} {pairing}"]
+                here = canonical_digest(_numpy_bits(bits, dtype, positions, interleaved), dtype)
+                oracle = _oracle(x64, positions, interleaved)
+                # Pairs with an infinity or NaN have no ulp error; their bits are checked.
+                finite = np.isfinite(pair_magnitude(x64, ROTARY_DIM, interleaved))
+                for backend in backends:
+                    if dtype not in backend.dtype_names:
+                        continue
+                    with backend.scope():
+                        x = backend.from_bits(bits, dtype)
+                        y = rotate(
+                            x,
+                            backend.from_numpy(positions),
+                            rotary_dim=ROTARY_DIM,
+                            base=BASE,
+                            interleaved=interleaved,
+                        )
+                        got = canonical_digest(backend.to_bits(y), dtype)
+                        values = backend.to_numpy(y)
+                        path = _path(x)
+                    error = max_ulp_error(
+                        np.where(finite, values, 0.0),
+                        np.where(finite, oracle, 0.0),
+                        np.where(finite, x64, 0.0),
+                        dtype=dtype,
+                        rotary_dim=ROTARY_DIM,
+                        interleaved=interleaved,
                     )
-                )
+                    rows.append(
+                        Row(
+                            backend.name,
+                            backend.device_label,
+                            dtype,
+                            pairing,
+                            path,
+                            same_inputs,
+                            same_inputs and got == want,
+                            got == here,
+                            error,
+                        )
+                    )
     return rows
 
 
 def unavailable_backends() -> list[tuple[str, str]]:
-    """(backend id, reason) for each backend that is not checked here."""
-    return [(b.id, b.unavailable) for b in known_backends() if b.unavailable is not None]
+    """(backend id, reason) for each backend that is not checked here.
+
+    Examples
+    --------
+    >>> from anyrope.check import unavailable_backends
+    >>> all(reason for _, reason in unavailable_backends())
+    True
+    """
+    return [
+        (b.id, b.unavailable)
+        for b in (*known_backends(), *extra_backends())
+        if b.unavailable is not None
+    ]
 
 
-def format_rows(rows: list[Row]) -> str:
-    """The rows as an aligned text table."""
-    header = ("backend", "device", "dtype", "pairing", "path", "identical", "max ulp", "status")
+def format_rows(rows: Sequence[Row]) -> str:
+    """The rows as an aligned text table.
+
+    Examples
+    --------
+    >>> from anyrope.check import Row, format_rows
+    >>> row = Row("numpy", "cpu", "float32", "half-split", "blocked", True, True, True, 0.25)
+    >>> print(format_rows([row]))
+    backend  device  dtype    pairing     path     reference  numpy  max ulp  status
+    numpy    cpu     float32  half-split  blocked  yes        yes    0.250    ok
+    """
+    header = (
+        "backend",
+        "device",
+        "dtype",
+        "pairing",
+        "path",
+        "reference",
+        "numpy",
+        "max ulp",
+        "status",
+    )
     lines = [
         (
             r.backend,
@@ -153,14 +485,31 @@ def format_rows(rows: list[Row]) -> str:
             r.dtype,
             r.pairing,
             r.path,
-            "yes" if r.identical else "NO",
-            f"{r.max_ulp:.3f}",
+            "yes" if r.same_as_reference else "NO" if r.same_inputs else "NO (inputs)",
+            "yes" if r.same_as_numpy else "NO",
+            f"{r.max_ulp:.3f}" if r.max_ulp < 1e4 else f"{r.max_ulp:.2e}",
             "ok" if r.ok else "FAIL",
         )
         for r in rows
     ]
-    widths = [max(len(str(c)) for c in column) for column in zip(header, *lines, strict=True)]
+    widths = [max(len(c) for c in column) for column in zip(header, *lines, strict=True)]
     return "\n".join(
-        "  ".join(str(c).ljust(w) for c, w in zip(line, widths, strict=True))
+        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
         for line in (header, *lines)
     )
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m anyrope.check",
+        description="Write the reference digests of `python -m anyrope check` (maintainers).",
+    )
+    parser.add_argument("--write-reference", metavar="PATH", required=True, type=Path)
+    args = parser.parse_args(argv)
+    write_reference(args.write_reference)
+    print(f"wrote {args.write_reference}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())
