@@ -247,9 +247,12 @@ def _path(x: Any) -> str:
     """The implementation ``rotate(x, ...)`` takes (``impl="auto"``)."""
     if array_api_compat.is_dask_array(x):
         return "blocked per chunk"
-    if array_api_compat.is_jax_array(x) and all(d.platform == "cpu" for d in x.devices()):
-        # Eager JAX arrays on the CPU are rotated by NumPy (anyrope._jax.on_host).
-        return "blocked via NumPy"
+    if array_api_compat.is_jax_array(x):
+        from ._jax import on_host
+
+        # Eager JAX arrays on the CPU are rotated by NumPy.
+        if on_host((x,), None) is not None:
+            return "blocked via NumPy"
     return _choose_path("auto", (x,), False, array_api_compat.array_namespace(x))
 
 
