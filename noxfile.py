@@ -151,10 +151,37 @@ def docs(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff: lint and formatting."""
-    session.install("ruff")
+    """ruff (lint and formatting), import-linter (imports point down only) and numpydoc
+    validation of the public API's docstrings."""
+    session.install("ruff", "import-linter>=2.1", "numpydoc>=1.8", "-e", ".")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    session.run("lint-imports")
+    session.run("python", "-m", "numpydoc", "lint", *PUBLIC_MODULES)
+
+
+# The modules whose docstrings are the public API (re-exported by anyrope/__init__.py).
+PUBLIC_MODULES = (
+    "src/anyrope/__init__.py",
+    "src/anyrope/_functional.py",
+    "src/anyrope/_rope.py",
+    "src/anyrope/attention.py",
+    "src/anyrope/linear_attention.py",
+    "src/anyrope/sinusoidal.py",
+    "src/anyrope/_weights.py",
+    "src/anyrope/check.py",
+    "src/anyrope/scaling/__init__.py",
+    "src/anyrope/scaling/axial.py",
+    "src/anyrope/scaling/config.py",
+    "src/anyrope/scaling/default.py",
+    "src/anyrope/scaling/dynamic.py",
+    "src/anyrope/scaling/hf.py",
+    "src/anyrope/scaling/linear.py",
+    "src/anyrope/scaling/llama3.py",
+    "src/anyrope/scaling/longrope.py",
+    "src/anyrope/scaling/ntk.py",
+    "src/anyrope/scaling/yarn.py",
+)
 
 
 @nox.session

@@ -249,6 +249,41 @@ def test_errors():
         attention(q, k, v, mask=np.ones((4, 4), dtype=np.int64))
 
 
+@pytest.mark.parametrize(
+    "scale",
+    [math.nan, math.inf, -math.inf, 0.0, 0, -0.0, -0.5, -1, np.float32("nan"), 10**400],
+)
+def test_scale_must_be_finite_and_positive(scale):
+    """A NaN, infinite, zero or negative scale raises instead of returning NaN or junk."""
+    q, k, v = (np.ones((1, 4, 2, 8)) for _ in range(3))
+    with pytest.raises(ValueError, match="`scale` must be a finite number greater than 0") as e:
+        attention(q, k, v, scale=scale)
+    assert str(e.value).endswith(f"; got {scale!r}")
+
+
+def test_nan_scale_message():
+    q, k, v = (np.ones((1, 4, 2, 8)) for _ in range(3))
+    with pytest.raises(ValueError, match=r"`scale` .* got nan$"):
+        attention(q, k, v, scale=float("nan"), rope=anyrope.RoPE(8))
+
+
+@pytest.mark.parametrize("scale", [True, False, "0.5", 1 + 0j, [0.5], np.array(0.5)])
+def test_scale_must_be_a_real_number(scale):
+    q, k, v = (np.ones((1, 4, 2, 8)) for _ in range(3))
+    with pytest.raises(TypeError, match="`scale` must be a real number or None; got ") as e:
+        attention(q, k, v, scale=scale)
+    assert f"got {scale!r} of type {type(scale).__name__}" in str(e.value)
+
+
+@pytest.mark.parametrize("scale", [None, 2, 0.25, np.float32(0.25), np.float64(0.25), 1e-30])
+def test_scale_accepted(scale):
+    rng = np.random.default_rng(0)
+    q64, k64, v64 = (rng.standard_normal((1, 4, 2, 8)) for _ in range(3))
+    out = attention(q64, k64, v64, scale=scale)
+    expected = softmax_attention(q64, k64, v64, scale=1 / math.sqrt(8) if scale is None else scale)
+    np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-12)
+
+
 def test_causal_mask_helper_matches_oracle():
     from anyrope.attention import causal_mask
 

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from subprocess_run import run_python
+from subprocess_run import SOURCE, run_python
 
 CONFIGS = Path(__file__).parent / "configs"
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
@@ -138,3 +141,35 @@ def test_plot_needs_config():
     result = anyrope_cli("plot")
     assert result.returncode == 2
     assert "--config" in result.stderr
+
+
+@pytest.mark.parametrize("args", [("info", "--json"), ("--help",)])
+@pytest.mark.parametrize("unbuffered", ["1", ""])
+def test_stdout_pipe_closed_early_exits_quietly(args, unbuffered):
+    """``anyrope info --json | head``: the reader goes away; exit 141 without a traceback.
+
+    The read end is closed before the command prints: reading a few bytes first would
+    race with a command that writes all it has in one write (and then never sees EPIPE).
+    Block-buffered stdout fails at the final flush, unbuffered stdout at the print.
+    """
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([SOURCE, os.environ.get("PYTHONPATH", "")]),
+        "PYTHONUNBUFFERED": unbuffered,
+    }
+    with subprocess.Popen(
+        [sys.executable, "-m", "anyrope", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    ) as process:
+        assert process.stdout is not None
+        assert process.stderr is not None
+        process.stdout.close()
+        stderr = process.stderr.read().decode()
+        code = process.wait(timeout=300)
+    assert "Traceback" not in stderr, stderr
+    assert "BrokenPipeError" not in stderr, stderr
+    # argparse ignores an OSError from writing --help itself (then exits 0); a buffered
+    # --help fails at anyrope's flush instead, like every print of a subcommand: 141.
+    assert code in ((0, 141) if args == ("--help",) else (141,)), stderr

@@ -18,8 +18,8 @@ import pytest
 
 import anyrope
 from anyrope._backends import Backend, known_backends, numpy_dtype
-from anyrope._cuda import launch as cuda_launch
-from anyrope._cuda._plan import Launch
+from anyrope._paths.cuda import launch as cuda_launch
+from anyrope._paths.cuda.launches import Launch
 from goldens import CASES, DATA, assert_same_bits, case_id, rotate_case
 
 _UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -48,13 +48,13 @@ def _ints(backend: Backend, a: np.ndarray) -> Any:
 def launches(monkeypatch: pytest.MonkeyPatch) -> list[Launch]:
     """Records every kernel launch (and still runs it)."""
     seen: list[Launch] = []
-    run = cuda_launch._launch_on_device
+    run = cuda_launch.launch_on_device
 
     def counting(first: Any, name: str, launch: Launch, position_itemsize: int) -> None:
         seen.append(launch)
         run(first, name, launch, position_itemsize)
 
-    monkeypatch.setattr(cuda_launch, "_launch_on_device", counting)
+    monkeypatch.setattr(cuda_launch, "launch_on_device", counting)
     return seen
 
 

@@ -1,11 +1,11 @@
 """The CUDA kernel without a GPU.
 
 1. ``rope.cu`` compiles with ``nvcc`` for sm_80 and sm_90, every template instantiation
-   that ``anyrope._cuda._module`` asks NVRTC for, with no FMA in the generated PTX, no
+   that ``anyrope._paths.cuda._module`` asks NVRTC for, with no FMA in the generated PTX, no
    flush to zero under the ``-ftz=true`` CuPy adds, and 16-byte loads and stores in the
    vector variants.
 2. The kernel body (``rope_math.cuh``), built for the host and run over a simulated grid
-   on exactly the arguments ``anyrope._cuda.launch`` packs for the device, gives the bits
+   on exactly the arguments ``anyrope._paths.cuda.launch`` packs for the device, gives the bits
    of the array-API path: a wrong index, stride, layout or rounding fails here on a CPU.
 
 Without nvcc these tests skip, except under CI (``CI`` set), where they fail.
@@ -29,7 +29,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import array_api_compat.numpy as np_xp
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -37,11 +36,10 @@ from hypothesis import strategies as st
 
 import anyrope
 from anyrope._backends import numpy_dtype
-from anyrope._cuda import _module
-from anyrope._cuda._plan import Launch, Operand, plan_launches
-from anyrope._cuda.launch import rotate_raw
-from anyrope._layout import axes_of
-from anyrope._positions import resolve_positions
+from anyrope._paths.cuda import _module
+from anyrope._paths.cuda.launch import rotate_raw
+from anyrope._paths.cuda.launches import Launch, Operand, plan_launches
+from anyrope._plan import Plan, make_plan
 
 HARNESS = Path(__file__).parent / "cuda_harness" / "harness.cpp"
 DTYPE_CODES = {"float16": 0, "bfloat16": 1, "float32": 2, "float64": 3}
@@ -273,7 +271,7 @@ def _data(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype[Any]
 
 
 def _harness_launcher(harness: Any, launches: list[Launch], grid_cap: int | None = None) -> Any:
-    """A launcher for anyrope._cuda.launch that runs each launch in the host harness."""
+    """A launcher for anyrope._paths.cuda.launch that runs each launch in the host harness."""
 
     def launcher(x: Any, name: str, launch: Launch, position_itemsize: int) -> None:
         launches.append(launch)
@@ -309,21 +307,35 @@ def _run(
     """Rotate NumPy ``arrays`` through launch.py with the harness in place of the GPU."""
     first = arrays[0]
     rope = anyrope.RoPE(first.shape[-1], rotary_dim=rotary_dim, interleaved=interleaved)
-    axes = axes_of(first, layout)
-    where = resolve_positions(positions, np_xp, first, axes.batch, axes.seq)
+    plan = _plan(rope, arrays, positions, layout=layout, inverse=inverse, inplace=inplace)
     launches: list[Launch] = []
     launcher = _harness_launcher(harness, launches, grid_cap)
-    outputs = rotate_raw(
-        rope,
+    outputs = rotate_raw(plan, plan.arrays, inverse=inverse, inplace=inplace, launcher=launcher)
+    return outputs, launches
+
+
+def _plan(
+    rope: anyrope.RoPE,
+    arrays: tuple[Any, ...],
+    positions: object,
+    *,
+    layout: str = "bshd",
+    inverse: bool = False,
+    inplace: bool = False,
+) -> Plan:
+    """The plan the pipeline makes for ``arrays``, as the CUDA path receives it."""
+    return make_plan(
+        rope._source,
         arrays,
-        where,
+        ("q", "k")[: len(arrays)] if len(arrays) > 1 else ("x",),
+        positions,
+        head_dim=rope.head_dim,
+        interleaved=rope.interleaved,
         layout=layout,
         inverse=inverse,
         inplace=inplace,
-        xp=np_xp,
-        launcher=launcher,
+        xp=None,
     )
-    return outputs, launches
 
 
 def _expected(x: np.ndarray, positions: object, **options: Any) -> np.ndarray:
@@ -586,29 +598,19 @@ def test_autograd_function_through_the_harness(harness: Any) -> None:
     # The torch.autograd.Function of the CUDA path, with CPU tensors and the host harness
     # standing in for the device: forward and backward are launches of the same kernel.
     torch = pytest.importorskip("torch")
-    import array_api_compat.torch as torch_xp
-
-    from anyrope._cuda.autograd import rotate_with_grad
+    from anyrope._paths.cuda.autograd import rotate_with_grad
 
     rope = anyrope.RoPE(16, rotary_dim=12, interleaved=True)
     gen = torch.Generator().manual_seed(0)
     q = torch.randn(2, 5, 3, 16, dtype=torch.float64, generator=gen, requires_grad=True)
     k = torch.randn(2, 5, 1, 16, dtype=torch.float64, generator=gen, requires_grad=True)
     positions = torch.tensor([3, 1, 4, 1, 5])
-    where = resolve_positions(positions, torch_xp, q, (2,), 5)
     launches: list[Launch] = []
 
     def rotated(q: Any, k: Any) -> Any:
-        return rotate_with_grad(
-            rope,
-            (q, k),
-            where,
-            layout="bshd",
-            inverse=False,
-            inplace=False,
-            xp=torch_xp,
-            launcher=_harness_launcher(harness, launches),
-        )
+        plan = _plan(rope, (q, k), positions)
+        assert plan.requires_grad
+        return rotate_with_grad(plan, launcher=_harness_launcher(harness, launches))
 
     want = anyrope.rotate_qk(
         q.detach(), k.detach(), positions, rotary_dim=12, interleaved=True, impl="array_api"
@@ -628,22 +630,19 @@ def test_inplace_on_torch_tells_autograd(harness: Any, monkeypatch: pytest.Monke
     # for the gradient of w) and that the kernel then rotates in place must make
     # backward fail loudly, as any in-place torch operation would, not give wrong grads.
     torch = pytest.importorskip("torch")
-    import array_api_compat.torch as torch_xp
 
-    from anyrope._cuda import launch as cuda_launch
+    from anyrope._paths import cuda as cuda_path
+    from anyrope._paths.cuda import launch as cuda_launch
 
-    monkeypatch.setattr(cuda_launch, "_launch_on_device", _harness_launcher(harness, []))
+    monkeypatch.setattr(cuda_launch, "launch_on_device", _harness_launcher(harness, []))
     gen = torch.Generator().manual_seed(0)
     w = torch.randn(16, 16, dtype=torch.float64, generator=gen, requires_grad=True)
     q = torch.randn(2, 5, 3, 16, dtype=torch.float64, generator=gen)
     want = anyrope.rotate(q, 7, impl="array_api")
     loss = (q @ w).sum()
-    where = resolve_positions(7, torch_xp, q, (2,), 5)
     rope = anyrope.RoPE(16)
 
-    (y,) = cuda_launch.rotate_cuda(
-        rope, (q,), where, layout="bshd", inverse=False, inplace=True, xp=torch_xp
-    )
+    (y,) = cuda_path.run(_plan(rope, (q,), 7, inplace=True))
 
     assert y is q
     assert torch.equal(q, want)
@@ -652,16 +651,14 @@ def test_inplace_on_torch_tells_autograd(harness: Any, monkeypatch: pytest.Monke
     with torch.inference_mode():
         x = torch.randn(2, 5, 3, 16, dtype=torch.float64, generator=gen)
         want = anyrope.rotate(x, 7, impl="array_api")
-        cuda_launch.rotate_cuda(
-            rope, (x,), where, layout="bshd", inverse=False, inplace=True, xp=torch_xp
-        )
+        cuda_path.run(_plan(rope, (x,), 7, inplace=True))
         assert torch.equal(x, want)
 
 
 def test_inplace_refuses_a_broadcast_view(harness: Any) -> None:
     row = _data(np.random.default_rng(0), (1, 1, 2, 8), np.dtype(np.float32))
     x = np.broadcast_to(row, (1, 4, 2, 8))
-    with pytest.raises(ValueError, match="do not overlap"):
+    with pytest.raises(ValueError, match="writable"):
         _run(harness, (x,), None, rotary_dim=8, interleaved=False, layout="bshd", inplace=True)
 
 

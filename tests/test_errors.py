@@ -217,10 +217,12 @@ def test_positions_from_another_library():
         anyrope.rotate(torch.zeros(2, 5, 3, 8), positions=np.arange(5))
 
 
-def test_q_and_k_on_different_devices():
+def test_meta_tensors_are_refused_by_name():
     torch = pytest.importorskip("torch")
-    with pytest.raises(ValueError, match="`k` must be on the device"):
+    with pytest.raises(ValueError, match="`k` is on the meta device"):
         anyrope.rotate_qk(torch.zeros(2, 5, 4, 8), torch.zeros(2, 5, 2, 8, device="meta"))
+    with pytest.raises(ValueError, match="`x` is on the meta device"):
+        anyrope.rotate(torch.zeros(2, 5, 4, 8, device="meta"))
 
 
 def test_blocked_refuses_other_libraries():

@@ -181,3 +181,28 @@ def test_sinusoidal_on_jax_equals_numpy_bits():
     got = anyrope.sinusoidal(jnp.asarray(positions), 16, dtype=jnp.float32)
     assert isinstance(got, jax.Array)
     np.testing.assert_array_equal(_bits(got), _bits(expected))
+
+
+@pytest.mark.parametrize("transform", ["jit", "grad", "vmap", "jvp", "checkpoint"])
+def test_transforms_with_concrete_positions(transform):
+    rope = anyrope.RoPE(8)
+    x = jnp.asarray(np.random.default_rng(3).standard_normal((2, 4, 3, 8)), dtype=jnp.float32)
+    positions = jnp.arange(5, 9)
+    want = np.asarray(rope.rotate(x, 5))
+
+    def f(x):
+        return rope.rotate(x, positions)
+
+    if transform == "jit":
+        got = jax.jit(f)(x)
+    elif transform == "grad":
+        got = jax.grad(lambda x: jnp.sum(f(x) * want))(x)
+        want = np.asarray(rope.rotate(jnp.asarray(want), 5, inverse=True))
+    elif transform == "vmap":
+        got = jax.vmap(f)(x[:, None])[:, 0]
+    elif transform == "jvp":
+        got, tangent = jax.jvp(f, (x,), (x,))
+        np.testing.assert_allclose(np.asarray(tangent), want, rtol=1e-6, atol=1e-6)
+    else:
+        got = jax.checkpoint(f)(x)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-6)

@@ -146,7 +146,7 @@ def test_offset_equals_explicit_positions(backend):
 
 
 def test_one_thread_keeps_the_blocked_loop_on_the_calling_thread(monkeypatch):
-    from anyrope._cpu import blocked
+    from anyrope._paths import blocked
 
     def no_pool():
         raise AssertionError("the thread pool was used")

@@ -7,13 +7,14 @@ import math
 import threading
 from pathlib import Path
 
+import array_api_compat.numpy as np_xp
 import numpy as np
 import pytest
 
 import anyrope
 from anyrope._backends import numpy_dtype
 from anyrope._hostmath import log, sincos
-from anyrope._rope import MAX_LENGTH_BUCKETS
+from anyrope._tables import MAX_LENGTH_BUCKETS
 from anyrope.scaling import RopeScaling, dynamic, yarn
 
 CONFIGS = Path(__file__).parent / "configs"
@@ -282,7 +283,7 @@ def test_evicted_length_buckets_are_rebuilt_with_the_same_bits() -> None:
     first = rope.rotate(x, MAX_POSITIONS + 10)
     for extra in range(2 * MAX_LENGTH_BUCKETS):
         rope.rotate(x, MAX_POSITIONS + 100 + extra)
-    assert len(rope._buckets) == MAX_LENGTH_BUCKETS
+    assert len(rope._source._buckets) == MAX_LENGTH_BUCKETS
     np.testing.assert_array_equal(rope.rotate(x, MAX_POSITIONS + 10), first)
     np.testing.assert_array_equal(_rope("dynamic").rotate(x, MAX_POSITIONS + 10), first)
 
@@ -304,3 +305,47 @@ def test_threads_sharing_a_length_dependent_rope() -> None:
     for thread in threads:
         thread.join()
     assert failures == []
+
+
+def test_dynamic_frequencies_of_many_lengths_are_those_of_each_length() -> None:
+    from anyrope.scaling import dynamic
+
+    lengths = np.array([0, 1, 255, 256, 257, 300, 4096, 10**6, 2**40 + 3, 2**53 - 1])
+    for rotary_dim, base, factor in [(32, 10000.0, 2.0), (128, 500000.0, 8.0), (6, 1e6, 1.5)]:
+        many = dynamic.inv_freq_per_length(
+            rotary_dim, base, factor=factor, lengths=lengths, max_position_embeddings=256
+        )
+        for length, row in zip(lengths, many, strict=True):
+            one = dynamic.inv_freq(
+                rotary_dim, base, factor=factor, seq_len=int(length), max_position_embeddings=256
+            )
+            assert row.tobytes() == one.tobytes(), (rotary_dim, base, factor, length)
+
+
+def test_dynamic_decoding_past_the_context_builds_no_large_table() -> None:
+    from anyrope._paths.reference import rotate_pairs
+    from anyrope._tables import host_tables
+
+    rope = _rope("dynamic")
+    x = _x((1, 1, 4, 32))
+    for position in range(MAX_POSITIONS - 3, MAX_POSITIONS + 300):
+        got = rope.rotate(x, position)
+        inv_freq, factor = rope.scaling.frequencies(32, rope.base, seq_len=position + 1)
+        cos, sin = host_tables(
+            inv_freq, np.array([position]), attention_factor=factor, dtype=np.dtype(np.float32)
+        )
+        want = rotate_pairs(
+            x,
+            cos[:, None, :],
+            sin[:, None, :],
+            rotary_dim=32,
+            interleaved=False,
+            inverse=False,
+            xp=np_xp,
+        )
+        np.testing.assert_array_equal(got, want)
+    # Every token past the context has its own frequencies: tables for that token only,
+    # so only the tables of the trained context stay cached.
+    within = _rope("dynamic")
+    within.rotate(x, MAX_POSITIONS - 1)
+    assert rope.cache_nbytes == within.cache_nbytes

@@ -1,10 +1,10 @@
-"""anyrope: rotary position embedding written once against the Python array API standard.
+"""Rotary position embedding written once against the Python array API standard.
 
 The same call gives the same bits on NumPy, PyTorch (CPU and CUDA), CuPy and any other
 array-API library. See :func:`rotate`, :func:`rotate_qk` and :class:`RoPE`.
 """
 
-from ._functional import rotate, rotate_qk
+from ._functional import cache_nbytes, clear_cache, rotate, rotate_qk
 from ._rope import RoPE
 from ._weights import permute_qk_weights
 from .attention import attention
@@ -19,6 +19,8 @@ __all__ = [
     "RopeScaling",
     "__version__",
     "attention",
+    "cache_nbytes",
+    "clear_cache",
     "linear_attention",
     "permute_qk_weights",
     "rotate",

@@ -1,7 +1,7 @@
 """The ``anyrope`` command line (``python -m anyrope``).
 
 Exit codes: 0 success; 1 a check found a mismatch or an accuracy failure;
-2 bad command-line arguments (argparse).
+2 bad command-line arguments (argparse); 141 stdout is a pipe closed by its reader.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from . import __version__, _cli_bench, _cli_info, _cli_plot
+from ._stdout import quiet_on_broken_pipe
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -54,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Rotary position embedding with the same bits on every array library.",
         epilog=(
             "Exit codes: 0 success, 1 check failed, 2 bad arguments, "
-            "3 an optional package the subcommand needs is missing."
+            "3 an optional package the subcommand needs is missing, "
+            "141 the pipe stdout writes to was closed (as `anyrope info | head`)."
         ),
     )
     parser.add_argument("--version", action="version", version=f"anyrope {__version__}")
@@ -79,7 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code."""
-    args = build_parser().parse_args(argv)
-    code: int = args.run(args)
-    return code
+    """Run the command line; returns the exit code (141 when stdout's pipe was closed)."""
+
+    def run() -> int:
+        args = build_parser().parse_args(argv)  # --help and --version print too
+        code: int = args.run(args)
+        return code
+
+    return quiet_on_broken_pipe(run)

@@ -2,27 +2,73 @@
 
 from __future__ import annotations
 
-import functools
+import contextlib
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
+from . import _tables
 from ._namespace import Array, Namespace, namespace_of
 from ._rope import RoPE
 from ._validation import check_base, check_bool, check_rotary_dim, describe
 from .scaling import RopeScaling, parse_rope_scaling
 
+CACHE_BYTES = 256 * 2**20
+"""Bytes of cos/sin tables that :func:`rotate` and :func:`rotate_qk` keep between calls,
+over all the settings they have seen; the least recently used settings go first."""
 
-@functools.lru_cache(maxsize=64)
-def _rope_for(
-    head_dim: int, rotary_dim: int | None, base: float, interleaved: bool, scaling: RopeScaling
-) -> RoPE:
-    return RoPE(
-        head_dim,
-        rotary_dim=rotary_dim,
-        base=base,
-        interleaved=interleaved,
-        scaling=scaling,
-    )
+CACHE_ENTRIES = 64
+"""Settings (head_dim, rotary_dim, base, interleaved, scaling) kept at most."""
+
+_ropes: OrderedDict[tuple[Any, ...], RoPE] = OrderedDict()
+_known: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+"""The arguments of earlier calls as given, mapped to their validated settings."""
+_lock = threading.Lock()
+_measured = -1
+
+
+def clear_cache() -> None:
+    """Forget the tables that :func:`rotate` and :func:`rotate_qk` keep between calls.
+
+    The functional API keeps one :class:`RoPE` per combination of settings, at most
+    ``CACHE_ENTRIES`` of them and ``CACHE_BYTES`` (256 MiB) of tables in all. Calling
+    this frees them now; later calls rebuild what they need, with the same bits. A
+    :class:`RoPE` you hold has its own tables (see :meth:`RoPE.clear_cache`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import anyrope
+    >>> _ = anyrope.rotate(np.zeros((1, 4, 2, 64), dtype=np.float32))
+    >>> anyrope.clear_cache()
+    >>> anyrope.cache_nbytes()
+    0
+    """
+    with _lock:
+        _ropes.clear()
+        _known.clear()
+
+
+def cache_nbytes() -> int:
+    """Return the bytes of cos/sin tables the functional API keeps now.
+
+    Returns
+    -------
+    int
+        Bytes held by the tables of every cached setting (see :func:`clear_cache`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import anyrope
+    >>> anyrope.clear_cache()
+    >>> _ = anyrope.rotate(np.zeros((1, 4, 2, 64), dtype=np.float32))
+    >>> anyrope.cache_nbytes()      # 256 positions x 32 pairs x (cos, sin) x 4 bytes
+    65536
+    """
+    with _lock:
+        return sum(rope.cache_nbytes for rope in _ropes.values())
 
 
 def _rope_for_input(
@@ -36,21 +82,73 @@ def _rope_for_input(
     max_position_embeddings: int | None,
 ) -> RoPE:
     """The cached :class:`RoPE` for an input whose last axis is the head dimension."""
+    shape = getattr(x, "shape", None)
+    head_dim = int(shape[-1]) if shape else 0
+    # Keyed by the arguments as given (with their types, so that 1 is not True): a call
+    # repeating known settings skips their validation, which they passed the first time.
+    key = (
+        head_dim,
+        rotary_dim,
+        type(rotary_dim),
+        base,
+        type(base),
+        interleaved,
+        type(interleaved),
+        max_position_embeddings,
+        type(max_position_embeddings),
+        scaling if scaling is None or isinstance(scaling, RopeScaling) else id(scaling),
+    )
+    settings = _known.get(key) if not isinstance(scaling, Mapping) else None
+    rope = None if settings is None else _ropes.get(settings)
+    if settings is not None and rope is not None:
+        with contextlib.suppress(KeyError):  # evicted by another thread meanwhile
+            _ropes.move_to_end(settings)
+        return rope
     namespace_of(x, argument=name)
-    head_dim = int(x.shape[-1]) if len(x.shape) else 0
     if head_dim <= 0 or head_dim % 2:
         raise ValueError(
             f"the last axis of `{name}` (head_dim) must have a positive even length; "
             f"got {describe(x)}"
         )
-    # Checked here too so that lru_cache never hashes (or caches) a bad argument.
     if rotary_dim is not None:
         check_rotary_dim(rotary_dim, head_dim)
-    # A frozen RopeScaling (hashable, validated) stands for the scaling dict in the cache key.
     parsed = parse_rope_scaling(scaling, max_position_embeddings=max_position_embeddings)
-    return _rope_for(
-        head_dim, rotary_dim, check_base(base), check_bool(interleaved, "interleaved"), parsed
+    settings = (
+        head_dim,
+        rotary_dim,
+        check_base(base),
+        check_bool(interleaved, "interleaved"),
+        parsed,
     )
+    with _lock:
+        rope = _ropes.get(settings)
+        if rope is None:
+            rope = RoPE(
+                head_dim, rotary_dim=rotary_dim, base=base, interleaved=interleaved, scaling=parsed
+            )
+            _ropes[settings] = rope
+        if not isinstance(scaling, Mapping):
+            if len(_known) >= 4 * CACHE_ENTRIES:
+                _known.clear()
+            _known[key] = settings
+    return rope
+
+
+def _used() -> None:
+    """Keep the cache within its bounds once a call may have built tables."""
+    global _measured  # noqa: PLW0603 - the table generation last measured
+    generation = _tables.generation()
+    if generation == _measured and len(_ropes) <= CACHE_ENTRIES:
+        return
+    with _lock:
+        _measured = generation
+        sizes = {settings: held.cache_nbytes for settings, held in _ropes.items()}
+        total = sum(sizes.values())
+        for settings in list(_ropes)[:-1]:
+            if total <= CACHE_BYTES and len(_ropes) <= CACHE_ENTRIES:
+                break
+            del _ropes[settings]
+            total -= sizes[settings]
 
 
 def rotate(
@@ -80,7 +178,7 @@ def rotate(
     x : array
         Queries or keys of any array-API library, real floating dtype (float16,
         bfloat16, float32, float64); axes as given by ``layout``.
-    positions : None, int or integer array, optional
+    positions : None, int or array of int, optional
         ``None``: positions ``0 .. seq-1``. An int: that offset plus ``0 .. seq-1``
         (KV-cache decode). An integer array of the caller's library, shape ``(seq,)`` or
         ``(*batch, seq)``, broadcastable (left padding, packed and speculative positions).
@@ -103,10 +201,12 @@ def rotate(
         Rotate by the negative angle, undoing a rotation (also the backward pass).
     inplace : bool, optional
         Write the result into ``x`` and return it (not possible for JAX arrays).
-    impl : {"auto", "array_api", "blocked"}, optional
+    impl : {"auto", "cuda", "blocked", "array_api"}, optional
         ``"array_api"``: the standard-only reference. ``"blocked"``: the cache-blocked
-        path for NumPy arrays and PyTorch CPU tensors. ``"auto"`` (default) takes the
-        fastest path available; all give the same bits.
+        path for NumPy arrays and PyTorch CPU tensors. ``"cuda"``: the CUDA kernel for
+        CuPy arrays and PyTorch CUDA tensors (needs CuPy). ``"auto"`` (default) takes
+        the first of these that can take the call; all give the same bits. A path
+        named here that cannot take the call raises a ``ValueError`` saying why.
     xp : namespace, optional
         The array namespace; inferred from ``x`` by default.
     scaling : dict or RopeScaling, optional
@@ -115,7 +215,7 @@ def rotate(
         M-RoPE positions ``(3, *batch, seq)``); see :class:`RoPE` and :doc:`/scaling`.
     max_position_embeddings : int, optional
         The model's trained context, for the scaling methods that need it.
-    cu_seqlens : integer array, optional
+    cu_seqlens : array of int, optional
         With ``layout="thd"``: cumulative sequence lengths ``(num_sequences + 1,)`` of a
         packed input ``(total_tokens, heads, head_dim)`` (flash-attn's varlen form).
         Each sequence starts at position 0; ``positions`` then gives per-sequence
@@ -149,7 +249,7 @@ def rotate(
         scaling=scaling,
         max_position_embeddings=max_position_embeddings,
     )
-    return rope.rotate(
+    y = rope.rotate(
         x,
         positions,
         layout=layout,
@@ -159,6 +259,8 @@ def rotate(
         xp=xp,
         cu_seqlens=cu_seqlens,
     )
+    _used()
+    return y
 
 
 def rotate_qk(
@@ -181,8 +283,39 @@ def rotate_qk(
     """Apply rotary position embedding to queries and keys together.
 
     ``q`` and ``k`` share library, device, dtype, head_dim, batch and sequence axes;
-    their head counts may differ (grouped-query and multi-query attention). The other
-    arguments are those of :func:`rotate`; the tables are built once for both.
+    their head counts may differ (grouped-query and multi-query attention). The tables
+    are built once for both. Every argument means what it means in :func:`rotate`.
+
+    Parameters
+    ----------
+    q, k : array
+        Queries and keys of one array-API library, real floating dtype (float16,
+        bfloat16, float32, float64); axes as given by ``layout``.
+    positions : None, int or array of int, optional
+        ``None``: ``0 .. seq-1``; an int: that offset plus ``0 .. seq-1``; an integer
+        array broadcastable to ``(*batch, seq)``. See :func:`rotate`.
+    rotary_dim : int, optional
+        Rotate only the first ``rotary_dim`` features; the whole head by default.
+    base : float, optional
+        Frequency base (``rope_theta``), finite and > 1. Default 10000.
+    interleaved : bool, optional
+        ``False``: half-split pairs (Hugging Face); ``True``: adjacent pairs (Meta, GPT-J).
+    layout : {"bshd", "bhsd", "sbhd", "thd"}, optional
+        Where the batch, sequence and heads axes are; see :func:`rotate`.
+    inverse : bool, optional
+        Rotate by the negative angle (undo a rotation; the backward pass).
+    inplace : bool, optional
+        Write the results into ``q`` and ``k`` (which must not share memory).
+    impl : {"auto", "cuda", "blocked", "array_api"}, optional
+        The path; ``"auto"`` takes the first that can take the call.
+    xp : namespace, optional
+        The array namespace; inferred from ``q`` and ``k`` by default.
+    scaling : dict or RopeScaling, optional
+        Context-extension scaling, a Hugging Face ``rope_scaling`` dict.
+    max_position_embeddings : int, optional
+        The model's trained context, for the scaling methods that need it.
+    cu_seqlens : array of int, optional
+        With ``layout="thd"``: cumulative lengths of the packed sequences.
 
     Returns
     -------
@@ -215,7 +348,7 @@ def rotate_qk(
         scaling=scaling,
         max_position_embeddings=max_position_embeddings,
     )
-    return rope(
+    q2, k2 = rope(
         q,
         k,
         positions,
@@ -226,3 +359,5 @@ def rotate_qk(
         xp=xp,
         cu_seqlens=cu_seqlens,
     )
+    _used()
+    return q2, k2

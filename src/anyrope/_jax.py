@@ -19,16 +19,14 @@ This module is imported only for JAX arrays, when JAX is already in ``sys.module
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import array_api_compat
 import numpy as np
 
 from ._namespace import Array
 from ._validation import MAX_POSITION
-
-if TYPE_CHECKING:
-    from ._tables import TableCache
 
 
 def is_traced(x: Array) -> bool:
@@ -41,12 +39,13 @@ def is_traced(x: Array) -> bool:
 
 
 def on_host(
-    arrays: tuple[Array, ...], positions: object
-) -> tuple[tuple[np.ndarray[Any, Any], ...], object] | None:
-    """NumPy views of concrete JAX CPU ``arrays`` and of ``positions``, else ``None``.
+    arrays: tuple[Array, ...], positions: object, cu_seqlens: object = None
+) -> tuple[tuple[np.ndarray[Any, Any], ...], object, object] | None:
+    """NumPy views of concrete JAX CPU ``arrays``, ``positions`` and ``cu_seqlens``,
+    else ``None``.
 
-    ``None`` when anything is traced, lives on another device, or ``positions`` is an
-    array of another library (the JAX path then says so).
+    ``None`` when anything is traced, lives on another device, or ``positions`` or
+    ``cu_seqlens`` is an array of another library (the JAX path then says so).
     """
     import jax
 
@@ -54,11 +53,15 @@ def on_host(
         return None
     if any(device.platform != "cpu" for x in arrays for device in x.devices()):
         return None
-    if positions is None or isinstance(positions, int):
-        return tuple(np.asarray(x) for x in arrays), positions
-    if not array_api_compat.is_jax_array(positions) or is_traced(positions):
-        return None
-    return tuple(np.asarray(x) for x in arrays), np.asarray(positions)
+    host: list[object] = []
+    for value in (positions, cu_seqlens):
+        if value is None or isinstance(value, int):
+            host.append(value)
+        elif array_api_compat.is_jax_array(value) and not is_traced(value):
+            host.append(np.asarray(value))
+        else:
+            return None
+    return tuple(np.asarray(x) for x in arrays), host[0], host[1]
 
 
 def back_to_jax(results: tuple[Array, ...], *, like: tuple[Array, ...]) -> tuple[Array, ...]:
@@ -70,26 +73,28 @@ def back_to_jax(results: tuple[Array, ...], *, like: tuple[Array, ...]) -> tuple
     )
 
 
-def traced_tables(
-    cache: TableCache, positions: Array, dtype: np.dtype[Any], pairs: int
+def host_callback(
+    build: Callable[[np.ndarray[Any, Any]], tuple[np.ndarray[Any, Any], ...]],
+    positions: Array,
+    shape: tuple[int, ...],
+    dtype: np.dtype[Any],
 ) -> tuple[Array, Array]:
-    """cos/sin of shape ``positions.shape + (pairs,)``, built on the host when run.
+    """Two arrays of ``shape`` and ``dtype`` that ``build`` makes from the concrete
+    ``positions`` (int64, on the host) when the compiled function runs.
 
     Out-of-range positions cannot be reported while tracing; the callback raises a
     ``ValueError`` when the compiled function runs (JAX re-raises it as a runtime error).
     """
-    import array_api_compat.numpy as host_xp
     import jax
 
-    def build(values: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    def checked(values: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], ...]:
         host = np.asarray(values, dtype=np.int64)
         if host.size and (int(host.min()) < 0 or int(host.max()) >= MAX_POSITION):
             raise ValueError(
                 f"`positions` must lie in [0, 2**53); got values in [{host.min()}, {host.max()}]"
             )
-        cos, sin = cache.build(host, host_xp, "cpu", dtype)
-        return np.asarray(cos), np.asarray(sin)
+        return tuple(np.asarray(a) for a in build(host))
 
-    shape = jax.ShapeDtypeStruct((*positions.shape, pairs), dtype)
-    cos, sin = jax.pure_callback(build, (shape, shape), positions, vmap_method="expand_dims")
+    result = jax.ShapeDtypeStruct(shape, dtype)
+    cos, sin = jax.pure_callback(checked, (result, result), positions, vmap_method="expand_dims")
     return cos, sin

@@ -56,11 +56,12 @@ def place_tables(table: Array, axes: Axes, xp: Namespace) -> Array:
     axis moves to the front.
     """
     nb = len(axes.batch)
-    if table.ndim < nb + 2:
-        table = xp.reshape(table, (1,) * (nb + 2 - table.ndim) + tuple(table.shape))
+    shape = (1,) * (nb + 2 - table.ndim) + tuple(table.shape)
+    # One reshape (a view): the cheapest way to add size-1 axes, on every library.
     if axes.layout == "bshd":
-        return xp.expand_dims(table, axis=-2)
+        return xp.reshape(table, (*shape[:-1], 1, shape[-1]))
     if axes.layout == "bhsd":
-        return xp.expand_dims(table, axis=-3)
+        return xp.reshape(table, (*shape[:-2], 1, *shape[-2:]))
+    table = xp.reshape(table, shape)
     order = (nb, *range(nb), nb + 1)
     return xp.expand_dims(xp.permute_dims(table, order), axis=-2)

@@ -17,6 +17,9 @@ Array = Any
 Namespace = Any
 """An array-API namespace module."""
 
+FLOATING = ("float16", "bfloat16", "float32", "float64")
+"""The dtypes anyrope rotates (numerics.md)."""
+
 
 def namespace_of(*arrays: Array, xp: Namespace | None = None, argument: str = "x") -> Namespace:
     """Return the array-API namespace of ``arrays``, or ``xp`` when given.
@@ -31,6 +34,7 @@ def namespace_of(*arrays: Array, xp: Namespace | None = None, argument: str = "x
                 f"(NumPy, PyTorch, CuPy, JAX, ...); got {type(array).__name__}"
             )
     if xp is not None:
+        check_namespace(xp)
         return xp
     try:
         return array_api_compat.array_namespace(*arrays)
@@ -39,6 +43,15 @@ def namespace_of(*arrays: Array, xp: Namespace | None = None, argument: str = "x
         raise TypeError(
             f"`{argument}` arrays must all come from one array library; got {kinds}"
         ) from error
+
+
+def check_namespace(xp: object) -> None:
+    """``xp`` must be an array namespace (a module such as ``array_api_compat.numpy``)."""
+    if not all(hasattr(xp, name) for name in ("asarray", "isdtype", "reshape", "concat")):
+        raise TypeError(
+            "`xp` must be an array-API namespace such as array_api_compat.numpy or "
+            f"array_api_strict, or None to infer it; got {xp!r} of type {type(xp).__name__}"
+        )
 
 
 def _is_array(obj: object) -> bool:
@@ -74,6 +87,9 @@ def is_bfloat16(dtype: Any) -> bool:
 
 def is_real_floating(xp: Namespace, dtype: Any) -> bool:
     """True for float16, bfloat16, float32 and float64 (bfloat16 is outside the standard)."""
+    # By name: NumPy's longdouble is "real floating" too, but nothing here computes in it.
+    if dtype_name(dtype) not in FLOATING:
+        return False
     if is_bfloat16(dtype):
         return True
     try:

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import array_api_compat
 
-from ._namespace import Array, Namespace, device_of, library_name
+from ._namespace import Array, Namespace, device_of, dtype_name, library_name, to_host
 from ._validation import MAX_POSITION, describe
 
 
-@dataclass(frozen=True)
-class Positions:
-    """Validated positions for one call.
+class Positions(NamedTuple):
+    """Validated positions for one call (a named tuple: made once per call, cheaply).
 
     Either a contiguous range ``offset .. offset + seq - 1`` (``array is None``), or an
     integer ``array`` of rank ``len(batch) + 1`` (padded with leading size-1 axes) whose
@@ -33,7 +32,12 @@ class Positions:
 def resolve_positions(
     positions: object, xp: Namespace, x: Array, batch: tuple[int, ...], seq: int
 ) -> Positions:
-    """Check ``positions`` against an input with batch axes ``batch`` and ``seq`` tokens."""
+    """Check ``positions`` against an input with batch axes ``batch`` and ``seq`` tokens.
+
+    A 0-d integer array counts as an offset, like a Python int. Arrays of any integer
+    dtype are accepted; those other than int32 and int64 are range-checked on the host
+    and converted to int64, which every library can index with.
+    """
     if positions is None:
         return Positions(0, seq, None, seq)
     if isinstance(positions, bool):
@@ -41,25 +45,53 @@ def resolve_positions(
             f"`positions` must be None, an integer offset or an integer array; got {positions!r}"
         )
     if isinstance(positions, numbers.Integral):
-        offset = int(positions)
-        if offset < 0:
-            raise ValueError(f"`positions` offset must be non-negative; got {offset}")
-        if offset + seq > MAX_POSITION:
-            raise ValueError(
-                f"`positions` offset {offset} plus seq={seq} exceeds 2**53, beyond which "
-                "float64 cannot represent every position"
-            )
-        return Positions(offset, seq, None, offset + seq)
+        return offset_positions(int(positions), seq)
     if not array_api_compat.is_array_api_obj(positions) or isinstance(positions, (list, tuple)):
         raise TypeError(
             "`positions` must be None, an integer offset or an integer array; "
             f"got {type(positions).__name__}"
         )
-    return _resolve_array(positions, xp, x, batch, seq)
+    check_integer_array(positions, "positions", xp, x)
+    array: Array = positions
+    if array.ndim == 0:
+        if not is_traced(array):
+            return offset_positions(int(to_host(array)), seq)
+        array = xp.reshape(array, (1,)) + xp.arange(seq, dtype=array.dtype)
+    return _resolve_array(array, xp, batch, seq)
+
+
+def offset_positions(offset: int, seq: int) -> Positions:
+    """The positions ``offset .. offset + seq - 1``, checked."""
+    if offset < 0:
+        raise ValueError(f"`positions` offset must be non-negative; got {offset}")
+    if offset + seq > MAX_POSITION:
+        raise ValueError(
+            f"`positions` offset {offset} plus seq={seq} exceeds 2**53, beyond which "
+            "float64 cannot represent every position"
+        )
+    return Positions(offset, seq, None, offset + seq)
+
+
+def is_traced(x: Array) -> bool:
+    """True for a JAX array whose values are unknown while tracing (``jit``, ``grad``, ...)."""
+    if not array_api_compat.is_jax_array(x):
+        return False
+    from ._jax import is_traced as jax_traced
+
+    return jax_traced(x)
 
 
 def check_integer_array(values: Array, name: str, xp: Namespace, x: Array) -> None:
-    """Check that ``values`` is an integer array of the input's library and device."""
+    """Check that ``values`` is an integer array of the input's library and device.
+
+    The devices are compared only when both are known: a JAX array traced by a
+    transformation has none, and a concrete array used inside it is a constant.
+    """
+    if not array_api_compat.is_array_api_obj(values) or isinstance(values, (list, tuple)):
+        raise TypeError(
+            f"`{name}` must be an array of the same library as the input ({library_name(xp)}); "
+            f"got {type(values).__name__}"
+        )
     try:
         values_xp = array_api_compat.array_namespace(values)
     except TypeError:
@@ -69,20 +101,17 @@ def check_integer_array(values: Array, name: str, xp: Namespace, x: Array) -> No
             f"`{name}` must be an array of the same library as the input ({library_name(xp)}); "
             f"got {describe(values)}"
         )
-    if str(device_of(values)) != str(device_of(x)):
-        raise ValueError(
-            f"`{name}` must be on the input's device {device_of(x)}; got device {device_of(values)}"
-        )
+    if not (is_traced(values) or is_traced(x)):
+        here, there = device_of(values), device_of(x)
+        if str(here) != str(there):
+            raise ValueError(f"`{name}` must be on the input's device {there}; got device {here}")
     if not xp.isdtype(values.dtype, "integral"):
         raise TypeError(f"`{name}` must have an integer dtype; got {values.dtype}")
 
 
-def _resolve_array(
-    p: Array, xp: Namespace, x: Array, batch: tuple[int, ...], seq: int
-) -> Positions:
-    check_integer_array(p, "positions", xp, x)
+def _resolve_array(p: Array, xp: Namespace, batch: tuple[int, ...], seq: int) -> Positions:
     target = (*batch, seq)
-    if p.ndim < 1 or p.ndim > len(target):
+    if p.ndim > len(target):
         raise ValueError(
             f"`positions` must have shape (seq,) or (*batch, seq) with at most {len(target)} axes "
             f"for an input with batch axes {batch} and seq={seq}; got shape {tuple(p.shape)}"
@@ -93,14 +122,19 @@ def _resolve_array(
             f"`positions` of shape {tuple(p.shape)} does not broadcast to (*batch, seq)={target}"
         )
     p = xp.reshape(p, padded)
-    if array_api_compat.is_jax_array(p):
-        from ._jax import is_traced
-
-        if is_traced(p):
-            return Positions(0, seq, p, 0, traced=True)
+    if is_traced(p):
+        if dtype_name(p.dtype) not in _INDEX_DTYPES:
+            p = xp.astype(p, xp.int64)
+        return Positions(0, seq, p, 0, traced=True)
     stop = 0
     if math.prod(p.shape) != 0:
-        low, high = int(xp.min(p)), int(xp.max(p))
+        if dtype_name(p.dtype) in _INDEX_DTYPES:
+            low, high = int(xp.min(p)), int(xp.max(p))
+        else:
+            # Not every library reduces every integer type (torch has no min of uint16),
+            # and a uint64 above 2**63 must be reported as itself, not wrapped.
+            host = to_host(p)
+            low, high = int(host.min()), int(host.max())
         if low < 0:
             raise ValueError(f"`positions` must be non-negative; got a minimum of {low}")
         if high >= MAX_POSITION:
@@ -109,4 +143,10 @@ def _resolve_array(
                 f"position; got a maximum of {high}"
             )
         stop = high + 1
+    if dtype_name(p.dtype) not in _INDEX_DTYPES:
+        p = xp.astype(p, xp.int64)
     return Positions(0, seq, p, stop)
+
+
+_INDEX_DTYPES = ("int32", "int64")
+"""Integer dtypes every library indexes with; other integer positions become int64."""

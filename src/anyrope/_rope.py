@@ -2,27 +2,19 @@
 
 from __future__ import annotations
 
-import copy
 import numbers
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
+import array_api_compat
 import numpy as np
 
-from . import _mrope
-from ._api import apply
-from ._layout import Axes
+from . import _mrope, _pipeline
 from ._namespace import Array, Namespace, device_of, is_real_floating, namespace_of, to_host
-from ._positions import Positions, resolve_positions
-from ._tables import TableCache
+from ._tables import TableSource
 from ._validation import check_base, check_bool, check_head_dim, check_int, check_rotary_dim
 from .scaling import RopeScaling, from_hf_config, parse_rope_scaling
 from .scaling._types import FloatArray
-
-MAX_LENGTH_BUCKETS = 8
-"""Frequency sets kept per RoPE for length-dependent scaling (dynamic NTK, LongRoPE)."""
 
 
 class RoPE:
@@ -30,7 +22,8 @@ class RoPE:
 
     Holds the frequencies (float64, on the host) and caches cos/sin tables for each
     (array library, device, dtype) it meets, growing them when a larger position
-    arrives. One instance may be shared by several threads.
+    arrives. One instance may be shared by several threads, pickled (without its
+    tables, which are rebuilt with the same bits where it is unpickled) and deep-copied.
 
     Parameters
     ----------
@@ -112,10 +105,9 @@ class RoPE:
         self.softmax_scale = self.scaling.softmax_scale
         self.axial = self.scaling.rope_type == "axial"
         self.sections = self.scaling.sections(self.rotary_dim)
-        self.inv_freq, self.attention_factor = self.frequencies()
-        self._cache = TableCache(self.inv_freq, self.attention_factor)
-        self._buckets: OrderedDict[int, RoPE] = OrderedDict()
-        self._buckets_lock = threading.Lock()
+        self._source = TableSource(self.scaling, rotary_dim=self.rotary_dim, base=self.base)
+        self.inv_freq = self._source.default.inv_freq
+        self.attention_factor = self._source.default.attention_factor
 
     def _check_scaling(self) -> None:
         scaling = self.scaling
@@ -143,6 +135,16 @@ class RoPE:
         ``rope_scaling`` / ``rope_parameters``; see :func:`anyrope.scaling.from_hf_config`.
         A transformers ``PretrainedConfig`` works too (anyrope never imports transformers).
 
+        Parameters
+        ----------
+        config : Mapping or object
+            The model's ``config.json`` as a dict, or an object with those attributes.
+
+        Returns
+        -------
+        RoPE
+            The rotation the model family uses, or a ``ValueError`` naming what differs.
+
         Examples
         --------
         >>> import anyrope
@@ -161,7 +163,19 @@ class RoPE:
         """Return ``(inv_freq, attention_factor)`` for a sequence of ``seq_len`` positions.
 
         Only ``dynamic`` and ``longrope`` scaling depend on the length; ``None`` means a
-        sequence within the original context. The arrays are float64 and read-only.
+        sequence within the original context.
+
+        Parameters
+        ----------
+        seq_len : int, optional
+            One more than the largest position of the sequence.
+
+        Returns
+        -------
+        inv_freq : numpy.ndarray
+            The frequencies: float64, read-only, shape ``(rotary_dim // 2,)``.
+        attention_factor : float
+            The factor multiplied into cos and sin.
 
         Examples
         --------
@@ -173,65 +187,45 @@ class RoPE:
         >>> bool(rope.frequencies(150)[0][-1] < rope.inv_freq[-1])
         True
         """
-        inv_freq, factor = self.scaling.frequencies(self.rotary_dim, self.base, seq_len=seq_len)
-        inv_freq.flags.writeable = False
-        return inv_freq, factor
+        return self._source.frequencies(seq_len)
 
-    def _for_length(self, stop: int) -> RoPE:
-        """This RoPE with the frequencies of a sequence of ``stop`` positions.
+    @property
+    def cache_nbytes(self) -> int:
+        """Number of bytes held by this RoPE's cached cos/sin tables.
 
-        Length-dependent scaling keeps one set of frequencies (and tables) per length
-        bucket, so a table is never reused for a length it was not built for.
+        Every library, device and dtype the tables were built for counts; see
+        :meth:`clear_cache` and :func:`anyrope.clear_cache`.
+
+        Returns
+        -------
+        int
+            Bytes of cos and sin tables, 0 after :meth:`clear_cache`.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import anyrope
+        >>> rope = anyrope.RoPE(64)
+        >>> _ = rope.rotate(np.zeros((1, 10, 1, 64), dtype=np.float32))
+        >>> rope.cache_nbytes          # 256 positions x 32 pairs x (cos, sin) x 4 bytes
+        65536
+        >>> rope.clear_cache()
+        >>> rope.cache_nbytes
+        0
         """
-        bucket = self.scaling.length_bucket(stop)
-        if bucket == self.scaling.length_bucket(None):
-            return self
-        with self._buckets_lock:
-            view = self._buckets.get(bucket)
-            if view is None:
-                view = copy.copy(self)
-                view.inv_freq, view.attention_factor = self.frequencies(stop)
-                view._cache = TableCache(view.inv_freq, view.attention_factor)
-                self._buckets[bucket] = view
-                if len(self._buckets) > MAX_LENGTH_BUCKETS:
-                    self._buckets.popitem(last=False)
-            else:
-                self._buckets.move_to_end(bucket)
-        return view
+        return self._source.nbytes
 
-    def _resolve(
-        self, positions: object, xp: Namespace, x: Array, axes: Axes
-    ) -> tuple[RoPE, Positions | list[Positions]]:
-        """Check ``positions`` and pick the frequencies for the length they reach.
+    def clear_cache(self) -> None:
+        """Drop the cached cos/sin tables; they are rebuilt (the same bits) when needed."""
+        self._source.clear()
 
-        Returns a list of per-stream positions for M-RoPE position arrays and 2D axial
-        RoPE; M-RoPE with ``None`` or an int offset is text only, i.e. ordinary RoPE.
-        """
-        multi = self.sections is not None and (self.axial or hasattr(positions, "shape"))
-        if not multi:
-            where = resolve_positions(positions, xp, x, axes.batch, axes.seq)
-            self._check_concrete([where])
-            return self._for_length(where.stop), where
-        assert self.sections is not None
-        streams = _mrope.resolve_streams(
-            positions,
-            kind="axial" if self.axial else "mrope",
-            count=len(self.sections),
-            xp=xp,
-            x=x,
-            batch=axes.batch,
-            seq=axes.seq,
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt from its settings: the frequencies are recomputed (the same bits) and
+        # the tables, which live on devices, are rebuilt where they are needed.
+        return (
+            _restore,
+            (type(self), self.head_dim, self.rotary_dim, self.base, self.interleaved, self.scaling),
         )
-        self._check_concrete(streams)
-        return self._for_length(max(where.stop for where in streams)), streams
-
-    def _check_concrete(self, streams: list[Positions]) -> None:
-        if self.scaling.depends_on_length and any(where.traced for where in streams):
-            raise ValueError(
-                f"rope_type={self.scaling.rope_type!r} picks its frequencies by the largest "
-                "position, which is unknown for positions traced by jax.jit; pass concrete "
-                "positions or use a length-independent scaling"
-            )
 
     def __repr__(self) -> str:
         extra = ""
@@ -255,7 +249,33 @@ class RoPE:
         xp: Namespace | None = None,
         cu_seqlens: Array | None = None,
     ) -> tuple[Array, Array]:
-        """Rotate queries and keys; see :func:`anyrope.rotate_qk` for the arguments.
+        """Rotate queries and keys with this RoPE's frequencies.
+
+        Parameters
+        ----------
+        q, k : array
+            Queries and keys of one array-API library, real floating dtype; their head
+            counts may differ (grouped-query attention).
+        positions : None, int or array of int, optional
+            ``None``: ``0 .. seq-1``; an int: that offset plus ``0 .. seq-1`` (KV-cache
+            decode); an integer array broadcastable to ``(*batch, seq)``.
+        layout : {"bshd", "bhsd", "sbhd", "thd"}, optional
+            Where the batch, sequence and heads axes are; see :func:`anyrope.rotate`.
+        inverse : bool, optional
+            Rotate by the negative angle (undo a rotation; the backward pass).
+        inplace : bool, optional
+            Write the results into ``q`` and ``k`` (which must not share memory).
+        impl : {"auto", "cuda", "blocked", "array_api"}, optional
+            The path; ``"auto"`` takes the first that can take the call.
+        xp : namespace, optional
+            The array namespace; inferred from ``q`` and ``k`` by default.
+        cu_seqlens : array of int, optional
+            With ``layout="thd"``: cumulative lengths of the packed sequences.
+
+        Returns
+        -------
+        q2, k2 : arrays
+            Like ``q`` and ``k``: same library, device, dtype and shape.
 
         Examples
         --------
@@ -269,11 +289,10 @@ class RoPE:
         >>> bool(np.allclose(q3, q) and np.allclose(k3, k))
         True
         """
-        q2, k2 = apply(
-            self,
-            (q, k),
-            ("q", "k"),
-            positions,
+        q2, k2 = self._rotate(
+            q,
+            k,
+            positions=positions,
             layout=layout,
             inverse=inverse,
             inplace=inplace,
@@ -295,7 +314,32 @@ class RoPE:
         xp: Namespace | None = None,
         cu_seqlens: Array | None = None,
     ) -> Array:
-        """Rotate one array; see :func:`anyrope.rotate` for the arguments.
+        """Rotate one array (queries or keys) with this RoPE's frequencies.
+
+        Parameters
+        ----------
+        x : array
+            An array of any array-API library, real floating dtype.
+        positions : None, int or array of int, optional
+            ``None``: ``0 .. seq-1``; an int: that offset plus ``0 .. seq-1`` (KV-cache
+            decode); an integer array broadcastable to ``(*batch, seq)``.
+        layout : {"bshd", "bhsd", "sbhd", "thd"}, optional
+            Where the batch, sequence and heads axes are; see :func:`anyrope.rotate`.
+        inverse : bool, optional
+            Rotate by the negative angle (undo a rotation; the backward pass).
+        inplace : bool, optional
+            Write the result into ``x`` and return it.
+        impl : {"auto", "cuda", "blocked", "array_api"}, optional
+            The path; ``"auto"`` takes the first that can take the call.
+        xp : namespace, optional
+            The array namespace; inferred from ``x`` by default.
+        cu_seqlens : array of int, optional
+            With ``layout="thd"``: cumulative lengths of the packed sequences.
+
+        Returns
+        -------
+        array
+            Same library, device, dtype and shape as ``x``.
 
         Examples
         --------
@@ -308,11 +352,9 @@ class RoPE:
                [ 0.5403023 ,  0.84147096],
                [-0.41614684,  0.9092974 ]], dtype=float32)
         """
-        (y,) = apply(
-            self,
-            (x,),
-            ("x",),
-            positions,
+        (y,) = self._rotate(
+            x,
+            positions=positions,
             layout=layout,
             inverse=inverse,
             inplace=inplace,
@@ -321,6 +363,98 @@ class RoPE:
             cu_seqlens=cu_seqlens,
         )
         return y
+
+    def path(
+        self,
+        x: Array,
+        positions: object = None,
+        *,
+        layout: str = "bshd",
+        inplace: bool = False,
+        impl: str = "auto",
+        xp: Namespace | None = None,
+        cu_seqlens: Array | None = None,
+    ) -> str:
+        """Name the path that :meth:`rotate` takes for these arguments.
+
+        The arguments are checked as by :meth:`rotate` (a path named by ``impl`` that
+        cannot take them raises). Eager JAX arrays on the CPU are rotated by NumPy
+        (``"blocked"``); dask arrays take the path of their blocks' library.
+
+        Parameters
+        ----------
+        x : array
+            An input as :meth:`rotate` would receive it.
+        positions : None, int or array of int, optional
+            The positions, as for :meth:`rotate`.
+        layout : {"bshd", "bhsd", "sbhd", "thd"}, optional
+            Where the batch, sequence and heads axes are.
+        inplace : bool, optional
+            Whether the call would write into ``x``.
+        impl : {"auto", "cuda", "blocked", "array_api"}, optional
+            The path asked for; ``"auto"`` takes the first that can take the call.
+        xp : namespace, optional
+            The array namespace; inferred from ``x`` by default.
+        cu_seqlens : array of int, optional
+            With ``layout="thd"``: cumulative lengths of the packed sequences.
+
+        Returns
+        -------
+        str
+            ``"cuda"``, ``"blocked"`` or ``"array_api"``: the ``impl`` name of the path.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import anyrope
+        >>> rope = anyrope.RoPE(64)
+        >>> x = np.zeros((1, 8, 4, 64), dtype=np.float32)
+        >>> rope.path(x), rope.path(x, impl="array_api")
+        ('blocked', 'array_api')
+        """
+        from ._pipeline import path_name
+
+        if array_api_compat.is_dask_array(x):
+            x = x._meta.reshape((0,) * (x.ndim - 1) + (x.shape[-1],))
+        return path_name(
+            self._source,
+            (x,),
+            ("x",),
+            positions,
+            impl=impl,
+            head_dim=self.head_dim,
+            interleaved=self.interleaved,
+            layout=layout,
+            inverse=False,
+            inplace=inplace,
+            xp=xp,
+            cu_seqlens=cu_seqlens,
+        )
+
+    def _rotate(self, *arrays: Array, positions: object, **options: Any) -> tuple[Array, ...]:
+        names = _NAMES[len(arrays)]
+        if array_api_compat.is_dask_array(arrays[0]):
+            # Lazy libraries sit above the pipeline: dask calls it once per block.
+            from ._lazy.dask import rotate_dask
+
+            return rotate_dask(
+                self._source,
+                arrays,
+                names,
+                positions,
+                head_dim=self.head_dim,
+                interleaved=self.interleaved,
+                **options,
+            )
+        return _pipeline.rotate(
+            self._source,
+            arrays,
+            names,
+            positions,
+            head_dim=self.head_dim,
+            interleaved=self.interleaved,
+            **options,
+        )
 
     def tables(
         self,
@@ -384,16 +518,31 @@ class RoPE:
             raise ValueError(
                 f"`positions` must lie in [0, 2**53); got values in [{host.min()}, {host.max()}]"
             )
-        rope = self._for_length(int(host.max()) + 1 if host.size else 0)
+        cache = self._source.for_length(int(host.max()) + 1 if host.size else 0)
         if self.sections is None or not (self.axial or hasattr(positions, "shape")):
-            cos, sin = rope._cache.build(host, xp, device, np.dtype(np.float64))
+            cos, sin = cache.build(host, xp, device, np.dtype(np.float64))
         else:
             cos, sin = _mrope.join_sections(
                 [
-                    rope._cache.build(stream, xp, device, np.dtype(np.float64))
+                    cache.build(stream, xp, device, np.dtype(np.float64))
                     for stream in _mrope.split_host_streams(host, self.sections, axial=self.axial)
                 ],
                 self.sections,
                 xp,
             )
         return xp.astype(cos, dtype), xp.astype(sin, dtype)
+
+
+_NAMES = {1: ("x",), 2: ("q", "k")}
+"""The argument names of one array (``rotate``) and of two (``rope(q, k)``)."""
+
+
+def _restore(  # noqa: PLR0917 - the arguments __reduce__ gives, in order
+    cls: type[RoPE],
+    head_dim: int,
+    rotary_dim: int,
+    base: float,
+    interleaved: bool,
+    scaling: RopeScaling,
+) -> RoPE:
+    return cls(head_dim, rotary_dim=rotary_dim, base=base, interleaved=interleaved, scaling=scaling)

@@ -10,18 +10,40 @@ and a table built directly for a few positions hold the same bits.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import Any
 
+import array_api_compat.numpy as numpy_xp
 import numpy as np
 
 from ._hostmath import sincos
-from ._namespace import Array, Namespace
+from ._mrope import join_sections
+from ._namespace import Array, Namespace, to_host
+from ._positions import Positions
+from ._validation import MAX_POSITION
+from .scaling import RopeScaling
+from .scaling._types import FloatArray
 
 MAX_CACHED_ENTRIES = 2**22
 """Cached tables stop growing at this many entries (positions x pairs, 16 MiB in
 float32); positions beyond it get tables built for just the positions asked for."""
 
 MIN_CACHED_ROWS = 256
+
+MAX_PLANS = 64
+"""Geometries whose plans a table source keeps; all are forgotten when it is full."""
+
+AHEAD = 256
+"""Lengths whose dynamic-NTK frequencies are computed together (see TableSource)."""
+
+AHEAD_BLOCKS = 4
+"""Blocks of :data:`AHEAD` lengths a table source keeps."""
+
+MAX_LENGTH_BUCKETS = 8
+"""Frequency sets kept per table source for length-dependent scaling (dynamic NTK,
+LongRoPE); the least recently used one is dropped first."""
 
 BLOCK_ENTRIES = 8192
 """Entries computed per step: the host math's temporaries stay in the L1/L2 caches."""
@@ -55,37 +77,119 @@ def host_tables(
     return cos.reshape(shape), sin.reshape(shape)
 
 
+_generation = 0
+"""Counts the cached tables ever built in this process: a holder of many sources (the
+functional API) re-measures their bytes only when it has changed."""
+
+
+def generation() -> int:
+    """How many cached tables this process has built so far."""
+    return _generation
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Tables indexed by row and what selects the rows of one call.
+
+    ``index is None``: the call's positions are the consecutive rows ``offset ..``;
+    otherwise ``index`` (an integer array of the caller's library, shape of the positions)
+    holds the row of each position.
+    """
+
+    cos: Array
+    sin: Array
+    index: Array | None
+    offset: int
+
+
+def widen(cos: Array, sin: Array, interleaved: bool, xp: Namespace) -> tuple[Array, Array]:
+    """Tables over every rotated feature: ``cos`` for both elements of a pair, and for
+    each element the sine its partner is multiplied by (``-sin`` for the first element).
+
+    Half-split: ``[c, c]`` and ``[-s, s]``; interleaved: ``[c0, c0, c1, c1, ...]`` and
+    ``[-s0, s0, -s1, s1, ...]``. Then ``y = x * cos_wide + swap(x) * sin_wide``, where
+    ``swap`` exchanges the two elements of each pair, gives the bits of the reference:
+    ``x1 * (-s)`` is exactly ``-(x1 * s)`` and ``a + (-b)`` is exactly ``a - b``.
+    """
+    if interleaved:
+        shape = (*cos.shape[:-1], 2 * cos.shape[-1])
+        return (
+            xp.reshape(xp.stack((cos, cos), axis=-1), shape),
+            xp.reshape(xp.stack((-sin, sin), axis=-1), shape),
+        )
+    return xp.concat((cos, cos), axis=-1), xp.concat((-sin, sin), axis=-1)
+
+
 class TableCache:
     """Device-resident tables for positions ``0 .. rows-1``, one per (library, device, dtype).
 
     Tables grow (to the next power of two) when a larger position arrives. A lock
-    makes growth safe when several threads share one :class:`anyrope.RoPE`.
+    makes growth safe when several threads share one source.
+
+    ``grow=False``: nothing is cached, tables are built for the positions asked for (the
+    frequencies of one dynamic-NTK length serve one decoding step). ``seed``: the host
+    float64 ``(position, cos, sin)`` row of one position, computed ahead with others.
     """
 
-    def __init__(self, inv_freq: np.ndarray[Any, Any], attention_factor: float) -> None:
-        self._inv_freq = inv_freq
-        self._attention_factor = attention_factor
-        self._tables: dict[tuple[str, str, str], tuple[Array, Array, int]] = {}
+    def __init__(
+        self,
+        inv_freq: FloatArray,
+        attention_factor: float,
+        *,
+        grow: bool = True,
+        seed: tuple[int, FloatArray, FloatArray] | None = None,
+    ) -> None:
+        self.inv_freq = inv_freq
+        self.attention_factor = attention_factor
+        self._grow = grow
+        self._seed = seed
+        self._tables: dict[tuple[str, str, np.dtype[Any]], tuple[Array, Array, int]] = {}
+        self._wide: dict[tuple[str, str, np.dtype[Any], bool], tuple[Array, Array, int]] = {}
         self._lock = threading.Lock()
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the cached tables (cos and sin, every library, device and dtype)."""
+        pairs = self.inv_freq.size
+        narrow = sum(
+            2 * rows * pairs * key[2].itemsize for key, (_, _, rows) in list(self._tables.items())
+        )
+        wide = sum(
+            4 * rows * pairs * key[2].itemsize for key, (_, _, rows) in list(self._wide.items())
+        )
+        return narrow + wide
+
+    def clear(self) -> None:
+        """Drop every cached table."""
+        with self._lock:
+            self._tables.clear()
+            self._wide.clear()
 
     def cacheable(self, rows: int) -> bool:
         """Whether a table of ``rows`` positions is small enough to keep."""
-        return bool(rows * self._inv_freq.shape[0] <= MAX_CACHED_ENTRIES)
+        return self._grow and rows * self.inv_freq.shape[0] <= MAX_CACHED_ENTRIES
 
     def build(
         self, positions: np.ndarray[Any, Any], xp: Namespace, device: Any, dtype: np.dtype[Any]
     ) -> tuple[Array, Array]:
         """Tables for exactly ``positions`` (host integers), moved to ``device``."""
-        cos, sin = host_tables(
-            self._inv_freq, positions, attention_factor=self._attention_factor, dtype=dtype
-        )
+        seed = self._seed
+        if seed is not None and positions.size and bool(np.all(positions == seed[0])):
+            shape = (*positions.shape, self.inv_freq.size)
+            cos = np.broadcast_to(seed[1].astype(dtype), shape).copy()
+            sin = np.broadcast_to(seed[2].astype(dtype), shape).copy()
+        else:
+            cos, sin = host_tables(
+                self.inv_freq, positions, attention_factor=self.attention_factor, dtype=dtype
+            )
         return xp.asarray(cos, device=device), xp.asarray(sin, device=device)
 
     def get(
         self, rows: int, xp: Namespace, device: Any, dtype: np.dtype[Any]
     ) -> tuple[Array, Array]:
         """Tables covering at least positions ``0 .. rows-1`` on ``device``."""
-        key = (xp.__name__, str(device), dtype.name)
+        global _generation  # noqa: PLW0603 - a process-wide count, read by generation()
+        key = (xp.__name__, str(device), dtype)
         entry = self._tables.get(key)
         if entry is not None and entry[2] >= rows:
             return entry[0], entry[1]
@@ -98,4 +202,272 @@ class TableCache:
                 cos, sin = self.build(np.arange(size, dtype=np.int64), xp, device, dtype)
                 entry = (cos, sin, size)
                 self._tables[key] = entry
+                _generation += 1
         return entry[0], entry[1]
+
+    def get_wide(
+        self, rows: int, xp: Namespace, device: Any, dtype: np.dtype[Any], interleaved: bool
+    ) -> tuple[Array, Array]:
+        """:func:`widen` of the tables covering at least positions ``0 .. rows-1``, cached."""
+        global _generation  # noqa: PLW0603 - a process-wide count, read by generation()
+        key = (xp.__name__, str(device), dtype, interleaved)
+        entry = self._wide.get(key)
+        if entry is not None and entry[2] >= rows:
+            return entry[0], entry[1]
+        cos, sin = self.get(rows, xp, device, dtype)
+        with self._lock:
+            entry = self._wide.get(key)
+            if entry is None or entry[2] < rows:
+                entry = (*widen(cos, sin, interleaved, xp), int(cos.shape[0]))
+                self._wide[key] = entry
+                _generation += 1
+        return entry[0], entry[1]
+
+    def gather_wide(
+        self, where: Positions, xp: Namespace, device: Any, dtype: np.dtype[Any], interleaved: bool
+    ) -> tuple[Array, Array]:
+        """:func:`widen` of :meth:`gather`, from cached wide tables when they cover it."""
+        seed = self._seed
+        if seed is not None and where.array is None and where.offset == seed[0] == where.stop - 1:
+            # One decoding step past the trained context: the row computed ahead.
+            cos, sin = widen(seed[1][None, :], seed[2][None, :], interleaved, numpy_xp)
+            return xp.asarray(cos.astype(dtype), device=device), xp.asarray(
+                sin.astype(dtype), device=device
+            )
+        if where.traced or not self.cacheable(where.stop):
+            return widen(*self.gather(where, xp, device, dtype), interleaved, xp)
+        cos, sin = self.get_wide(where.stop, xp, device, dtype, interleaved)
+        if where.array is None:
+            return cos[where.offset : where.stop, ...], sin[where.offset : where.stop, ...]
+        flat = xp.reshape(where.array, (-1,))
+        shape = (*where.array.shape, cos.shape[-1])
+        return (
+            xp.reshape(xp.take(cos, flat, axis=0), shape),
+            xp.reshape(xp.take(sin, flat, axis=0), shape),
+        )
+
+    def rows(self, where: Positions, xp: Namespace, device: Any, dtype: np.dtype[Any]) -> Rows:
+        """The rows for ``where`` (not traced): cached tables when small enough, else
+        tables built for just the positions asked for (an array is then replaced by the
+        indices of its distinct values)."""
+        if where.array is None:
+            if self.cacheable(where.stop):
+                cos, sin = self.get(where.stop, xp, device, dtype)
+                return Rows(cos, sin, None, where.offset)
+            rows = np.arange(where.offset, where.stop, dtype=np.int64)
+            cos, sin = self.build(rows, xp, device, dtype)
+            return Rows(cos, sin, None, 0)
+        if self.cacheable(where.stop):
+            cos, sin = self.get(where.stop, xp, device, dtype)
+            return Rows(cos, sin, where.array, 0)
+        host = to_host(where.array).astype(np.int64)
+        distinct, index = np.unique(host, return_inverse=True)
+        cos, sin = self.build(distinct, xp, device, dtype)
+        return Rows(cos, sin, xp.asarray(index.reshape(host.shape), device=device), 0)
+
+    def gather(
+        self, where: Positions, xp: Namespace, device: Any, dtype: np.dtype[Any]
+    ) -> tuple[Array, Array]:
+        """cos/sin of shape ``(*batch', seq, pairs)`` (``(seq, pairs)`` for a range)."""
+        if where.traced:
+            return self._traced(where.array, dtype)
+        rows = self.rows(where, xp, device, dtype)
+        if rows.index is None:
+            stop = rows.offset + where.seq
+            return rows.cos[rows.offset : stop, ...], rows.sin[rows.offset : stop, ...]
+        flat = xp.reshape(rows.index, (-1,))
+        shape = (*rows.index.shape, self.inv_freq.size)
+        return (
+            xp.reshape(xp.take(rows.cos, flat, axis=0), shape),
+            xp.reshape(xp.take(rows.sin, flat, axis=0), shape),
+        )
+
+    def _traced(self, positions: Array, dtype: np.dtype[Any]) -> tuple[Array, Array]:
+        from ._jax import host_callback
+
+        def build(host: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], ...]:
+            return host_tables(
+                self.inv_freq, host, attention_factor=self.attention_factor, dtype=dtype
+            )
+
+        return host_callback(build, positions, (*positions.shape, self.inv_freq.size), dtype)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Tables live on devices and the lock does not pickle: a copy rebuilds both.
+        return {
+            "inv_freq": self.inv_freq,
+            "attention_factor": self.attention_factor,
+            "grow": self._grow,
+            "seed": self._seed,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(  # type: ignore[misc]
+            state["inv_freq"], state["attention_factor"], grow=state["grow"], seed=state["seed"]
+        )
+
+
+class TableSource:
+    """The frequencies of one RoPE and their tables, per length bucket.
+
+    What every path receives instead of the :class:`anyrope.RoPE`: ``rotary_dim``,
+    ``sections`` (pairs per position stream) and the tables of the frequencies that a
+    sequence reaching a given position uses. Length-dependent scaling (dynamic NTK,
+    LongRoPE) keeps one :class:`TableCache` per length bucket, at most
+    :data:`MAX_LENGTH_BUCKETS`. Pickles and deep-copies without its tables.
+    """
+
+    def __init__(self, scaling: RopeScaling, *, rotary_dim: int, base: float) -> None:
+        self.scaling = scaling
+        self.rotary_dim = rotary_dim
+        self.base = base
+        self.sections = scaling.sections(rotary_dim)
+        self.axial = scaling.rope_type == "axial"
+        self.depends_on_length = scaling.depends_on_length
+        self._default_bucket = scaling.length_bucket(None)
+        self.default = TableCache(*self.frequencies(None))
+        self._buckets: OrderedDict[int, TableCache] = OrderedDict()
+        self._ahead: OrderedDict[int, tuple[FloatArray, FloatArray, FloatArray, float]] = (
+            OrderedDict()
+        )
+        self._lock = threading.Lock()
+        self.plans: dict[Hashable, Any] = {}
+        """Plans of earlier calls by their geometry, for the pipeline to reuse."""
+
+    def remember(self, key: Hashable, entry: Any) -> None:
+        """Keep a plan (and its path) for calls of the geometry ``key``."""
+        if len(self.plans) >= MAX_PLANS:
+            self.plans.clear()
+        self.plans[key] = entry
+
+    def frequencies(self, seq_len: int | None) -> tuple[FloatArray, float]:
+        """``(inv_freq, attention_factor)`` for a sequence of ``seq_len`` positions."""
+        inv_freq, factor = self.scaling.frequencies(self.rotary_dim, self.base, seq_len=seq_len)
+        inv_freq.flags.writeable = False
+        return inv_freq, factor
+
+    def for_length(self, stop: int) -> TableCache:
+        """The tables of a sequence whose largest position is ``stop - 1``."""
+        if not self.depends_on_length:
+            return self.default
+        bucket = self.scaling.length_bucket(stop)
+        if bucket == self._default_bucket:
+            return self.default
+        with self._lock:
+            cache = self._buckets.get(bucket)
+            if cache is None:
+                cache = (
+                    self._one_length(stop)
+                    if self.scaling.frequencies_change_with_every_length
+                    else TableCache(*self.frequencies(stop))
+                )
+                self._buckets[bucket] = cache
+                if len(self._buckets) > MAX_LENGTH_BUCKETS:
+                    self._buckets.popitem(last=False)
+            else:
+                self._buckets.move_to_end(bucket)
+        return cache
+
+    def _one_length(self, stop: int) -> TableCache:
+        """Tables for a sequence of exactly ``stop`` positions (dynamic NTK), lock held.
+
+        Decoding past the trained context meets ``stop``, ``stop + 1``, ... one per
+        token, each with its own frequencies, and usually asks for its last position
+        only. The frequencies and that last row of :data:`AHEAD` lengths are computed
+        at once, element by element as one length would be, so a token costs a lookup.
+        """
+        start = next(
+            (
+                begin
+                for begin, block in self._ahead.items()
+                if begin <= stop < begin + block[0].shape[0]
+            ),
+            None,
+        )
+        if start is None:
+            start = stop
+            lengths = np.arange(stop, stop + AHEAD, dtype=np.int64)
+            lengths = lengths[lengths <= MAX_POSITION]
+            many, factor = self.scaling.frequencies_per_length(self.rotary_dim, self.base, lengths)
+            many.flags.writeable = False
+            # The last position of each length, exactly as host_tables computes it.
+            s, c = sincos((lengths - 1).astype(np.float64)[:, None] * many)
+            if factor != 1.0:
+                s *= factor
+                c *= factor
+            self._ahead[stop] = (many, c, s, factor)
+            # A few blocks: decoding again from an earlier token (a new sample, a beam)
+            # finds its block still there.
+            if len(self._ahead) > AHEAD_BLOCKS:
+                self._ahead.popitem(last=False)
+        many, c, s, factor = self._ahead[start]
+        row = stop - start
+        return TableCache(many[row], factor, grow=False, seed=(stop - 1, c[row], s[row]))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by every cached table of this source."""
+        return self.default.nbytes + sum(cache.nbytes for cache in list(self._buckets.values()))
+
+    def clear(self) -> None:
+        """Drop every cached table (they are rebuilt, with the same bits, when needed)."""
+        with self._lock:
+            self._buckets.clear()
+            self._ahead.clear()
+            self.plans.clear()
+        self.default.clear()
+
+    def gather(
+        self,
+        where: tuple[Positions, ...],
+        cache: TableCache,
+        xp: Namespace,
+        device: Any,
+        dtype: np.dtype[Any],
+    ) -> tuple[Array, Array]:
+        """cos/sin for one stream, or the sections of several streams joined."""
+        if len(where) == 1:
+            return cache.gather(where[0], xp, device, dtype)
+        assert self.sections is not None
+        parts = [cache.gather(stream, xp, device, dtype) for stream in where]
+        return join_sections(parts, self.sections, xp)
+
+    def gather_wide(  # noqa: PLR0917 - gather's arguments and the pairing
+        self,
+        where: tuple[Positions, ...],
+        cache: TableCache,
+        xp: Namespace,
+        device: Any,
+        dtype: np.dtype[Any],
+        interleaved: bool,
+    ) -> tuple[Array, Array]:
+        """:func:`widen` of :meth:`gather` (cached for one stream)."""
+        if len(where) == 1:
+            return cache.gather_wide(where[0], xp, device, dtype, interleaved)
+        return widen(*self.gather(where, cache, xp, device, dtype), interleaved, xp)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled as its settings; see shared_source.
+        return (shared_source, (self.scaling, self.rotary_dim, self.base))
+
+
+SHARED_SOURCES = 8
+"""Unpickled table sources kept per process, so that the blocks of one dask graph that a
+worker unpickles one by one share their tables."""
+
+_shared: OrderedDict[tuple[RopeScaling, int, float], TableSource] = OrderedDict()
+_shared_lock = threading.Lock()
+
+
+def shared_source(scaling: RopeScaling, rotary_dim: int, base: float) -> TableSource:
+    """The :class:`TableSource` of these settings that this process keeps for unpickling."""
+    key = (scaling, rotary_dim, base)
+    with _shared_lock:
+        source = _shared.get(key)
+        if source is None:
+            source = _shared[key] = TableSource(scaling, rotary_dim=rotary_dim, base=base)
+            if len(_shared) > SHARED_SOURCES:
+                _shared.popitem(last=False)
+        else:
+            _shared.move_to_end(key)
+    return source

@@ -11,7 +11,6 @@ import numbers
 from typing import Any
 
 LAYOUTS = ("bshd", "bhsd", "sbhd")
-IMPLS = ("auto", "array_api", "blocked", "cuda")
 MAX_POSITION = 2**53
 """Positions must stay below this bound: float64 represents every integer up to it."""
 
@@ -66,8 +65,8 @@ def check_layout(layout: object) -> str:
     return str(layout)
 
 
-def check_impl(impl: object, allowed: tuple[str, ...] = IMPLS) -> str:
-    """``impl`` must name one of the implementations."""
+def check_impl(impl: object, allowed: tuple[str, ...]) -> str:
+    """``impl`` must be one of ``allowed`` (the registry's path names and ``"auto"``)."""
     if impl not in allowed:
         raise ValueError(f"`impl` must be one of {', '.join(map(repr, allowed))}; got {impl!r}")
     return str(impl)

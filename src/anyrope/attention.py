@@ -8,6 +8,7 @@ full ``(q_seq, k_seq)`` score matrix per head.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -61,7 +62,7 @@ def attention(
         ``head_dim``.
     rope : RoPE, optional
         Rotation applied to ``q`` and ``k`` before the scores. ``None``: no rotation.
-    positions : None, int or integer array, optional
+    positions : None, int or array of int, optional
         Positions passed to ``rope`` (see :func:`anyrope.rotate`). With ``None`` and
         ``q_seq < k_seq`` (decoding with a cache of keys), queries take the last
         ``q_seq`` positions ``k_seq - q_seq .. k_seq - 1``. Explicit positions need
@@ -73,7 +74,9 @@ def attention(
         Broadcastable to ``(*batch, q_heads, q_seq, k_seq)``. Boolean: ``True`` marks the
         pairs that take part. Floating: added to the scores (``-inf`` excludes).
     scale : float, optional
-        Multiplies the scores; default ``1 / sqrt(head_dim)``.
+        Multiplies the scores: a finite real number greater than 0 (``ValueError``
+        otherwise: NaN, inf, 0 or a negative scale would make every weight NaN, uniform
+        or inverted); default ``None``, ``1 / sqrt(head_dim)``.
     layout : {"bshd", "bhsd", "sbhd"}, default "bshd"
         Axis order of ``q``, ``k``, ``v`` and of the result.
     xp : namespace, optional
@@ -100,6 +103,7 @@ def attention(
     xp = namespace_of(q, k, v, xp=xp, argument="q, k, v")
     check_layout(layout)
     check_bool(causal, "causal")
+    scale = check_scale(scale)
     qa, ka, va = check_qkv(q, k, v, layout, xp)
     if rope is not None:
         q, k = rotate_for_attention(
@@ -107,10 +111,7 @@ def attention(
         )
     elif positions is not None:
         raise ValueError("`positions` was given without `rope`; pass rope=anyrope.RoPE(head_dim)")
-    if scale is None:
-        scale = 1.0 / math.sqrt(qa.head_dim)
-    elif isinstance(scale, bool) or not isinstance(scale, (int, float)):
-        raise TypeError(f"`scale` must be a real number or None; got {scale!r}")
+    scale = 1.0 / math.sqrt(qa.head_dim) if scale is None else scale
 
     work = compute_dtype(xp, q.dtype)
     groups = qa.heads // ka.heads
@@ -141,8 +142,69 @@ def attention(
     return from_bhsd(xp.astype(out, q.dtype), layout, xp)
 
 
+def check_scale(scale: object) -> float | None:
+    """``scale`` must be None or a finite real number greater than 0 (not a bool).
+
+    Parameters
+    ----------
+    scale : object
+        The ``scale`` argument of :func:`attention`.
+
+    Returns
+    -------
+    float or None
+        ``scale`` as a float, or ``None`` when it is ``None``.
+
+    Raises
+    ------
+    TypeError
+        If ``scale`` is not ``None`` or a real number.
+    ValueError
+        If ``scale`` is NaN, infinite, zero or negative.
+    """
+    if scale is None:
+        return None
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(
+            f"`scale` must be a real number or None; got {scale!r} of type {type(scale).__name__}"
+        )
+    try:
+        value = float(scale)
+    except OverflowError:  # an int beyond float range
+        value = math.inf
+    if not math.isfinite(value) or value <= 0.0:
+        raise ValueError(f"`scale` must be a finite number greater than 0 or None; got {scale!r}")
+    return value
+
+
 def check_qkv(q: Array, k: Array, v: Array, layout: str, xp: Namespace) -> tuple[Axes, Axes, Axes]:
-    """Validate the shapes and dtypes of ``q``, ``k``, ``v`` and return their axes."""
+    """Validate the shapes and dtypes of ``q``, ``k``, ``v`` and return their axes.
+
+    Parameters
+    ----------
+    q : array
+        Queries, ``(*batch, q_seq, q_heads, head_dim)`` for ``layout="bshd"``.
+    k : array
+        Keys, same layout, with ``kv_heads`` heads dividing ``q_heads``.
+    v : array
+        Values, same layout, sequence length and heads as ``k``.
+    layout : {"bshd", "bhsd", "sbhd"}
+        Axis order of ``q``, ``k`` and ``v``.
+    xp : namespace
+        Array namespace of the inputs.
+
+    Returns
+    -------
+    qa, ka, va : Axes
+        The batch extents, sequence length, heads and head width of ``q``, ``k``, ``v``.
+
+    Raises
+    ------
+    TypeError
+        If the dtypes are not one real floating dtype.
+    ValueError
+        If the shapes do not fit together (see :func:`attention`).
+    """
     for name, arr in (("q", q), ("k", k), ("v", v)):
         if not is_real_floating(xp, arr.dtype):
             raise TypeError(f"`{name}` must have a real floating dtype; got {describe(arr)}")
@@ -186,7 +248,39 @@ def rotate_for_attention(
     layout: str,
     xp: Namespace,
 ) -> tuple[Array, Array]:
-    """Rotate ``q`` and ``k``; with fewer queries than keys, queries take the last positions."""
+    """Rotate ``q`` and ``k``; with fewer queries than keys, queries take the last positions.
+
+    Parameters
+    ----------
+    rope : RoPE
+        The rotation to apply.
+    q : array
+        Queries in ``layout``.
+    k : array
+        Keys in ``layout``, with at least as many positions as ``q``.
+    qa : Axes
+        The axes of ``q``, as :func:`check_qkv` returns them.
+    ka : Axes
+        The axes of ``k``, as :func:`check_qkv` returns them.
+    positions : None, int or array of int
+        Positions for ``rope`` (see :func:`anyrope.rotate`); only allowed when
+        ``q_seq == k_seq``. ``None``: keys take ``0 .. k_seq - 1`` and queries
+        ``k_seq - q_seq .. k_seq - 1``.
+    layout : {"bshd", "bhsd", "sbhd"}
+        Axis order of ``q`` and ``k``.
+    xp : namespace
+        Array namespace of ``q`` and ``k``.
+
+    Returns
+    -------
+    q, k : array
+        The rotated queries and keys, same shapes as the inputs.
+
+    Raises
+    ------
+    ValueError
+        If ``positions`` is given and ``q_seq != k_seq``.
+    """
     if qa.seq == ka.seq:
         q2, k2 = rope(q, k, positions, layout=layout, xp=xp)
         return q2, k2
@@ -201,7 +295,22 @@ def rotate_for_attention(
 
 
 def to_bhsd(x: Array, layout: str, xp: Namespace) -> Array:
-    """View ``x`` of ``layout`` as ``(*batch, heads, seq, dim)``."""
+    """View ``x`` of ``layout`` as ``(*batch, heads, seq, dim)``.
+
+    Parameters
+    ----------
+    x : array
+        An array of at least 3 dimensions in ``layout``.
+    layout : {"bshd", "bhsd", "sbhd"}
+        Axis order of ``x``.
+    xp : namespace
+        Array namespace of ``x``.
+
+    Returns
+    -------
+    array
+        ``x`` with its axes permuted to ``(*batch, heads, seq, dim)``.
+    """
     n = x.ndim
     if layout == "bhsd":
         return x
@@ -211,7 +320,22 @@ def to_bhsd(x: Array, layout: str, xp: Namespace) -> Array:
 
 
 def from_bhsd(x: Array, layout: str, xp: Namespace) -> Array:
-    """Inverse of :func:`to_bhsd`."""
+    """Inverse of :func:`to_bhsd`.
+
+    Parameters
+    ----------
+    x : array
+        An array of at least 3 dimensions, ``(*batch, heads, seq, dim)``.
+    layout : {"bshd", "bhsd", "sbhd"}
+        Axis order of the result.
+    xp : namespace
+        Array namespace of ``x``.
+
+    Returns
+    -------
+    array
+        ``x`` with its axes permuted to ``layout``.
+    """
     n = x.ndim
     if layout == "bhsd":
         return x
@@ -221,13 +345,45 @@ def from_bhsd(x: Array, layout: str, xp: Namespace) -> Array:
 
 
 def grouped_queries(q: Array, groups: int, xp: Namespace) -> Array:
-    """Split the heads of ``q`` (``*batch, heads, seq, dim``) into ``(kv_heads, groups)``."""
+    """Split the heads of ``q`` (``*batch, heads, seq, dim``) into ``(kv_heads, groups)``.
+
+    Parameters
+    ----------
+    q : array
+        Queries, ``(*batch, heads, seq, dim)``.
+    groups : int
+        Query heads per key/value head; it divides ``heads``.
+    xp : namespace
+        Array namespace of ``q``.
+
+    Returns
+    -------
+    array
+        ``q`` reshaped to ``(*batch, heads // groups, groups, seq, dim)``.
+    """
     *batch, heads, seq, dim = q.shape
     return xp.reshape(q, (*batch, heads // groups, groups, seq, dim))
 
 
 def causal_mask(q_seq: int, k_seq: int, xp: Namespace, device: Any) -> Array:
-    """``(q_seq, k_seq)`` booleans: query ``m`` sees keys ``n <= m + k_seq - q_seq``."""
+    """``(q_seq, k_seq)`` booleans: query ``m`` sees keys ``n <= m + k_seq - q_seq``.
+
+    Parameters
+    ----------
+    q_seq : int
+        Number of queries.
+    k_seq : int
+        Number of keys, at least ``q_seq``.
+    xp : namespace
+        Array namespace of the result.
+    device : device
+        Device of the result.
+
+    Returns
+    -------
+    array
+        Boolean, shape ``(q_seq, k_seq)``: ``True`` where query ``m`` may attend key ``n``.
+    """
     rows = xp.arange(k_seq - q_seq, k_seq, device=device)
     cols = xp.arange(k_seq, device=device)
     return cols[None, :] <= rows[:, None]
@@ -236,7 +392,36 @@ def causal_mask(q_seq: int, k_seq: int, xp: Namespace, device: Any) -> Array:
 def apply_mask(
     scores: Array, allowed: Array | None, mask: Array, xp: Namespace
 ) -> tuple[Array, Array | None]:
-    """Combine a user ``mask`` (boolean or additive) with the scores and the causal mask."""
+    """Combine a user ``mask`` (boolean or additive) with the scores and the causal mask.
+
+    Parameters
+    ----------
+    scores : array
+        Attention scores, ``(*batch, q_heads, q_seq, k_seq)``, in the compute dtype.
+    allowed : array or None
+        Boolean mask of the pairs that take part so far (the causal mask); ``None`` for
+        all pairs.
+    mask : array
+        The user's mask, broadcastable to the shape of ``scores``: boolean (``True``
+        takes part) or real floating (added to the scores).
+    xp : namespace
+        Array namespace of the arrays.
+
+    Returns
+    -------
+    scores : array
+        ``scores`` plus a floating ``mask``; unchanged for a boolean one.
+    allowed : array or None
+        ``allowed`` combined with a boolean ``mask`` by ``&`` (``mask`` alone when
+        ``allowed`` is ``None``); unchanged for a floating one.
+
+    Raises
+    ------
+    ValueError
+        If ``mask`` does not broadcast to the shape of ``scores``.
+    TypeError
+        If ``mask`` is neither boolean nor real floating.
+    """
     target = tuple(scores.shape)
     shape = tuple(mask.shape)
     if len(shape) > len(target) or any(
@@ -256,7 +441,7 @@ def apply_mask(
 def relative_decay_bound(
     distances: np.ndarray[Any, Any], dim: int, *, base: float = 10000.0
 ) -> np.ndarray[Any, np.dtype[np.float64]]:
-    r"""RoFormer's long-range decay bound (section 3.4.3) at relative ``distances``.
+    r"""Return RoFormer's long-range decay bound (section 3.4.3) at relative ``distances``.
 
     With pairs ``h_i`` of ``q`` and ``k`` written as complex numbers and
     ``S_j = sum_{i<j} exp(1j * (m - n) * theta_i)``, Abel summation gives::
@@ -278,7 +463,8 @@ def relative_decay_bound(
     Returns
     -------
     numpy.ndarray
-        float64, shape of ``distances``; ``(d/2 + 1) / 2`` at distance 0.
+        The bound ``mean_j |S_j|`` in float64, shape of ``distances``; ``(d/2 + 1) / 2``
+        at distance 0.
 
     Examples
     --------

@@ -53,7 +53,7 @@ def linear_attention(
     rope : RoPE, optional
         Rotation applied to ``phi(q)`` and ``phi(k)`` in the numerator. ``None``: plain
         linear attention.
-    positions : None, int or integer array, optional
+    positions : None, int or array of int, optional
         Positions for ``rope``, with the same rules as :func:`anyrope.attention`.
     feature_map : "elu+1" or callable, default "elu+1"
         ``phi``: ``"elu+1"`` is ``elu(x) + 1`` (Katharopoulos et al., 2020), positive

@@ -45,7 +45,7 @@ def sinusoidal(
 
     Parameters
     ----------
-    positions : int or integer array
+    positions : int or array of int
         An int ``n`` means positions ``0 .. n-1``; an integer array of any shape gives the
         positions directly (below ``2**53`` in magnitude, exact in float64).
     dim : int

@@ -1,10 +1,10 @@
 // Runs the anyrope CUDA kernel body on the CPU over a simulated grid.
 //
 // Built by tests/test_cuda_source.py as a shared library with g++ -ffp-contract=off
-// against src/anyrope/_cuda/rope_math.cuh, the header that rope.cu includes, and called
+// against src/anyrope/_paths/cuda/rope_math.cuh, the header that rope.cu includes, and called
 // through ctypes in place of the CuPy launch: the very same index mapping and rounding,
 // run for every (blockIdx.x, threadIdx.x) in order on host memory, with the arguments
-// that anyrope._cuda.launch packed for the device (pointers are host addresses here).
+// that anyrope._paths.cuda.launch packed for the device (pointers are host addresses here).
 #include <cfloat>
 #include <cstdint>
 

@@ -14,8 +14,12 @@ The formulas follow transformers 5.23.0 (``modeling_rope_utils.py``); the option
 
 from __future__ import annotations
 
-from . import axial, default, dynamic, linear, llama3, longrope, ntk, yarn
+# config imports the method modules in registration order (the order of ROPE_TYPES), so it
+# must run before the alphabetical import below.
 from .config import ROPE_TYPES, RopeScaling, parse_rope_scaling
+
+# isort: split
+from . import axial, default, dynamic, linear, llama3, longrope, ntk, yarn
 from .hf import HFRopeConfig, from_hf_config
 
 __all__ = [

@@ -7,3 +7,5 @@ from typing import Any, TypeAlias
 import numpy as np
 
 FloatArray: TypeAlias = np.ndarray[Any, np.dtype[np.float64]]
+
+IntArray: TypeAlias = np.ndarray[Any, np.dtype[np.int64]]

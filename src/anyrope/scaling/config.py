@@ -10,97 +10,56 @@ default that would change the model.
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._validation import check_base
-from . import axial, default, dynamic, linear, llama3, longrope, ntk, yarn
-from ._types import FloatArray
+from . import _registry
+from ._checks import factor_list, positive_int, real
+from ._types import FloatArray, IntArray
+
+# isort: off
+# Importing a method's module registers it, in this order: the order of ROPE_TYPES and of
+# the names listed in error messages. A new method is one more name on this line.
+from . import default, linear, ntk, dynamic, yarn, longrope, llama3, axial  # noqa: F401
+# isort: on
 
 __all__ = ["ROPE_TYPES", "RopeScaling", "parse_rope_scaling"]
 
-ROPE_TYPES = ("default", "linear", "ntk", "dynamic", "yarn", "longrope", "llama3", "axial")
-"""Every ``rope_type`` anyrope computes (``"mrope"`` is read as ``"default"`` with sections)."""
+ROPE_TYPES = _registry.names()
+"""Every ``rope_type`` anyrope computes (``"mrope"`` is read as ``"default"`` with sections).
+
+The built-in methods, in registration order; a method registered later is accepted
+everywhere but not listed here.
+"""
 
 _ALIASES = {"mrope": "default"}
 _ANY_TYPE_KEYS = frozenset(
     {"rope_type", "type", "rope_theta", "partial_rotary_factor", "mrope_section"}
 )
-_METHOD_KEYS: dict[str, frozenset[str]] = {
-    "default": frozenset(),
-    "axial": frozenset(),
-    "linear": frozenset({"factor"}),
-    "ntk": frozenset({"factor"}),
-    "dynamic": frozenset({"factor"}),
-    "yarn": frozenset(
-        {
-            "factor",
-            "original_max_position_embeddings",
-            "attention_factor",
-            "beta_fast",
-            "beta_slow",
-            "mscale",
-            "mscale_all_dim",
-            "truncate",
-        }
-    ),
-    "longrope": frozenset(
-        {
-            "short_factor",
-            "long_factor",
-            "factor",
-            "attention_factor",
-            "original_max_position_embeddings",
-        }
-    ),
-    "llama3": frozenset(
-        {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}
-    ),
-}
-_REQUIRED_KEYS: dict[str, tuple[str, ...]] = {
-    "default": (),
-    "axial": (),
-    "linear": ("factor",),
-    "ntk": ("factor",),
-    "dynamic": ("factor",),
-    "yarn": ("factor",),
-    "longrope": ("short_factor", "long_factor"),
-    "llama3": ("factor", "low_freq_factor", "high_freq_factor"),
-}
-_USES_ORIGINAL = frozenset({"yarn", "longrope", "llama3"})
+# The RopeScaling fields that hold a real number; a scaling dict's are converted in this
+# order, so the first bad one is the one named.
+_REAL_FIELDS = (
+    "factor",
+    "attention_factor",
+    "beta_fast",
+    "beta_slow",
+    "mscale",
+    "mscale_all_dim",
+    "low_freq_factor",
+    "high_freq_factor",
+    "rope_theta",
+    "partial_rotary_factor",
+)
 
 
-def _real(value: object, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(
-            f"`{key}` must be a real number; got {value!r} of type {type(value).__name__}"
-        )
-    result = float(value)
-    if not math.isfinite(result):
-        raise ValueError(f"`{key}` must be finite; got {value!r}")
-    return result
-
-
-def _positive_int(value: object, key: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"`{key}` must be an integer; got {value!r} of type {type(value).__name__}")
-    if int(value) <= 0:
-        raise ValueError(f"`{key}` must be a positive integer; got {value!r}")
-    return int(value)
-
-
-def _factor_list(value: object, key: str) -> tuple[float, ...]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-        raise TypeError(f"`{key}` must be a list of numbers; got {value!r}")
-    factors = tuple(_real(item, f"{key}[{index}]") for index, item in enumerate(value))
-    bad = [index for index, item in enumerate(factors) if item <= 0.0]
-    if bad:
+def _method(kind: object, alternatives: str = "") -> _registry.Method:
+    if not isinstance(kind, str) or kind not in _registry.names():
         raise ValueError(
-            f"`{key}` entries must be positive; got {factors[bad[0]]!r} at index {bad[0]}"
+            f"`rope_type` must be one of {', '.join(map(repr, _registry.names()))}"
+            f"{alternatives}; got {kind!r}"
         )
-    return factors
+    return _registry.get(kind)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,93 +101,44 @@ class RopeScaling:
 
     def __post_init__(self) -> None:
         kind = self.rope_type
-        if kind not in ROPE_TYPES:
-            raise ValueError(
-                f"`rope_type` must be one of {', '.join(map(repr, ROPE_TYPES))}; got {kind!r}"
-            )
-        for key in ("factor", "low_freq_factor", "high_freq_factor"):
-            if key in _REQUIRED_KEYS[kind] and getattr(self, key) is None:
+        method = _method(kind)
+        # Lists (longrope's factors) are left to the method's own hook, which names the pair.
+        for key in method.required:
+            if key in _REAL_FIELDS and getattr(self, key) is None:
                 raise ValueError(f"`{key}` is required for rope_type={kind!r}")
-        if self.factor is not None and _real(self.factor, "factor") < 1.0:
+        if self.factor is not None and real(self.factor, "factor") < 1.0:
             raise ValueError(f"`factor` must be >= 1 for rope_type={kind!r}; got {self.factor!r}")
         for key in ("original_max_position_embeddings", "max_position_embeddings"):
             value = getattr(self, key)
             if value is not None:
-                _positive_int(value, key)
-        if kind == "dynamic" and self.max_position_embeddings is None:
-            raise ValueError("`max_position_embeddings` is required for rope_type='dynamic'")
-        if kind in _USES_ORIGINAL and self.original_max_position_embeddings is None:
+                positive_int(value, key)
+        if method.needs_max_position_embeddings and self.max_position_embeddings is None:
+            raise ValueError(f"`max_position_embeddings` is required for rope_type={kind!r}")
+        if method.uses_original and self.original_max_position_embeddings is None:
             raise ValueError(
                 f"`original_max_position_embeddings` (or `max_position_embeddings`) is required "
                 f"for rope_type={kind!r}"
             )
         if (
             self.attention_factor is not None
-            and _real(self.attention_factor, "attention_factor") <= 0
+            and real(self.attention_factor, "attention_factor") <= 0
         ):
             raise ValueError(f"`attention_factor` must be positive; got {self.attention_factor!r}")
-        if kind == "yarn":
-            self._check_yarn()
-        if kind == "longrope":
-            self._check_longrope()
-        if kind == "llama3":
-            low = _real(self.low_freq_factor, "low_freq_factor")
-            high = _real(self.high_freq_factor, "high_freq_factor")
-            if low <= 0.0 or high <= low:
-                raise ValueError(
-                    "`high_freq_factor` must be greater than `low_freq_factor` > 0; got "
-                    f"low_freq_factor={self.low_freq_factor!r}, "
-                    f"high_freq_factor={self.high_freq_factor!r}"
-                )
+        if method.validate is not None:
+            method.validate(self)
         if self.mrope_section is not None:
-            if kind == "axial":
-                raise ValueError("`mrope_section` does not apply to rope_type='axial'")
+            if method.sections is not None:
+                raise ValueError(f"`mrope_section` does not apply to rope_type={kind!r}")
             for index, size in enumerate(self.mrope_section):
-                _positive_int(size, f"mrope_section[{index}]")
+                positive_int(size, f"mrope_section[{index}]")
         if self.rope_theta is not None:
             check_base(self.rope_theta)
         if self.partial_rotary_factor is not None:
-            fraction = _real(self.partial_rotary_factor, "partial_rotary_factor")
+            fraction = real(self.partial_rotary_factor, "partial_rotary_factor")
             if not 0.0 < fraction <= 1.0:
                 raise ValueError(
                     f"`partial_rotary_factor` must be in (0, 1]; got {self.partial_rotary_factor!r}"
                 )
-
-    def _check_yarn(self) -> None:
-        fast = _real(self.beta_fast, "beta_fast")
-        slow = _real(self.beta_slow, "beta_slow")
-        if slow <= 0.0 or fast < slow:
-            raise ValueError(
-                "`beta_fast` must be >= `beta_slow` > 0; got "
-                f"beta_fast={self.beta_fast!r}, beta_slow={self.beta_slow!r}"
-            )
-        for key in ("mscale", "mscale_all_dim"):
-            if getattr(self, key) is not None:
-                _real(getattr(self, key), key)
-        if not isinstance(self.truncate, bool):
-            raise TypeError(f"`truncate` must be True or False; got {self.truncate!r}")
-
-    def _check_longrope(self) -> None:
-        if self.short_factor is None or self.long_factor is None:
-            raise ValueError(
-                "`short_factor` and `long_factor` are required for rope_type='longrope'"
-            )
-        _factor_list(self.short_factor, "short_factor")
-        _factor_list(self.long_factor, "long_factor")
-        if len(self.short_factor) != len(self.long_factor):
-            raise ValueError(
-                f"`short_factor` and `long_factor` must have the same length; got "
-                f"{len(self.short_factor)} and {len(self.long_factor)}"
-            )
-        if (
-            self.attention_factor is None
-            and self.factor is None
-            and self.max_position_embeddings is None
-        ):
-            raise ValueError(
-                "rope_type='longrope' needs `factor`, `attention_factor` or "
-                "`max_position_embeddings` to set its attention factor"
-            )
 
     def __repr__(self) -> str:
         parts = []
@@ -243,7 +153,19 @@ class RopeScaling:
         return f"RopeScaling({', '.join(parts)})"
 
     def sections(self, rotary_dim: int) -> tuple[int, ...] | None:
-        """Pairs per position stream (M-RoPE's ``mrope_section``, axial's halves), else None.
+        """Return the pairs per position stream (M-RoPE's ``mrope_section``, axial's halves).
+
+        Parameters
+        ----------
+        rotary_dim : int
+            The rotated width ``d``; a method that lays out its own streams (axial) splits
+            its ``d // 2`` pairs from it, while ``mrope_section`` is returned as given.
+
+        Returns
+        -------
+        tuple of int or None
+            The pairs of each position stream, in order; ``None`` when there is a single
+            stream (no ``mrope_section`` and a method without streams of its own).
 
         Examples
         --------
@@ -251,14 +173,20 @@ class RopeScaling:
         >>> RopeScaling("axial").sections(64), RopeScaling().sections(64)
         ((16, 16), None)
         """
-        if self.rope_type == "axial":
-            return axial.sections(rotary_dim)
-        return self.mrope_section
+        sections = _method(self.rope_type).sections
+        return self.mrope_section if sections is None else sections(rotary_dim)
 
     @property
     def depends_on_length(self) -> bool:
-        """Whether the frequencies change with the sequence length (dynamic, longrope)."""
-        return self.rope_type in ("dynamic", "longrope")
+        """Whether the frequencies change with the sequence length (dynamic, longrope).
+
+        Returns
+        -------
+        bool
+            True when the method has a :meth:`length_bucket` hook, so that tables must be
+            rebuilt when a sequence falls in another bucket.
+        """
+        return _method(self.rope_type).length_bucket is not None
 
     def length_bucket(self, seq_len: int | None) -> int:
         """Key under which tables for a sequence of ``seq_len`` positions can be shared.
@@ -268,6 +196,19 @@ class RopeScaling:
         longer length has its own; for ``longrope`` there are two buckets (short,
         long); other methods have one.
 
+        Parameters
+        ----------
+        seq_len : int or None
+            The length of the sequence (``max position + 1``); ``None`` before any
+            sequence is seen.
+
+        Returns
+        -------
+        int
+            The bucket: ``max(seq_len, max_position_embeddings)`` for ``dynamic`` (with
+            ``None`` counting as ``max_position_embeddings``), 0 (short) or 1 (long) for
+            ``longrope``, and 0 for a method whose frequencies do not depend on the length.
+
         Examples
         --------
         >>> from anyrope.scaling import RopeScaling
@@ -275,23 +216,18 @@ class RopeScaling:
         >>> scaling.length_bucket(10), scaling.length_bucket(5000)
         (4096, 5000)
         """
-        if self.rope_type == "dynamic":
-            assert self.max_position_embeddings is not None
-            return dynamic.effective_length(
-                seq_len, max_position_embeddings=self.max_position_embeddings
-            )
-        if self.rope_type == "longrope":
-            assert self.original_max_position_embeddings is not None
-            return int(
-                longrope.uses_long_factors(
-                    seq_len, original_max_position_embeddings=self.original_max_position_embeddings
-                )
-            )
-        return 0
+        bucket = _method(self.rope_type).length_bucket
+        return 0 if bucket is None else bucket(self, seq_len)
 
     @property
     def softmax_scale(self) -> float:
         """Multiplier for the attention softmax scale (DeepSeek YaRN), else 1.0.
+
+        Returns
+        -------
+        float
+            The factor by which attention multiplies its usual ``1 / sqrt(head_dim)``; 1.0
+            for a method without a softmax-scale hook.
 
         Examples
         --------
@@ -301,21 +237,28 @@ class RopeScaling:
         >>> round(s.softmax_scale, 6)
         1.873854
         """
-        if self.rope_type != "yarn":
-            return 1.0
-        assert self.factor is not None
-        return yarn.softmax_scale(self.factor, mscale_all_dim=self.mscale_all_dim)
+        scale = _method(self.rope_type).softmax_scale
+        return 1.0 if scale is None else scale(self)
 
     def check_rotary_dim(self, rotary_dim: int) -> None:
-        """Raise ``ValueError`` if per-pair lists do not fit ``rotary_dim // 2`` pairs."""
+        """Raise ``ValueError`` if per-pair lists do not fit ``rotary_dim // 2`` pairs.
+
+        Parameters
+        ----------
+        rotary_dim : int
+            The rotated width ``d`` the frequencies are to be computed for.
+
+        Raises
+        ------
+        ValueError
+            If the method cannot use ``rotary_dim`` (``ntk`` and ``dynamic`` need more
+            than 2, ``axial`` a multiple of 4), or if ``short_factor``, ``long_factor`` or
+            ``mrope_section`` does not fit ``rotary_dim // 2`` pairs.
+        """
         pairs = rotary_dim // 2
-        if self.rope_type in ("ntk", "dynamic") and rotary_dim <= 2:
-            raise ValueError(f"rope_type={self.rope_type!r} needs rotary_dim > 2; got {rotary_dim}")
-        if self.rope_type == "axial" and rotary_dim % 4:
-            raise ValueError(
-                "rope_type='axial' splits the pairs between two axes: `rotary_dim` must be a "
-                f"multiple of 4; got {rotary_dim}"
-            )
+        check = _method(self.rope_type).check_rotary_dim
+        if check is not None:
+            check(self, rotary_dim)
         for key in ("short_factor", "long_factor"):
             factors = getattr(self, key)
             if factors is not None and len(factors) != pairs:
@@ -336,6 +279,30 @@ class RopeScaling:
         ``seq_len`` (``max position + 1``) matters only for ``dynamic`` and ``longrope``;
         ``None`` means "no sequence yet" (the configured, unextended frequencies).
 
+        Parameters
+        ----------
+        rotary_dim : int
+            The rotated width ``d``: positive and even, and accepted by
+            :meth:`check_rotary_dim`.
+        base : float
+            The unscaled RoPE base (``rope_theta``): finite and > 1.
+        seq_len : int, optional
+            The length of the sequence being processed (``max position + 1``); default
+            ``None``, no sequence yet.
+
+        Returns
+        -------
+        inv_freq : numpy.ndarray
+            The float64 inverse frequencies, shape ``(rotary_dim // 2,)``.
+        attention_factor : float
+            The factor that multiplies cos and sin (1.0 except for ``yarn`` and
+            ``longrope``).
+
+        Raises
+        ------
+        ValueError
+            If :meth:`check_rotary_dim` rejects ``rotary_dim``.
+
         Examples
         --------
         >>> from anyrope.scaling import RopeScaling
@@ -344,104 +311,74 @@ class RopeScaling:
         ([1.0, 0.01], 1.0)
         """
         self.check_rotary_dim(rotary_dim)
-        kind = self.rope_type
-        if kind == "default":
-            return default.inv_freq(rotary_dim, base), default.ATTENTION_FACTOR
-        if kind == "axial":
-            return axial.inv_freq(rotary_dim, base), axial.ATTENTION_FACTOR
-        if kind == "llama3":
-            assert self.factor is not None
-            assert self.original_max_position_embeddings is not None
-            assert self.low_freq_factor is not None
-            assert self.high_freq_factor is not None
-            freq = llama3.inv_freq(
-                rotary_dim,
-                base,
-                factor=self.factor,
-                low_freq_factor=self.low_freq_factor,
-                high_freq_factor=self.high_freq_factor,
-                original_max_position_embeddings=self.original_max_position_embeddings,
-            )
-            return freq, 1.0
-        if kind == "yarn":
-            return self._yarn(rotary_dim, base)
-        if kind == "longrope":
-            return self._longrope(rotary_dim, base, seq_len)
-        assert self.factor is not None
-        if kind == "linear":
-            return linear.inv_freq(rotary_dim, base, factor=self.factor), 1.0
-        if kind == "ntk":
-            return ntk.inv_freq(rotary_dim, base, factor=self.factor), 1.0
-        assert self.max_position_embeddings is not None
-        freq = dynamic.inv_freq(
-            rotary_dim,
-            base,
-            factor=self.factor,
-            seq_len=seq_len,
-            max_position_embeddings=self.max_position_embeddings,
-        )
-        return freq, 1.0
+        return _method(self.rope_type).frequencies(self, rotary_dim, base, seq_len)
 
-    def _yarn(self, rotary_dim: int, base: float) -> tuple[FloatArray, float]:
-        assert self.factor is not None
-        assert self.original_max_position_embeddings is not None
-        freq = yarn.inv_freq(
-            rotary_dim,
-            base,
-            factor=self.factor,
-            original_max_position_embeddings=self.original_max_position_embeddings,
-            beta_fast=self.beta_fast,
-            beta_slow=self.beta_slow,
-            truncate=self.truncate,
-        )
-        factor = yarn.attention_factor(
-            self.factor,
-            attention_factor=self.attention_factor,
-            mscale=self.mscale,
-            mscale_all_dim=self.mscale_all_dim,
-        )
-        return freq, factor
+    @property
+    def frequencies_change_with_every_length(self) -> bool:
+        """Whether every length past the trained context has its own frequencies.
 
-    def _longrope(
-        self, rotary_dim: int, base: float, seq_len: int | None
+        True for ``dynamic``: its tables are built for the positions asked for, and
+        :meth:`frequencies_per_length` gives the frequencies of many lengths at once.
+
+        Returns
+        -------
+        bool
+            Whether the method computes frequencies per length.
+        """
+        return _method(self.rope_type).frequencies_per_length is not None
+
+    def frequencies_per_length(
+        self, rotary_dim: int, base: float, lengths: IntArray
     ) -> tuple[FloatArray, float]:
-        assert self.short_factor is not None
-        assert self.long_factor is not None
-        original = self.original_max_position_embeddings
-        assert original is not None
-        factors = longrope.select_factors(
-            self.short_factor,
-            self.long_factor,
-            seq_len=seq_len,
-            original_max_position_embeddings=original,
-        )
-        extension = self.factor
-        if extension is None and self.max_position_embeddings is not None:
-            extension = self.max_position_embeddings / original
-        factor = longrope.attention_factor(
-            factor=1.0 if extension is None else extension,
-            original_max_position_embeddings=original,
-            attention_factor=self.attention_factor,
-        )
-        return longrope.inv_freq(rotary_dim, base, factors=factors), factor
+        """Return the inverse frequencies of each of ``lengths``, bit for bit.
+
+        Parameters
+        ----------
+        rotary_dim : int
+            The rotated width ``d``.
+        base : float
+            The unscaled RoPE base (``rope_theta``).
+        lengths : numpy.ndarray
+            Sequence lengths (``max position + 1``), int64.
+
+        Returns
+        -------
+        inv_freq : numpy.ndarray
+            The float64 frequencies, shape ``(len(lengths), rotary_dim // 2)``: row ``j`` is the
+            ``inv_freq`` of :meth:`frequencies` with ``seq_len=lengths[j]``.
+        attention_factor : float
+            The factor that multiplies cos and sin, the same for every length.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from anyrope.scaling import RopeScaling
+        >>> s = RopeScaling("dynamic", factor=2.0, max_position_embeddings=10)
+        >>> many, factor = s.frequencies_per_length(4, 100.0, np.array([10, 20]))
+        >>> bool((many[1] == s.frequencies(4, 100.0, seq_len=20)[0]).all()), factor
+        (True, 1.0)
+        """
+        self.check_rotary_dim(rotary_dim)
+        method = _method(self.rope_type)
+        if method.frequencies_per_length is None:
+            raise ValueError(
+                f"rope_type={self.rope_type!r} has the same frequencies for many lengths; "
+                "use frequencies()"
+            )
+        _, factor = method.frequencies(self, rotary_dim, base, None)
+        return method.frequencies_per_length(self, rotary_dim, base, lengths), factor
 
 
-def _rope_type(scaling: Mapping[str, Any]) -> str:
+def _rope_type(scaling: Mapping[str, Any]) -> _registry.Method:
     new, old = scaling.get("rope_type"), scaling.get("type")
     if new is not None and old is not None and new != old:
         raise ValueError(f"`rope_type` and `type` disagree: rope_type={new!r}, type={old!r}")
     kind = new if new is not None else old
     if kind is None:
-        return "default"
+        kind = "default"
     if not isinstance(kind, str):
         raise TypeError(f"`rope_type` must be a string; got {kind!r}")
-    kind = _ALIASES.get(kind, kind)
-    if kind not in ROPE_TYPES:
-        raise ValueError(
-            f"`rope_type` must be one of {', '.join(map(repr, ROPE_TYPES))} (or 'mrope'); "
-            f"got {kind!r}"
-        )
-    return kind
+    return _method(_ALIASES.get(kind, kind), " (or 'mrope')")
 
 
 def parse_rope_scaling(
@@ -467,6 +404,9 @@ def parse_rope_scaling(
     Returns
     -------
     RopeScaling
+        The validated description: ``rope_type="default"`` for ``None``, and for a
+        :class:`RopeScaling` the same one with the lengths it lacks filled in from the
+        arguments.
 
     Raises
     ------
@@ -495,58 +435,48 @@ def parse_rope_scaling(
             f"`scaling` must be a dict (Hugging Face rope_scaling), a RopeScaling or None; "
             f"got {type(scaling).__name__}"
         )
-    kind = _rope_type(scaling)
+    method = _rope_type(scaling)
+    kind = method.rope_type
     given = {key: value for key, value in scaling.items() if value is not None}
-    allowed = _ANY_TYPE_KEYS | _METHOD_KEYS[kind]
+    allowed = _ANY_TYPE_KEYS | method.keys
     unknown = sorted(str(key) for key in given if key not in allowed)
     if unknown:
         raise ValueError(
             f"rope_type={kind!r} does not use {', '.join(f'`{key}`' for key in unknown)}; "
             f"its keys are {', '.join(sorted(allowed - {'type'}))}"
         )
-    for key in _REQUIRED_KEYS[kind]:
+    for key in method.required:
         if key not in given:
             raise ValueError(f"`{key}` is required for rope_type={kind!r}")
     if scaling.get("type") == "mrope" and "mrope_section" not in given:
         raise ValueError("`mrope_section` is required for type='mrope'")
     fields: dict[str, Any] = {"rope_type": kind, "max_position_embeddings": max_position_embeddings}
-    for key in (
-        "factor",
-        "attention_factor",
-        "beta_fast",
-        "beta_slow",
-        "mscale",
-        "mscale_all_dim",
-        "low_freq_factor",
-        "high_freq_factor",
-        "rope_theta",
-        "partial_rotary_factor",
-    ):
+    for key in _REAL_FIELDS:
         if key in given:
-            fields[key] = _real(given[key], key)
+            fields[key] = real(given[key], key)
     if "truncate" in given:
         fields["truncate"] = given["truncate"]
     for key in ("short_factor", "long_factor"):
         if key in given:
-            fields[key] = _factor_list(given[key], key)
+            fields[key] = factor_list(given[key], key)
     if "mrope_section" in given:
         section = given["mrope_section"]
         if isinstance(section, (str, bytes)) or not isinstance(section, Sequence):
             raise TypeError(f"`mrope_section` must be a list of integers; got {section!r}")
         fields["mrope_section"] = tuple(
-            _positive_int(size, f"mrope_section[{index}]") for index, size in enumerate(section)
+            positive_int(size, f"mrope_section[{index}]") for index, size in enumerate(section)
         )
     inner = given.get("original_max_position_embeddings")
     if inner is not None:
-        inner = _positive_int(inner, "original_max_position_embeddings")
+        inner = positive_int(inner, "original_max_position_embeddings")
     fields["original_max_position_embeddings"] = _original_length(
-        kind, inner, original_max_position_embeddings, max_position_embeddings
+        method.uses_original, inner, original_max_position_embeddings, max_position_embeddings
     )
     return RopeScaling(**fields)
 
 
 def _original_length(
-    kind: str, inner: int | None, outer: int | None, max_position_embeddings: int | None
+    uses_original: bool, inner: int | None, outer: int | None, max_position_embeddings: int | None
 ) -> int | None:
     if inner is not None and outer is not None and inner != outer:
         raise ValueError(
@@ -554,7 +484,7 @@ def _original_length(
             f"({inner}) and the model config ({outer})"
         )
     original = inner if inner is not None else outer
-    if original is None and kind in _USES_ORIGINAL:
+    if original is None and uses_original:
         return max_position_embeddings
     return original
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .._frequencies import default_inv_freq
+from ._registry import Method, ScalingFields, register
 from ._types import FloatArray
 
 __all__ = ["ATTENTION_FACTOR", "inv_freq"]
@@ -13,6 +14,19 @@ ATTENTION_FACTOR = 1.0
 def inv_freq(rotary_dim: int, base: float) -> FloatArray:
     """Return the unscaled inverse frequencies, float64 of shape ``(rotary_dim // 2,)``.
 
+    Parameters
+    ----------
+    rotary_dim : int
+        The rotated width ``d``: positive and even.
+    base : float
+        The base of the frequencies ``base ** (-2i/d)`` (``rope_theta``): finite and > 1.
+
+    Returns
+    -------
+    numpy.ndarray
+        The float64 inverse frequencies ``base ** (-2i/d)`` for ``i = 0 .. d/2 - 1``,
+        decreasing from 1.
+
     Examples
     --------
     >>> from anyrope.scaling import default
@@ -20,3 +34,12 @@ def inv_freq(rotary_dim: int, base: float) -> FloatArray:
     [1.0, 0.01]
     """
     return default_inv_freq(rotary_dim, base)
+
+
+def _frequencies(
+    scaling: ScalingFields, rotary_dim: int, base: float, seq_len: int | None
+) -> tuple[FloatArray, float]:
+    return inv_freq(rotary_dim, base), ATTENTION_FACTOR
+
+
+register(Method("default", _frequencies))

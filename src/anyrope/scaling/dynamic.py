@@ -8,15 +8,32 @@ so tables are rebuilt whenever a call needs a longer sequence than the last one.
 
 from __future__ import annotations
 
+import numpy as np
+
 from .._hostmath import power
 from . import default
-from ._types import FloatArray
+from ._registry import Method, ScalingFields, register
+from ._types import FloatArray, IntArray
+from .ntk import _check_rotary_dim
 
-__all__ = ["effective_length", "inv_freq", "scaled_base"]
+__all__ = ["effective_length", "inv_freq", "inv_freq_per_length", "scaled_base"]
 
 
 def effective_length(seq_len: int | None, *, max_position_embeddings: int) -> int:
     """Return ``max(seq_len, L_max)``: every length up to ``L_max`` gives the same tables.
+
+    Parameters
+    ----------
+    seq_len : int or None
+        The length of the current sequence (``max position + 1``); ``None`` (no sequence
+        yet) counts as ``L_max``.
+    max_position_embeddings : int
+        ``L_max``, the model's configured context length.
+
+    Returns
+    -------
+    int
+        The length the scaled base is computed for, at least ``L_max``.
 
     Examples
     --------
@@ -43,6 +60,25 @@ def scaled_base(
 
     The exponent ``d / (d - 2)`` is an exact fraction.
 
+    Parameters
+    ----------
+    rotary_dim : int
+        The rotated width ``d``: even and greater than 2.
+    base : float
+        The unscaled RoPE base (``rope_theta``): finite and > 1.
+    factor : float
+        The scaling dict's ``factor`` (>= 1).
+    seq_len : int or None
+        The length ``L`` of the current sequence (``max position + 1``); ``None`` (no
+        sequence yet) counts as ``L_max``.
+    max_position_embeddings : int
+        ``L_max``, the model's configured context length.
+
+    Returns
+    -------
+    float
+        The raised base; ``base`` itself when ``seq_len <= L_max``.
+
     Examples
     --------
     >>> from anyrope.scaling import dynamic
@@ -66,6 +102,26 @@ def inv_freq(
 ) -> FloatArray:
     """Return the default frequencies for :func:`scaled_base`.
 
+    Parameters
+    ----------
+    rotary_dim : int
+        The rotated width ``d``: even and greater than 2.
+    base : float
+        The unscaled RoPE base (``rope_theta``): finite and > 1.
+    factor : float
+        The scaling dict's ``factor`` (>= 1).
+    seq_len : int or None
+        The length ``L`` of the current sequence (``max position + 1``); ``None`` (no
+        sequence yet) counts as ``L_max``.
+    max_position_embeddings : int
+        ``L_max``, the model's configured context length.
+
+    Returns
+    -------
+    numpy.ndarray
+        The float64 inverse frequencies, shape ``(rotary_dim // 2,)``; the default ones
+        when ``seq_len <= L_max``.
+
     Examples
     --------
     >>> from anyrope.scaling import dynamic
@@ -80,3 +136,98 @@ def inv_freq(
         max_position_embeddings=max_position_embeddings,
     )
     return default.inv_freq(rotary_dim, scaled)
+
+
+def inv_freq_per_length(
+    rotary_dim: int,
+    base: float,
+    *,
+    factor: float,
+    lengths: IntArray,
+    max_position_embeddings: int,
+) -> FloatArray:
+    """Return :func:`inv_freq` for each of ``lengths`` at once, bit for bit.
+
+    The same float64 operations, element by element: one call for many lengths costs
+    about what one length costs, which is what decoding past the trained context needs
+    (every new token is a new length).
+
+    Parameters
+    ----------
+    rotary_dim : int
+        The rotated width ``d``: positive, even and greater than 2.
+    base : float
+        The unscaled base (``rope_theta``): finite and > 1.
+    factor : float
+        The scaling factor, >= 1.
+    lengths : numpy.ndarray
+        Sequence lengths (``max position + 1``), non-negative integers below ``2**53``.
+    max_position_embeddings : int
+        The trained context ``L_max``.
+
+    Returns
+    -------
+    numpy.ndarray
+        The float64 frequencies, shape ``(len(lengths), rotary_dim // 2)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from anyrope.scaling import dynamic
+    >>> many = dynamic.inv_freq_per_length(
+    ...     4, 100.0, factor=2.0, lengths=np.array([10, 20]), max_position_embeddings=10)
+    >>> many.tolist()
+    [[1.0, 0.01], [1.0, 0.03333333333333333]]
+    """
+    length = np.maximum(np.asarray(lengths, dtype=np.int64), max_position_embeddings)
+    stretch = factor * length.astype(np.float64) / max_position_embeddings - (factor - 1.0)
+    scaled = base * power(stretch, rotary_dim, rotary_dim - 2)
+    return power(scaled[:, None], -np.arange(0, rotary_dim, 2), rotary_dim)
+
+
+def _frequencies_per_length(
+    scaling: ScalingFields, rotary_dim: int, base: float, lengths: IntArray
+) -> FloatArray:
+    assert scaling.factor is not None
+    assert scaling.max_position_embeddings is not None
+    return inv_freq_per_length(
+        rotary_dim,
+        base,
+        factor=scaling.factor,
+        lengths=lengths,
+        max_position_embeddings=scaling.max_position_embeddings,
+    )
+
+
+def _frequencies(
+    scaling: ScalingFields, rotary_dim: int, base: float, seq_len: int | None
+) -> tuple[FloatArray, float]:
+    assert scaling.factor is not None
+    assert scaling.max_position_embeddings is not None
+    freq = inv_freq(
+        rotary_dim,
+        base,
+        factor=scaling.factor,
+        seq_len=seq_len,
+        max_position_embeddings=scaling.max_position_embeddings,
+    )
+    return freq, 1.0
+
+
+def _length_bucket(scaling: ScalingFields, seq_len: int | None) -> int:
+    assert scaling.max_position_embeddings is not None
+    return effective_length(seq_len, max_position_embeddings=scaling.max_position_embeddings)
+
+
+register(
+    Method(
+        "dynamic",
+        _frequencies,
+        keys=frozenset({"factor"}),
+        required=("factor",),
+        needs_max_position_embeddings=True,
+        check_rotary_dim=_check_rotary_dim,
+        length_bucket=_length_bucket,
+        frequencies_per_length=_frequencies_per_length,
+    )
+)

@@ -48,7 +48,14 @@ class HFRopeConfig:
     scaling: RopeScaling
 
     def kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for ``anyrope.RoPE(head_dim, **kwargs)``."""
+        """Keyword arguments for ``anyrope.RoPE(head_dim, **kwargs)``.
+
+        Returns
+        -------
+        dict
+            ``rotary_dim``, ``base``, ``interleaved``, ``scaling`` and
+            ``max_position_embeddings``, keyed by argument name.
+        """
         return {
             "rotary_dim": self.rotary_dim,
             "base": self.base,
@@ -132,6 +139,8 @@ def from_hf_config(config: Any) -> HFRopeConfig:
     Returns
     -------
     HFRopeConfig
+        The head and rotary widths, base, pairing, ``max_position_embeddings`` and the
+        parsed :class:`~anyrope.scaling.RopeScaling` of the model.
 
     Raises
     ------

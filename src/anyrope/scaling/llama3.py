@@ -15,6 +15,8 @@ import math
 import numpy as np
 
 from . import default
+from ._checks import real
+from ._registry import Method, ScalingFields, register
 from ._types import FloatArray
 
 __all__ = ["inv_freq"]
@@ -30,6 +32,28 @@ def inv_freq(
     original_max_position_embeddings: int,
 ) -> FloatArray:
     """Return Llama 3.1's scaled inverse frequencies (float64).
+
+    Parameters
+    ----------
+    rotary_dim : int
+        The rotated width ``d``: positive and even.
+    base : float
+        The unscaled RoPE base (``rope_theta``): finite and > 1.
+    factor : float
+        The interpolation factor (>= 1) that divides the low frequencies.
+    low_freq_factor : float
+        Pairs with a wavelength above ``L0 / low_freq_factor`` (fewer than
+        ``low_freq_factor`` turns over ``L0``) are divided by ``factor``; greater than 0.
+    high_freq_factor : float
+        Pairs with a wavelength below ``L0 / high_freq_factor`` keep their frequency;
+        greater than ``low_freq_factor``.
+    original_max_position_embeddings : int
+        ``L0``, the context length before the extension.
+
+    Returns
+    -------
+    numpy.ndarray
+        The float64 inverse frequencies, shape ``(rotary_dim // 2,)``.
 
     Examples
     --------
@@ -52,3 +76,46 @@ def inv_freq(
         low_frequency, unscaled / factor, np.where(high_frequency, unscaled, smoothed)
     )
     return result
+
+
+def _validate(scaling: ScalingFields) -> None:
+    low = real(scaling.low_freq_factor, "low_freq_factor")
+    high = real(scaling.high_freq_factor, "high_freq_factor")
+    if low <= 0.0 or high <= low:
+        raise ValueError(
+            "`high_freq_factor` must be greater than `low_freq_factor` > 0; got "
+            f"low_freq_factor={scaling.low_freq_factor!r}, "
+            f"high_freq_factor={scaling.high_freq_factor!r}"
+        )
+
+
+def _frequencies(
+    scaling: ScalingFields, rotary_dim: int, base: float, seq_len: int | None
+) -> tuple[FloatArray, float]:
+    assert scaling.factor is not None
+    assert scaling.original_max_position_embeddings is not None
+    assert scaling.low_freq_factor is not None
+    assert scaling.high_freq_factor is not None
+    freq = inv_freq(
+        rotary_dim,
+        base,
+        factor=scaling.factor,
+        low_freq_factor=scaling.low_freq_factor,
+        high_freq_factor=scaling.high_freq_factor,
+        original_max_position_embeddings=scaling.original_max_position_embeddings,
+    )
+    return freq, 1.0
+
+
+register(
+    Method(
+        "llama3",
+        _frequencies,
+        keys=frozenset(
+            {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}
+        ),
+        required=("factor", "low_freq_factor", "high_freq_factor"),
+        uses_original=True,
+        validate=_validate,
+    )
+)

@@ -19,6 +19,8 @@ import numpy as np
 
 from .._hostmath import log
 from . import default
+from ._checks import factor_list
+from ._registry import Method, ScalingFields, register
 from ._types import FloatArray
 
 __all__ = ["attention_factor", "inv_freq", "select_factors", "uses_long_factors"]
@@ -28,6 +30,19 @@ def uses_long_factors(seq_len: int | None, *, original_max_position_embeddings: 
     """Whether a sequence of ``seq_len`` positions takes the long factors (``seq_len > L0``).
 
     ``None`` (no sequence yet) takes the short factors, like transformers at start-up.
+
+    Parameters
+    ----------
+    seq_len : int or None
+        The length of the sequence being processed (``max position + 1``); ``None``
+        before any sequence is seen.
+    original_max_position_embeddings : int
+        ``L0``, the context length before the extension.
+
+    Returns
+    -------
+    bool
+        True when ``seq_len > L0``.
 
     Examples
     --------
@@ -49,6 +64,24 @@ def select_factors(
 ) -> FloatArray:
     """Return the factor list for ``seq_len`` as a float64 array.
 
+    Parameters
+    ----------
+    short_factor : sequence of float
+        The per-pair rescale factors ``r_i`` for sequences up to ``L0``.
+    long_factor : sequence of float
+        The per-pair rescale factors ``r_i`` for sequences longer than ``L0``.
+    seq_len : int or None
+        The length of the sequence being processed (``max position + 1``); ``None``
+        before any sequence is seen.
+    original_max_position_embeddings : int
+        ``L0``, the context length before the extension.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``long_factor`` when :func:`uses_long_factors` says so, else ``short_factor``,
+        as float64.
+
     Examples
     --------
     >>> from anyrope.scaling import longrope
@@ -63,6 +96,21 @@ def select_factors(
 
 def inv_freq(rotary_dim: int, base: float, *, factors: Sequence[float] | FloatArray) -> FloatArray:
     """Return ``1 / (r_i * base ** (2i/d))``, i.e. the default frequencies divided by ``r``.
+
+    Parameters
+    ----------
+    rotary_dim : int
+        The rotated width ``d``: positive and even.
+    base : float
+        The unscaled RoPE base (``rope_theta``): finite and > 1.
+    factors : sequence of float or numpy.ndarray
+        The rescale factors ``r_i``, one per pair (``rotary_dim // 2``), as
+        :func:`select_factors` returns them.
+
+    Returns
+    -------
+    numpy.ndarray
+        The float64 inverse frequencies, shape ``(rotary_dim // 2,)``.
 
     Examples
     --------
@@ -85,6 +133,20 @@ def attention_factor(
 
     The default is 1 when ``factor <= 1`` (no extension).
 
+    Parameters
+    ----------
+    factor : float
+        The configured extension ``L_max / L0`` (or the scaling dict's ``factor``).
+    original_max_position_embeddings : int
+        ``L0``, the context length before the extension.
+    attention_factor : float, optional
+        An attention factor given by the config; when not ``None`` it is returned as is.
+
+    Returns
+    -------
+    float
+        The factor that multiplies cos and sin.
+
     Examples
     --------
     >>> from anyrope.scaling import longrope
@@ -96,3 +158,78 @@ def attention_factor(
     if factor <= 1.0:
         return 1.0
     return math.sqrt(1.0 + float(log(factor)) / float(log(original_max_position_embeddings)))
+
+
+def _validate(scaling: ScalingFields) -> None:
+    if scaling.short_factor is None or scaling.long_factor is None:
+        raise ValueError("`short_factor` and `long_factor` are required for rope_type='longrope'")
+    factor_list(scaling.short_factor, "short_factor")
+    factor_list(scaling.long_factor, "long_factor")
+    if len(scaling.short_factor) != len(scaling.long_factor):
+        raise ValueError(
+            f"`short_factor` and `long_factor` must have the same length; got "
+            f"{len(scaling.short_factor)} and {len(scaling.long_factor)}"
+        )
+    if (
+        scaling.attention_factor is None
+        and scaling.factor is None
+        and scaling.max_position_embeddings is None
+    ):
+        raise ValueError(
+            "rope_type='longrope' needs `factor`, `attention_factor` or "
+            "`max_position_embeddings` to set its attention factor"
+        )
+
+
+def _frequencies(
+    scaling: ScalingFields, rotary_dim: int, base: float, seq_len: int | None
+) -> tuple[FloatArray, float]:
+    assert scaling.short_factor is not None
+    assert scaling.long_factor is not None
+    original = scaling.original_max_position_embeddings
+    assert original is not None
+    factors = select_factors(
+        scaling.short_factor,
+        scaling.long_factor,
+        seq_len=seq_len,
+        original_max_position_embeddings=original,
+    )
+    extension = scaling.factor
+    if extension is None and scaling.max_position_embeddings is not None:
+        extension = scaling.max_position_embeddings / original
+    factor = attention_factor(
+        factor=1.0 if extension is None else extension,
+        original_max_position_embeddings=original,
+        attention_factor=scaling.attention_factor,
+    )
+    return inv_freq(rotary_dim, base, factors=factors), factor
+
+
+def _length_bucket(scaling: ScalingFields, seq_len: int | None) -> int:
+    assert scaling.original_max_position_embeddings is not None
+    return int(
+        uses_long_factors(
+            seq_len, original_max_position_embeddings=scaling.original_max_position_embeddings
+        )
+    )
+
+
+register(
+    Method(
+        "longrope",
+        _frequencies,
+        keys=frozenset(
+            {
+                "short_factor",
+                "long_factor",
+                "factor",
+                "attention_factor",
+                "original_max_position_embeddings",
+            }
+        ),
+        required=("short_factor", "long_factor"),
+        uses_original=True,
+        validate=_validate,
+        length_bucket=_length_bucket,
+    )
+)

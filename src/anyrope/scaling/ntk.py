@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .._hostmath import power
 from . import default
+from ._registry import Method, ScalingFields, register
 from ._types import FloatArray
 
 __all__ = ["inv_freq", "scaled_base"]
@@ -16,6 +17,20 @@ __all__ = ["inv_freq", "scaled_base"]
 
 def scaled_base(rotary_dim: int, base: float, *, factor: float) -> float:
     """Return ``base * factor ** (d / (d - 2))``, the exponent an exact fraction.
+
+    Parameters
+    ----------
+    rotary_dim : int
+        The rotated width ``d``: even and greater than 2.
+    base : float
+        The unscaled RoPE base (``rope_theta``): finite and > 1.
+    factor : float
+        The scaling dict's ``factor`` (>= 1): the lowest frequency is divided by it.
+
+    Returns
+    -------
+    float
+        The raised base ``base'``.
 
     Examples
     --------
@@ -29,6 +44,20 @@ def scaled_base(rotary_dim: int, base: float, *, factor: float) -> float:
 def inv_freq(rotary_dim: int, base: float, *, factor: float) -> FloatArray:
     """Return the default frequencies for :func:`scaled_base`.
 
+    Parameters
+    ----------
+    rotary_dim : int
+        The rotated width ``d``: even and greater than 2.
+    base : float
+        The unscaled RoPE base (``rope_theta``): finite and > 1.
+    factor : float
+        The scaling dict's ``factor`` (>= 1): the lowest frequency is divided by it.
+
+    Returns
+    -------
+    numpy.ndarray
+        The float64 inverse frequencies, shape ``(rotary_dim // 2,)``.
+
     Examples
     --------
     >>> from anyrope.scaling import ntk
@@ -36,3 +65,27 @@ def inv_freq(rotary_dim: int, base: float, *, factor: float) -> FloatArray:
     [1.0, 0.025]
     """
     return default.inv_freq(rotary_dim, scaled_base(rotary_dim, base, factor=factor))
+
+
+def _check_rotary_dim(scaling: ScalingFields, rotary_dim: int) -> None:
+    # The exponent d / (d - 2) has no value for a single pair.
+    if rotary_dim <= 2:
+        raise ValueError(f"rope_type={scaling.rope_type!r} needs rotary_dim > 2; got {rotary_dim}")
+
+
+def _frequencies(
+    scaling: ScalingFields, rotary_dim: int, base: float, seq_len: int | None
+) -> tuple[FloatArray, float]:
+    assert scaling.factor is not None
+    return inv_freq(rotary_dim, base, factor=scaling.factor), 1.0
+
+
+register(
+    Method(
+        "ntk",
+        _frequencies,
+        keys=frozenset({"factor"}),
+        required=("factor",),
+        check_rotary_dim=_check_rotary_dim,
+    )
+)

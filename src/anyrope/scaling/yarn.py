@@ -26,6 +26,8 @@ import numpy as np
 
 from .._hostmath import log
 from . import default
+from ._checks import real
+from ._registry import Method, ScalingFields, register
 from ._types import FloatArray
 
 __all__ = [
@@ -42,6 +44,18 @@ __all__ = [
 def mscale(scale: float, k: float = 1.0) -> float:
     """Return ``1`` if ``scale <= 1`` else ``0.1 * k * ln(scale) + 1``.
 
+    Parameters
+    ----------
+    scale : float
+        The context-extension factor ``s``.
+    k : float, default 1.0
+        The coefficient of the logarithm (DeepSeek's ``mscale`` or ``mscale_all_dim``).
+
+    Returns
+    -------
+    float
+        The temperature factor ``mscale(s, k)``.
+
     Examples
     --------
     >>> from anyrope.scaling import yarn
@@ -57,6 +71,22 @@ def correction_dim(
     num_rotations: float, rotary_dim: int, base: float, original_max_position_embeddings: int
 ) -> float:
     """Pair index (fractional) at which a pair turns ``num_rotations`` times over ``L0``.
+
+    Parameters
+    ----------
+    num_rotations : float
+        The number of turns ``r`` over the original context; greater than 0.
+    rotary_dim : int
+        The rotated width ``d``: positive and even.
+    base : float
+        The unscaled RoPE base (``rope_theta``): finite and > 1.
+    original_max_position_embeddings : int
+        ``L0``, the context length before the extension.
+
+    Returns
+    -------
+    float
+        ``corr(r) = d * ln(L0 / (2 pi r)) / (2 ln base)``, not clamped to the pair range.
 
     Examples
     --------
@@ -79,6 +109,31 @@ def correction_range(
 ) -> tuple[float, float]:
     """Return ``(low, high)``: the ramp's ends, floored/ceiled when ``truncate``, clamped.
 
+    Parameters
+    ----------
+    rotary_dim : int
+        The rotated width ``d``: positive and even.
+    base : float
+        The unscaled RoPE base (``rope_theta``): finite and > 1.
+    beta_fast : float
+        Turns over ``L0`` at the ramp's low end: pairs that turn more often keep their
+        frequency.
+    beta_slow : float
+        Turns over ``L0`` at the ramp's high end: pairs that turn less often are
+        interpolated; greater than 0 and at most ``beta_fast``.
+    original_max_position_embeddings : int
+        ``L0``, the context length before the extension.
+    truncate : bool
+        Whether the ramp's ends are rounded outward to whole pair indices, as
+        transformers does unless the config sets ``truncate`` to false.
+
+    Returns
+    -------
+    low : float
+        ``corr(beta_fast)``, at least 0 (an int when ``truncate``).
+    high : float
+        ``corr(beta_slow)``, at most ``rotary_dim - 1`` (an int when ``truncate``).
+
     Examples
     --------
     >>> from anyrope.scaling import yarn
@@ -99,6 +154,20 @@ def ramp(low: float, high: float, num_pairs: int) -> FloatArray:
     """Return ``clip((i - low) / (high - low), 0, 1)`` for ``i = 0 .. num_pairs - 1``.
 
     ``high`` is nudged by 0.001 when it equals ``low`` so the ramp stays defined.
+
+    Parameters
+    ----------
+    low : float
+        The pair index where the ramp leaves 0.
+    high : float
+        The pair index where the ramp reaches 1.
+    num_pairs : int
+        The number of pairs, ``rotary_dim // 2``.
+
+    Returns
+    -------
+    numpy.ndarray
+        The float64 ramp, values in ``[0, 1]``, shape ``(num_pairs,)``.
 
     Examples
     --------
@@ -126,6 +195,31 @@ def inv_freq(
     """Return ``interp * (1 - extrapolate) + extra * extrapolate`` with ``extrapolate = 1 - ramp``.
 
     ``extra`` are the default frequencies and ``interp = extra / factor``.
+
+    Parameters
+    ----------
+    rotary_dim : int
+        The rotated width ``d``: positive and even.
+    base : float
+        The unscaled RoPE base (``rope_theta``): finite and > 1.
+    factor : float
+        The extension factor ``s`` (>= 1) that divides the interpolated frequencies.
+    original_max_position_embeddings : int
+        ``L0``, the context length before the extension.
+    beta_fast : float, default 32.0
+        Turns over ``L0`` at the ramp's low end: pairs that turn more often keep their
+        frequency.
+    beta_slow : float, default 1.0
+        Turns over ``L0`` at the ramp's high end: pairs that turn less often are
+        interpolated; greater than 0 and at most ``beta_fast``.
+    truncate : bool, default True
+        Whether the ramp's ends are rounded outward to whole pair indices, as
+        transformers does unless the config sets ``truncate`` to false.
+
+    Returns
+    -------
+    numpy.ndarray
+        The float64 inverse frequencies, shape ``(rotary_dim // 2,)``.
 
     Examples
     --------
@@ -162,6 +256,22 @@ def attention_factor(
     The ratio ``mscale(factor, mscale) / mscale(factor, mscale_all_dim)`` applies when
     both are given and non-zero (DeepSeek-V2/V3 set both to 1, which gives 1.0).
 
+    Parameters
+    ----------
+    factor : float
+        The extension factor ``s``.
+    attention_factor : float, optional
+        An attention factor given by the config; when not ``None`` it is returned as is.
+    mscale : float, optional
+        DeepSeek's coefficient ``k`` of the numerator ``mscale(factor, mscale)``.
+    mscale_all_dim : float, optional
+        DeepSeek's coefficient ``k`` of the denominator ``mscale(factor, mscale_all_dim)``.
+
+    Returns
+    -------
+    float
+        The factor that multiplies cos and sin.
+
     Examples
     --------
     >>> from anyrope.scaling import yarn
@@ -185,6 +295,18 @@ def softmax_scale(factor: float, *, mscale_all_dim: float | None) -> float:
     Attention code multiplies its usual ``1 / sqrt(head_dim)`` by this; 1.0 when
     ``mscale_all_dim`` is absent or zero.
 
+    Parameters
+    ----------
+    factor : float
+        The extension factor ``s``.
+    mscale_all_dim : float or None
+        DeepSeek's coefficient ``k`` of ``mscale(factor, k)``; ``None`` or 0 for none.
+
+    Returns
+    -------
+    float
+        The multiplier of the softmax scale.
+
     Examples
     --------
     >>> from anyrope.scaling import yarn
@@ -199,4 +321,72 @@ def softmax_scale(factor: float, *, mscale_all_dim: float | None) -> float:
     return scale * scale
 
 
+# `attention_factor` takes a parameter named `mscale`, which hides the function.
 _mscale = mscale
+
+
+def _validate(scaling: ScalingFields) -> None:
+    fast = real(scaling.beta_fast, "beta_fast")
+    slow = real(scaling.beta_slow, "beta_slow")
+    if slow <= 0.0 or fast < slow:
+        raise ValueError(
+            "`beta_fast` must be >= `beta_slow` > 0; got "
+            f"beta_fast={scaling.beta_fast!r}, beta_slow={scaling.beta_slow!r}"
+        )
+    for key, value in (("mscale", scaling.mscale), ("mscale_all_dim", scaling.mscale_all_dim)):
+        if value is not None:
+            real(value, key)
+    if not isinstance(scaling.truncate, bool):
+        raise TypeError(f"`truncate` must be True or False; got {scaling.truncate!r}")
+
+
+def _frequencies(
+    scaling: ScalingFields, rotary_dim: int, base: float, seq_len: int | None
+) -> tuple[FloatArray, float]:
+    assert scaling.factor is not None
+    assert scaling.original_max_position_embeddings is not None
+    freq = inv_freq(
+        rotary_dim,
+        base,
+        factor=scaling.factor,
+        original_max_position_embeddings=scaling.original_max_position_embeddings,
+        beta_fast=scaling.beta_fast,
+        beta_slow=scaling.beta_slow,
+        truncate=scaling.truncate,
+    )
+    factor = attention_factor(
+        scaling.factor,
+        attention_factor=scaling.attention_factor,
+        mscale=scaling.mscale,
+        mscale_all_dim=scaling.mscale_all_dim,
+    )
+    return freq, factor
+
+
+def _softmax_scale(scaling: ScalingFields) -> float:
+    assert scaling.factor is not None
+    return softmax_scale(scaling.factor, mscale_all_dim=scaling.mscale_all_dim)
+
+
+register(
+    Method(
+        "yarn",
+        _frequencies,
+        keys=frozenset(
+            {
+                "factor",
+                "original_max_position_embeddings",
+                "attention_factor",
+                "beta_fast",
+                "beta_slow",
+                "mscale",
+                "mscale_all_dim",
+                "truncate",
+            }
+        ),
+        required=("factor",),
+        uses_original=True,
+        validate=_validate,
+        softmax_scale=_softmax_scale,
+    )
+)

@@ -13,54 +13,81 @@ This module is imported only for dask arrays, when dask is already in ``sys.modu
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import array_api_compat
 import numpy as np
 
-from ._cpu import blocked
-from ._layout import Axes
-from ._namespace import Array
-from ._validation import describe
-
-if TYPE_CHECKING:
-    from ._rope import RoPE
+from .._layout import Axes
+from .._namespace import Array
+from .._paths import blocked
+from .._pipeline import rotate
+from .._plan import make_plan
+from .._tables import TableSource
+from .._validation import describe
 
 
 def rotate_dask(
-    rope: RoPE,
+    source: TableSource,
     arrays: tuple[Array, ...],
+    names: tuple[str, ...],
     positions: object,
-    axes: Axes,
     *,
+    head_dim: int,
+    interleaved: bool,
+    layout: str,
     inverse: bool,
     inplace: bool,
     impl: str,
+    xp: Any,
+    cu_seqlens: object,
 ) -> tuple[Array, ...]:
-    """Lazy rotations of the dask ``arrays`` (which share batch and sequence axes)."""
+    """Lazy rotations of the dask ``arrays`` (which share batch and sequence axes).
+
+    Everything that can be checked without computing is checked now, as for any other
+    array: shapes, dtypes, the flags and concrete positions (a NumPy array's values too).
+    """
     if inplace:
         raise ValueError(
             "`inplace`=True is not possible for dask arrays, which are immutable; "
             "use the returned array"
         )
-    if rope.sections is not None or rope.scaling.depends_on_length:
+    if layout == "thd" or cu_seqlens is not None:
+        raise ValueError("dask arrays take layouts 'bshd', 'bhsd' and 'sbhd'; got layout='thd'")
+    if source.sections is not None or source.depends_on_length:
         raise ValueError(
             "dask arrays take RoPE with fixed frequencies; got "
-            f"rope_type={rope.scaling.rope_type!r}"
-            + (", with several position streams (M-RoPE or axial)" if rope.sections else "")
+            f"rope_type={source.scaling.rope_type!r}"
+            + (", with several position streams (M-RoPE or axial)" if source.sections else "")
             + ": its frequencies depend on all positions at once, so rotate the computed "
             "array, or each block with its own call"
         )
-    task = BlockRotation(rope, layout=axes.layout, inverse=inverse, impl=impl)
-    if positions is None or (
-        isinstance(positions, (int, np.integer)) and not isinstance(positions, bool)
-    ):
-        offset = 0 if positions is None else int(positions)
-        if offset < 0:
-            raise ValueError(f"`positions` offset must be non-negative; got {offset}")
-        return tuple(_map(task.by_offset, x, offset=offset) for x in arrays)
-    spread = _spread_positions(positions, axes, arrays[0].ndim)
+    options: dict[str, Any] = {
+        "head_dim": head_dim,
+        "interleaved": interleaved,
+        "layout": layout,
+        "inverse": inverse,
+    }
+    plan = make_plan(
+        source,
+        tuple(_stand_in(x) for x in arrays),
+        names,
+        _stand_in(positions) if array_api_compat.is_dask_array(positions) else positions,
+        inplace=False,
+        xp=None,
+        **options,
+    )
+    task = BlockRotation(source, impl=impl, **options)
+    where = plan.where[0]
+    if where.array is None:
+        return tuple(_map(task.by_offset, x, offset=where.offset) for x in arrays)
+    spread = _spread_positions(positions, plan.axes, arrays[0].ndim)
     return tuple(_map(task.by_positions, x, spread) for x in arrays)
+
+
+def _stand_in(x: Array) -> np.ndarray[Any, Any]:
+    """A NumPy array with the shape and dtype of a dask array, holding no data."""
+    return np.broadcast_to(np.zeros((), dtype=x.dtype), x.shape)
 
 
 def _map(function: Any, x: Array, positions: Array | None = None, **kwargs: Any) -> Array:
@@ -117,57 +144,56 @@ def _spread_positions(positions: object, axes: Axes, ndim: int) -> Array:
 class BlockRotation:
     """What dask runs on each block; picklable for worker processes.
 
-    A :class:`RoPE` holds locks, which do not pickle; this carries its constructor
-    arguments instead. A worker process takes its :class:`RoPE` from the same per-process
-    cache as :func:`anyrope.rotate`, so its tables are built once per process, not once
-    per block.
+    It carries the :class:`~anyrope._tables.TableSource`, which pickles as its settings
+    and is shared again by every block unpickled in one worker process, so tables are
+    built once per process, not once per block.
     """
 
-    def __init__(self, rope: RoPE, *, layout: str, inverse: bool, impl: str) -> None:
-        self._rope: RoPE | None = rope
-        self._arguments: dict[str, Any] = {
-            "head_dim": rope.head_dim,
-            "rotary_dim": rope.rotary_dim,
-            "base": rope.base,
-            "interleaved": rope.interleaved,
-            "scaling": rope.scaling,
+    def __init__(
+        self,
+        source: TableSource,
+        *,
+        head_dim: int,
+        interleaved: bool,
+        layout: str,
+        inverse: bool,
+        impl: str,
+    ) -> None:
+        self.source = source
+        self.layout = layout
+        self.options: dict[str, Any] = {
+            "head_dim": head_dim,
+            "interleaved": interleaved,
+            "layout": layout,
+            "inverse": inverse,
+            "impl": impl,
         }
-        self._options: dict[str, Any] = {"layout": layout, "inverse": inverse, "impl": impl}
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"arguments": self._arguments, "options": self._options}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self._arguments = state["arguments"]
-        self._options = state["options"]
-        self._rope = None
 
     def _rotate(self, block: Array, positions: object) -> Array:
-        from ._api import apply
-        from ._functional import _rope_for
-
-        if self._rope is None:
-            self._rope = _rope_for(**self._arguments)
         # dask already runs one block per thread of each worker.
         with blocked.one_thread():
-            (y,) = apply(
-                self._rope, (block,), ("x",), positions, inplace=False, xp=None, **self._options
+            (y,) = rotate(
+                self.source,
+                (block,),
+                ("x",),
+                positions,
+                inplace=False,
+                xp=None,
+                **self.options,
             )
         return y
 
     def by_offset(self, block: Array, *, offset: int, block_info: Any = None) -> Array:
         """Rotate a block whose tokens start at ``offset`` plus its place in the array."""
-        layout = self._options["layout"]
-        seq_axis = {"bshd": block.ndim - 3, "bhsd": block.ndim - 2, "sbhd": 0}[layout]
+        seq_axis = {"bshd": block.ndim - 3, "bhsd": block.ndim - 2, "sbhd": 0}[self.layout]
         start = 0 if block_info is None else block_info[0]["array-location"][seq_axis][0]
         return self._rotate(block, offset + start)
 
     def by_positions(self, block: Array, positions: Array) -> Array:
         """Rotate a block with its slice of the spread positions (see ``_spread_positions``)."""
-        layout = self._options["layout"]
-        if layout == "bshd":
+        if self.layout == "bshd":
             p = positions[..., 0, 0]
-        elif layout == "bhsd":
+        elif self.layout == "bhsd":
             p = positions[..., 0, :, 0]
         else:
             xp = array_api_compat.array_namespace(positions)

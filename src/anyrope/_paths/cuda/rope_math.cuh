@@ -308,7 +308,7 @@ ANYROPE_HD void rope_thread(const tensor_view<T>& q, const tensor_view<T>& k,
   }
 }
 
-// The flat kernel parameter list, in the order anyrope._cuda.launch packs the arguments;
+// The flat kernel parameter list, in the order anyrope._paths.cuda.launch packs the arguments;
 // rope.cu and the host harness both expand it, so they cannot disagree.
 #define ANYROPE_PARAMS(T, C, P)                                                               \
   const T *q_in, T *q_out, long long q_heads, long long q_in_b, long long q_in_s,             \

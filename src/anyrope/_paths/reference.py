@@ -1,13 +1,16 @@
-"""The rotation, written once against the array API standard (numerics.md, section 3).
+"""The reference path: the rotation written once against the array API standard
+(numerics.md, section 3).
 
-Only standard functions, an explicit ``xp`` and no in-place writes (JAX arrays are
-immutable), so it runs on any array-API library and defines the bits the fast paths
-must reproduce.
+:func:`rotate_pairs` uses only standard functions, an explicit ``xp`` and no in-place
+writes (JAX arrays are immutable), so it runs on any array-API library and defines the
+bits the fast paths must reproduce; an in-place call writes its result back with one
+standard ``x[...] = y``.
 """
 
 from __future__ import annotations
 
 from .._namespace import Array, Namespace, compute_dtype
+from .._plan import Plan
 
 
 def rotate_pairs(
@@ -54,3 +57,33 @@ def rotate_pairs(
     if rotary_dim == x.shape[-1]:
         return rotated
     return xp.concat((rotated, x[..., rotary_dim:]), axis=-1)
+
+
+NAME = "array_api"
+
+
+def rejects(plan: Plan) -> str | None:
+    """The reference takes every plan."""
+    return None
+
+
+def run(plan: Plan) -> tuple[Array, ...]:
+    """Rotate with standard functions only; in place, the result is then written back."""
+    xp = plan.xp
+    cos, sin = plan.gathered_tables()
+    results = []
+    for x in plan.arrays:
+        y = rotate_pairs(
+            x,
+            cos,
+            sin,
+            rotary_dim=plan.rotary_dim,
+            interleaved=plan.interleaved,
+            inverse=plan.inverse,
+            xp=xp,
+        )
+        if plan.inplace:
+            x[...] = y
+            y = x
+        results.append(y)
+    return tuple(results)

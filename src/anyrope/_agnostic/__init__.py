@@ -1,1 +1,0 @@
-"""Standard-only implementations: the reference every faster path must match bit for bit."""

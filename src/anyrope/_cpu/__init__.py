@@ -1,1 +1,0 @@
-"""Fast paths for arrays in host memory (NumPy, PyTorch on the CPU)."""

@@ -1,0 +1,1 @@
+"""Lazy array libraries (dask): above the pipeline, which they call block by block."""

@@ -1,0 +1,401 @@
+"""The blocked path: NumPy arrays and PyTorch CPU tensors, read and written once.
+
+With the tables widened over every rotated feature (:func:`anyrope._tables.widen`), the
+rotation is ``y = x * [c, c] + swap(x) * [-s, s]`` (half-split; interleaved alike): two
+products and a sum, which give the bits of the reference
+(:func:`anyrope._paths.reference.rotate_pairs`) because ``x1 * (-s)`` is exactly
+``-(x1 * s)`` and ``a + (-b)`` is exactly ``a - b`` in IEEE 754.
+
+A small input (a decode step) is computed whole on the calling thread in three
+operations. A large one is walked in blocks small enough to stay in cache, on every
+core, each product written into a reused scratch buffer and the sum straight into the
+output, so memory is read and written about once instead of the six passes of the
+array expression. torch float32/float64 tensors are computed by NumPy on views of their
+memory (NumPy's loops cost far less per call than PyTorch's); torch float16/bfloat16
+with torch's own operations (NumPy has no bfloat16 and converts float16 slowly).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import itertools
+import math
+import os
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import array_api_compat
+import array_api_compat.numpy as numpy_xp
+import numpy as np
+
+from .._namespace import Array, dtype_name
+from .._plan import Plan
+
+NAME = "blocked"
+
+BLOCK_ELEMENTS = 1 << 17
+"""Elements per block: each worker's two float32 scratch buffers (512 KiB each) and the
+block's input and output stay in the L2/L3 caches. On a 2-core EPYC, 2**16 to 2**19
+measured the same; smaller blocks pay Python's per-call overhead."""
+
+TORCH_BLOCK_ELEMENTS = 1 << 14
+"""Smaller for PyTorch: below its intra-op grain size (32768), so each operation stays on
+the calling thread and PyTorch's own threads do not compete with ours."""
+
+WHOLE_ELEMENTS = BLOCK_ELEMENTS
+"""Inputs up to this many rotated elements (one block: a decode step) are computed whole,
+in three operations on the calling thread; larger ones are split between the cores (on
+two cores, handing half of one block to the pool cost more than it saved)."""
+
+TORCH_WHOLE_ELEMENTS = 1 << 21
+"""The same for torch's operations, which torch spreads over its threads."""
+
+VIEW_ELEMENTS = 1 << 15
+"""torch float32/float64 inputs up to this size (a decode step) are computed by NumPy on
+views of their memory: NumPy's calls cost less than torch's on small arrays."""
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Keep rotations in this block on the calling thread.
+
+    For callers that already run one rotation per core (dask's workers): threads of ours
+    on top of theirs would only compete for the same cores.
+    """
+    previous = getattr(_local, "one_thread", False)
+    _local.one_thread = True
+    try:
+        yield
+    finally:
+        _local.one_thread = previous
+
+
+def rejects(plan: Plan) -> str | None:
+    """Only NumPy arrays and PyTorch CPU tensors, and no autograd."""
+    if not all(_host_memory(x) for x in plan.arrays):
+        return (
+            "needs NumPy arrays or PyTorch CPU tensors; "
+            f"got {plan.library} arrays on device {plan.device}"
+        )
+    if plan.requires_grad:
+        return (
+            "does not record autograd; use impl='auto' or 'array_api' for tensors that require grad"
+        )
+    return None
+
+
+def run(plan: Plan) -> tuple[Array, ...]:
+    """Rotate each array of ``plan`` into a new array, or into itself in place."""
+    torch = plan.library == "torch"
+    r, interleaved = plan.rotary_dim, plan.interleaved
+    # torch float16/bfloat16 always, and float32/float64 between a decode step and a
+    # block's worth per core, are computed by torch's operations (over its threads);
+    # otherwise NumPy computes, on views of the tensors' memory.
+    torch_ops = torch and (
+        plan.dtype in _TORCH_DTYPES
+        or VIEW_ELEMENTS
+        < max(math.prod((*x.shape[:-1], r)) for x in plan.arrays)
+        <= TORCH_WHOLE_ELEMENTS
+    )
+    # The two elements of each pair as an axis of their own, for _rotate_whole.
+    split = (r // 2, 2) if interleaved else (2, r // 2)
+    if torch and not torch_ops and any(stream.array is not None for stream in plan.where):
+        # torch positions index torch tables; the gathered rows are then read by NumPy,
+        # through views that do not own them: `gathered` keeps them alive meanwhile.
+        gathered = _pair_tables(plan, plan.xp, split)
+        pairs = (_numpy_view(gathered[0]), _numpy_view(gathered[1]))
+    else:
+        pairs = _pair_tables(plan, plan.xp if torch_ops else numpy_xp, split)
+    if plan.inverse:
+        pairs = (pairs[0], -pairs[1])
+    ops = _TORCH if torch_ops else _NUMPY
+    results = []
+    for x in plan.arrays:
+        out = x if plan.inplace else _empty_like(x)
+        xv, outv = (_numpy_view(x), _numpy_view(out)) if torch and not torch_ops else (x, out)
+        if x.shape[-1] == r:
+            rotated, rotated_out = xv, outv
+        else:
+            rotated, rotated_out = xv[..., :r], outv[..., :r]
+        if math.prod(rotated.shape) <= ops.whole_elements:
+            _rotate_whole(rotated, pairs, rotated_out, split, interleaved, ops)
+        else:
+            wide_cos, wide_sin = (p.reshape((*p.shape[:-2], r)) for p in pairs)
+            _rotate_blocks(xv, wide_cos, wide_sin, outv, r, interleaved, ops)
+        if out is not x and r < x.shape[-1]:
+            ops.copy(xv[..., r:], outv[..., r:])
+        results.append(out)
+    return tuple(results)
+
+
+def _pair_tables(plan: Plan, xp: Any, split: tuple[int, int]) -> tuple[Array, Array]:
+    """The widened tables (:func:`anyrope._tables.widen`) with the pair as an axis of
+    its own (``split``), shaped to broadcast against the input split likewise.
+
+    For consecutive positions these are slices of the cached tables, reshaped once so
+    that the slice already broadcasts (a decode step pays two slices and two reshapes).
+    """
+    (where, *more) = plan.where
+    if not more and where.array is None and plan.tables.cacheable(where.stop):
+        cos, sin = plan.tables.get_wide(where.stop, xp, "cpu", plan.table_dtype, plan.interleaved)
+        layout = plan.axes.layout
+        # Axes between the sequence and the features: heads (bshd), or batch and heads
+        # (sbhd); none for bhsd, whose sequence axis is next to the features.
+        ones = {"bshd": 1, "bhsd": 0, "sbhd": len(plan.axes.batch) + 1}[layout]
+        shape = (cos.shape[0], *(1,) * ones, *split)
+        stop = where.offset + where.seq
+        return cos.reshape(shape)[where.offset : stop], sin.reshape(shape)[where.offset : stop]
+    cos, sin = plan.wide_tables(xp)
+    return cos.reshape((*cos.shape[:-1], *split)), sin.reshape((*sin.shape[:-1], *split))
+
+
+def _rotate_whole(  # noqa: PLR0917 - the operands, in the order they are used
+    rotated: Array,
+    pairs: tuple[Array, Array],
+    out: Array,
+    split: tuple[int, int],
+    interleaved: bool,
+    ops: Any,
+) -> None:
+    """Three operations over the whole input: for the small arrays of a decode step."""
+    shape = (*rotated.shape[:-1], *split)
+    xr = rotated.reshape(shape)
+    first = xr * pairs[0]
+    second = ops.swap(xr, interleaved) * pairs[1]
+    # Both products are read before out (which may be x) is written.
+    ops.add_into(first, second, out, shape)
+
+
+def _rotate_blocks(  # noqa: PLR0917 - the loop's operands, in the order they are used
+    x: Array, wide_cos: Array, wide_sin: Array, out: Array, r: int, interleaved: bool, ops: Any
+) -> None:
+    """The cache-blocked loop over a large input, on every core."""
+    rotated_shape = (*x.shape[:-1], r)
+    wide_cos = ops.broadcast_to(wide_cos, rotated_shape)
+    first_sin, second_sin = (
+        ops.broadcast_to(half, (*x.shape[:-1], r // 2))
+        for half in _halves(wide_sin, r, interleaved)
+    )
+    blocks = list(_blocks(x.shape[:-1], r, ops.block_elements))
+    workers = 1 if getattr(_local, "one_thread", False) else min(_cores(), len(blocks))
+    chunks = [blocks[i::workers] for i in range(workers)]
+    size = min(ops.block_elements, math.prod(rotated_shape))
+
+    def run_chunk(chunk: list[tuple[Any, ...]]) -> None:
+        # NumPy's error state is per thread: the caller's does not reach the pool's. inf * 0
+        # is NaN and a huge pair may overflow, IEEE results that the contract keeps
+        # (numerics.md, section 4), not something to warn about on NumPy and not elsewhere.
+        with np.errstate(invalid="ignore", over="ignore"):
+            products = ops.empty(size, wide_cos.dtype)
+            swapped = ops.empty(size, wide_cos.dtype)
+            for index in chunk:
+                xb = x[index][..., :r]
+                n = math.prod(xb.shape)
+                t0 = ops.reshape(products[:n], xb.shape)
+                t1 = ops.reshape(swapped[:n], xb.shape)
+                first, second = _halves(t1, r, interleaved)
+                x_first, x_second = _halves(xb, r, interleaved)
+                ops.mul(xb, wide_cos[index], t0)
+                ops.mul(x_second, first_sin[index], first)
+                ops.mul(x_first, second_sin[index], second)
+                # Every read of this block of x is done, so out may alias x.
+                ops.add(t0, t1, out[index][..., :r])
+
+    if workers <= 1:
+        run_chunk(blocks)
+    else:
+        list(_executor().map(run_chunk, chunks))
+
+
+def _host_memory(x: Array) -> bool:
+    if isinstance(x, np.ndarray):
+        return True
+    return bool(array_api_compat.is_torch_array(x) and x.device.type == "cpu")
+
+
+def _empty_like(x: Array) -> Array:
+    if isinstance(x, np.ndarray):
+        return np.empty_like(x, order="C")
+    import torch
+
+    return torch.empty(x.shape, dtype=x.dtype)
+
+
+def _numpy_view(t: Array) -> np.ndarray[Any, Any]:
+    """A NumPy view of a CPU tensor's memory, made from its address.
+
+    ``Tensor.numpy()`` would mark the caller's storage as shared with NumPy, after which
+    torch refuses to ``resize_()`` it; this view lives only as long as the call.
+    """
+    size = t.element_size()
+    dtype = _NUMPY_DTYPES[dtype_name(t.dtype)]
+    if t.is_contiguous():
+        buffer = (ctypes.c_char * (t.numel() * size)).from_address(t.data_ptr())
+        return np.frombuffer(buffer, dtype=dtype).reshape(tuple(t.shape))
+    span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True))
+    buffer = (ctypes.c_char * (span * size)).from_address(t.data_ptr())
+    flat = np.frombuffer(buffer, dtype=dtype)
+    return np.lib.stride_tricks.as_strided(flat, tuple(t.shape), [s * size for s in t.stride()])
+
+
+_NUMPY_DTYPES = {"float32": np.float32, "float64": np.float64}
+_TORCH_DTYPES = ("float16", "bfloat16")
+
+
+def _halves(a: Array, rotary_dim: int, interleaved: bool) -> tuple[Array, Array]:
+    """The first and second elements of every pair, as two views."""
+    if interleaved:
+        return a[..., 0:rotary_dim:2], a[..., 1:rotary_dim:2]
+    half = rotary_dim // 2
+    return a[..., :half], a[..., half:rotary_dim]
+
+
+def _blocks(shape: tuple[int, ...], row: int, elements: int) -> Iterator[tuple[Any, ...]]:
+    """Index tuples that cover ``shape`` (the axes before the last) in blocks of about
+    ``elements`` elements, splitting the outermost axes first."""
+    inner = row
+    split = len(shape)
+    while split > 0 and inner * shape[split - 1] <= elements:
+        split -= 1
+        inner *= shape[split]
+    if split == 0:
+        yield ()
+        return
+    axis = split - 1
+    step = max(1, elements // inner)
+    for outer in itertools.product(*(range(n) for n in shape[:axis])):
+        for start in range(0, shape[axis], step):
+            yield (*outer, slice(start, start + step))
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _executor() -> ThreadPoolExecutor:
+    """One shared pool: NumPy and PyTorch release the GIL inside these operations."""
+    global _pool  # noqa: PLW0603 - created on first use, shared by every call
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=_cores(), thread_name_prefix="anyrope")
+        return _pool
+
+
+def _forget_pool_after_fork() -> None:
+    # A forked child inherits the pool object but not its threads: work handed to it
+    # would wait forever (a torch DataLoader worker). The child starts its own pool, and
+    # a lock held by a parent thread at the fork would never be released.
+    global _pool, _pool_lock  # noqa: PLW0603 - reset in the child only
+    _pool = None
+    _pool_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool_after_fork)
+
+
+class _NumpyOps:
+    """The few operations the loops need, on NumPy arrays, with output buffers."""
+
+    block_elements = BLOCK_ELEMENTS
+    whole_elements = WHOLE_ELEMENTS
+
+    @staticmethod
+    def mul(a: Array, b: Array, out: Array) -> None:
+        np.multiply(a, b, out=out)
+
+    @staticmethod
+    def add(a: Array, b: Array, out: Array) -> None:
+        np.add(a, b, out=out)
+
+    @staticmethod
+    def add_into(a: Array, b: Array, out: Array, shape: tuple[int, ...]) -> None:
+        # One rounding from the compute dtype to out's (float32 to float16, ...).
+        np.add(a, b, out=out.reshape(shape), casting="same_kind")
+
+    @staticmethod
+    def swap(a: Array, interleaved: bool) -> Array:
+        """The pairs' elements exchanged: a view (the pairs are an axis of their own)."""
+        return a[..., ::-1] if interleaved else a[..., ::-1, :]
+
+    @staticmethod
+    def broadcast_to(a: Array, shape: tuple[int, ...]) -> Array:
+        return np.broadcast_to(a, shape)
+
+    @staticmethod
+    def empty(n: int, dtype: Any) -> Array:
+        return np.empty(n, dtype=dtype)
+
+    @staticmethod
+    def reshape(a: Array, shape: tuple[int, ...]) -> Array:
+        return a.reshape(shape)
+
+    @staticmethod
+    def copy(source: Array, target: Array) -> None:
+        np.copyto(target, source)
+
+
+class _TorchOps:
+    """The same operations on torch CPU tensors (float16 and bfloat16)."""
+
+    # Below torch's intra-op grain size (32768): each operation stays on the calling
+    # thread and torch's own threads do not compete with ours.
+    block_elements = TORCH_BLOCK_ELEMENTS
+    # torch spreads each whole-array operation over its own threads.
+    whole_elements = TORCH_WHOLE_ELEMENTS
+
+    @staticmethod
+    def mul(a: Array, b: Array, out: Array) -> None:
+        import torch
+
+        torch.mul(a, b, out=out)
+
+    @staticmethod
+    def add(a: Array, b: Array, out: Array) -> None:
+        import torch
+
+        torch.add(a, b, out=out)
+
+    @staticmethod
+    def add_into(a: Array, b: Array, out: Array, shape: tuple[int, ...]) -> None:
+        # The float32 sum is rounded once to out's dtype as it is stored.
+        if out.is_contiguous():
+            import torch
+
+            torch.add(a, b, out=out.view(shape))
+        else:
+            out.copy_((a + b).reshape(out.shape))
+
+    @staticmethod
+    def swap(a: Array, interleaved: bool) -> Array:
+        """The pairs' elements exchanged (torch has no negative strides: a copy)."""
+        return a.flip(-1 if interleaved else -2)
+
+    @staticmethod
+    def broadcast_to(a: Array, shape: tuple[int, ...]) -> Array:
+        return a.expand(shape)
+
+    @staticmethod
+    def empty(n: int, dtype: Any) -> Array:
+        import torch
+
+        return torch.empty(n, dtype=dtype)
+
+    @staticmethod
+    def reshape(a: Array, shape: tuple[int, ...]) -> Array:
+        return a.view(shape)
+
+    @staticmethod
+    def copy(source: Array, target: Array) -> None:
+        target.copy_(source)
+
+
+_NUMPY = _NumpyOps
+_TORCH = _TorchOps

@@ -1,0 +1,70 @@
+"""The CUDA path: one templated RawKernel (``rope.cu``) for CuPy arrays and torch CUDA tensors.
+
+Nothing here imports CuPy or torch at import time; :func:`run` does so on first use.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+
+import array_api_compat
+
+from ..._namespace import Array, device_of
+from ..._plan import Plan
+
+NAME = "cuda"
+
+
+def cuda_array(x: Array) -> bool:
+    """True for a CuPy array or a PyTorch tensor on a CUDA device."""
+    if array_api_compat.is_cupy_array(x):
+        return True
+    return bool(array_api_compat.is_torch_array(x) and x.is_cuda)
+
+
+@functools.cache
+def _cupy_installed() -> bool:
+    # Asked on every call with torch CUDA tensors: search sys.path once.
+    return importlib.util.find_spec("cupy") is not None
+
+
+def rejects(plan: Plan) -> str | None:
+    """Device arrays of CuPy or torch, CuPy installed, and one position stream."""
+    if not all(cuda_array(x) for x in plan.arrays):
+        kinds = ", ".join(
+            sorted(
+                {
+                    f"{type(x).__module__.split('.')[0]} arrays on device {device_of(x)}"
+                    for x in plan.arrays
+                }
+            )
+        )
+        return f"needs CuPy arrays or PyTorch CUDA tensors; got {kinds}"
+    if not _cupy_installed():
+        return "needs CuPy (pip install cupy-cuda12x), which is not installed"
+    if len(plan.where) > 1:
+        return (
+            "takes one position stream; M-RoPE and axial positions (several streams) "
+            "go through impl='array_api'"
+        )
+    return None
+
+
+def run(plan: Plan) -> tuple[Array, ...]:
+    """Rotate q (and k) in one kernel launch; torch tensors that need grad go through
+    autograd, whose backward is the same kernel with ``inverse`` flipped."""
+    from .launch import launch_on_device, rotate_raw
+
+    if plan.requires_grad:
+        from .autograd import rotate_with_grad
+
+        return rotate_with_grad(plan, launcher=launch_on_device)
+    outputs = rotate_raw(
+        plan, plan.arrays, inverse=plan.inverse, inplace=plan.inplace, launcher=launch_on_device
+    )
+    if plan.inplace and plan.library == "torch":
+        from ..._torch import bump_versions
+
+        bump_versions(plan.arrays)
+    return outputs

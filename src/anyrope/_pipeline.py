@@ -1,0 +1,164 @@
+"""One rotation: plan it, pick a path, run it.
+
+``rotate(source, arrays, ...)`` is what :class:`anyrope.RoPE` and the lazy libraries
+(:mod:`anyrope._lazy.dask`, per block) call: :func:`anyrope._plan.make_plan` checks
+everything once, :func:`anyrope._paths.choose` picks the path ``impl`` names (or the
+first that takes the plan), and the path rotates.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable
+from types import ModuleType
+
+import array_api_compat
+import numpy as np
+
+from ._namespace import Array, Namespace
+from ._paths import choose
+from ._plan import Plan, make_plan
+from ._tables import TableSource
+
+
+def rotate(
+    source: TableSource,
+    arrays: tuple[Array, ...],
+    names: tuple[str, ...],
+    positions: object,
+    *,
+    head_dim: int,
+    interleaved: bool,
+    layout: str,
+    inverse: bool,
+    inplace: bool,
+    impl: str,
+    xp: Namespace | None,
+    cu_seqlens: object = None,
+) -> tuple[Array, ...]:
+    """Rotate each of ``arrays`` (q and k, or one x) with the tables of ``source``.
+
+    A call whose geometry was seen before (libraries, shapes, dtypes, devices, the kind of
+    positions and every option) reuses that call's plan and path: only what depends on
+    the values is checked again (the positions, and memory overlap in place).
+    """
+    key = _geometry(
+        arrays, positions, head_dim, interleaved, layout, inverse, inplace, impl, xp, cu_seqlens
+    )
+    known = None if key is None else source.plans.get(key)
+    if known is not None:
+        plan, path = known
+        return _run(path, plan.for_call(arrays, positions))
+    options = {
+        "head_dim": head_dim,
+        "interleaved": interleaved,
+        "layout": layout,
+        "inverse": inverse,
+        "inplace": inplace,
+        "xp": xp,
+        "cu_seqlens": cu_seqlens,
+    }
+    host = _jax_on_host(arrays, positions, cu_seqlens, inplace=inplace, impl=impl)
+    if host is not None:
+        from ._jax import back_to_jax
+
+        host_arrays, host_positions, host_cu_seqlens = host
+        results = rotate(
+            source,
+            host_arrays,
+            names,
+            host_positions,
+            **{**options, "xp": None, "cu_seqlens": host_cu_seqlens},  # type: ignore[arg-type]
+            impl=impl,
+        )
+        return back_to_jax(results, like=arrays)
+    plan = make_plan(source, arrays, names, positions, **options)  # type: ignore[arg-type]
+    path = choose(impl, plan)
+    full = [math.prod(x.shape) != 0 for x in plan.arrays]
+    if all(full):
+        if key is not None and len(plan.where) == 1:
+            source.remember(key, (plan.template(), path))
+        return _run(path, plan)
+    with np.errstate(invalid="ignore", over="ignore"):
+        rotated = iter(())
+        if any(full):
+            subset = plan.with_arrays(
+                tuple(x for x, f in zip(arrays, full, strict=True) if f),
+                tuple(n for n, f in zip(names, full, strict=True) if f),
+            )
+            rotated = iter(path.run(subset))
+    return tuple(
+        next(rotated) if f else (x if inplace else plan.xp.asarray(x, copy=True))
+        for x, f in zip(plan.arrays, full, strict=True)
+    )
+
+
+def _run(path: ModuleType, plan: Plan) -> tuple[Array, ...]:
+    # inf * 0 is NaN and a huge pair may overflow: IEEE results the contract keeps
+    # (numerics.md, section 4), not something to warn about on NumPy and not elsewhere.
+    with np.errstate(invalid="ignore", over="ignore"):
+        return path.run(plan)  # type: ignore[no-any-return]
+
+
+def _geometry(arrays: tuple[Array, ...], positions: object, *options: object) -> Hashable | None:
+    """What a plan depends on besides the values: ``None`` when a call is not worth
+    remembering (other libraries, autograd, positions other than None, int or an array)."""
+    parts: list[object] = [*options]
+    for x in arrays:
+        part = _array_geometry(x)
+        if part is None:
+            return None
+        parts.append(part)
+    if positions is None or type(positions) is int:
+        parts.append(type(positions))
+    else:
+        part = _array_geometry(positions)
+        if part is None:
+            return None
+        parts.append(part)
+    key = tuple(parts)
+    try:
+        hash(key)
+    except TypeError:  # an unhashable option: checked, and refused, by make_plan
+        return None
+    return key
+
+
+def _array_geometry(x: object) -> Hashable | None:
+    if type(x) is np.ndarray:
+        return (np.ndarray, x.shape, x.dtype)
+    if array_api_compat.is_torch_array(x) and not x.requires_grad:
+        return (type(x), x.shape, x.dtype, x.device, x.layout)
+    return None
+
+
+def path_name(
+    source: TableSource,
+    arrays: tuple[Array, ...],
+    names: tuple[str, ...],
+    positions: object,
+    *,
+    impl: str,
+    **options: object,
+) -> str:
+    """The ``impl`` name of the path that :func:`rotate` would take for these arguments."""
+    host = _jax_on_host(
+        arrays, positions, options.get("cu_seqlens"), inplace=bool(options["inplace"]), impl=impl
+    )
+    if host is not None:
+        arrays, positions, cu_seqlens = host
+        options = {**options, "xp": None, "cu_seqlens": cu_seqlens}
+    plan = make_plan(source, arrays, names, positions, **options)  # type: ignore[arg-type]
+    return str(choose(impl, plan).NAME)
+
+
+def _jax_on_host(
+    arrays: tuple[Array, ...], positions: object, cu_seqlens: object, *, inplace: bool, impl: str
+) -> tuple[tuple[Array, ...], object, object] | None:
+    """NumPy views for eager JAX arrays on the CPU, which XLA would flush to zero when
+    subnormal; ``None`` for everything else."""
+    if not array_api_compat.is_jax_array(arrays[0]) or inplace or impl not in ("auto", "array_api"):
+        return None
+    from ._jax import on_host
+
+    return on_host(arrays, positions, cu_seqlens)

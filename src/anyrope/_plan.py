@@ -1,0 +1,275 @@
+"""The plan of one call: every argument checked once, turned into plain data.
+
+:func:`make_plan` is the only place where the arguments of ``rotate`` / ``rotate_qk`` /
+``RoPE.__call__`` are validated. A :class:`Plan` holds the arrays, where their axes
+are, the positions of each stream, the flags, the namespace and the tables to use;
+every path (:mod:`anyrope._paths`) reads a plan and nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import array_api_compat
+import numpy as np
+
+from ._layout import Axes, axes_of, place_tables
+from ._memory import extent, has_internal_overlap, may_overlap
+from ._mrope import resolve_streams
+from ._namespace import (
+    Array,
+    Namespace,
+    device_of,
+    dtype_name,
+    is_real_floating,
+    library_name,
+    namespace_of,
+    table_dtype,
+)
+from ._packed import packed_positions
+from ._positions import Positions, offset_positions, resolve_positions
+from ._tables import TableCache, TableSource
+from ._validation import check_bool, describe
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One rotation, as plain data.
+
+    ``where`` has one :class:`~anyrope._positions.Positions` per position stream (one,
+    or one per M-RoPE / axial section); ``tables`` are those of the frequencies for the
+    largest position. ``table_dtype`` is the NumPy dtype the tables are rounded to once.
+    """
+
+    arrays: tuple[Array, ...]
+    names: tuple[str, ...]
+    xp: Namespace
+    library: str
+    dtype: str
+    device: Any
+    axes: Axes
+    where: tuple[Positions, ...]
+    source: TableSource
+    tables: TableCache
+    table_dtype: np.dtype[Any]
+    rotary_dim: int
+    interleaved: bool
+    inverse: bool
+    inplace: bool
+    requires_grad: bool
+
+    def gathered_tables(self) -> tuple[Array, Array]:
+        """cos/sin for every token, shaped to broadcast against the inputs."""
+        cos, sin = self.source.gather(
+            self.where, self.tables, self.xp, self.device, self.table_dtype
+        )
+        return place_tables(cos, self.axes, self.xp), place_tables(sin, self.axes, self.xp)
+
+    def wide_tables(self, xp: Namespace) -> tuple[Array, Array]:
+        """:func:`~anyrope._tables.widen` of the tables, in the library ``xp`` (on the
+        host: the blocked path reads torch CPU tensors through NumPy), placed."""
+        cos, sin = self.source.gather_wide(
+            self.where, self.tables, xp, "cpu", self.table_dtype, self.interleaved
+        )
+        return place_tables(cos, self.axes, xp), place_tables(sin, self.axes, xp)
+
+    def for_call(self, arrays: tuple[Array, ...], positions: object) -> Plan:
+        """This plan for another call of the same geometry: new arrays and positions.
+
+        What depends on values is checked again: the positions (range, and the
+        frequencies they select), and for in-place calls the memory of the arrays.
+        """
+        where, tables = self.where, self.tables
+        if positions is not None:
+            stream = (
+                offset_positions(positions, self.axes.seq)
+                if type(positions) is int
+                else resolve_positions(
+                    positions, self.xp, arrays[0], self.axes.batch, self.axes.seq
+                )
+            )
+            where = (stream,)
+            if self.source.depends_on_length:
+                tables = self.source.for_length(stream.stop)
+        if self.inplace:
+            _check_writable(arrays, self.names, self.xp)
+        # Every other field was checked for this geometry: skip the dataclass __init__.
+        plan = object.__new__(Plan)
+        plan.__dict__.update(self.__dict__, arrays=arrays, where=where, tables=tables)
+        return plan
+
+    def template(self) -> Plan:
+        """This plan without the call's arrays (nor an array of positions), to be kept
+        for :meth:`for_call` without keeping the caller's memory alive."""
+        where = self.where if all(stream.array is None for stream in self.where) else ()
+        plan = object.__new__(Plan)
+        plan.__dict__.update(self.__dict__, arrays=(), where=where)
+        return plan
+
+    def with_arrays(self, arrays: tuple[Array, ...], names: tuple[str, ...]) -> Plan:
+        """This plan for a subset of its arrays (same tokens, so the same positions)."""
+        return Plan(**{**self.__dict__, "arrays": arrays, "names": names})
+
+
+def make_plan(
+    source: TableSource,
+    arrays: tuple[Array, ...],
+    names: tuple[str, ...],
+    positions: object,
+    *,
+    head_dim: int,
+    interleaved: bool,
+    layout: str,
+    inverse: bool,
+    inplace: bool,
+    xp: Namespace | None,
+    cu_seqlens: object = None,
+) -> Plan:
+    """Check every argument of one call and return its :class:`Plan`."""
+    xp = namespace_of(*arrays, xp=xp, argument=" and ".join(names))
+    check_bool(inverse, "inverse")
+    check_bool(inplace, "inplace")
+    torch = array_api_compat.is_torch_array(arrays[0])
+    if torch:
+        from ._torch import check_tensor
+
+        for x, name in zip(arrays, names, strict=True):
+            check_tensor(x, name)
+    if layout == "thd":
+        # A packed batch is one sequence whose positions restart at each cu_seqlens entry.
+        positions = packed_positions(cu_seqlens, positions, x=arrays[0], xp=xp)
+        layout = "bshd"
+    elif cu_seqlens is not None:
+        raise ValueError(f"`cu_seqlens` needs layout='thd'; got layout={layout!r}")
+    axes = [
+        _check_input(x, name, head_dim, layout, xp) for x, name in zip(arrays, names, strict=True)
+    ]
+    _check_same_tokens(arrays, names, axes)
+    if inplace:
+        _check_writable(arrays, names, xp)
+    where = _positions(source, positions, xp, arrays[0], axes[0])
+    requires_grad = False
+    if torch:
+        from ._torch import requires_grad as torch_requires_grad
+
+        requires_grad = torch_requires_grad(arrays)
+    return Plan(
+        arrays=arrays,
+        names=names,
+        xp=xp,
+        library=library_name(xp),
+        dtype=dtype_name(arrays[0].dtype),
+        device=device_of(arrays[0]),
+        axes=axes[0],
+        where=where,
+        source=source,
+        tables=source.for_length(max(stream.stop for stream in where)),
+        # Tables are rounded once to the compute dtype (numerics.md): no cast on the device.
+        table_dtype=table_dtype(xp, arrays[0].dtype),
+        rotary_dim=source.rotary_dim,
+        interleaved=interleaved,
+        inverse=inverse,
+        inplace=inplace,
+        requires_grad=requires_grad,
+    )
+
+
+def _positions(
+    source: TableSource, positions: object, xp: Namespace, x: Array, axes: Axes
+) -> tuple[Positions, ...]:
+    """One stream of positions, or one per section for M-RoPE arrays and axial RoPE.
+
+    M-RoPE with ``None`` or an int offset is text only, i.e. ordinary RoPE.
+    """
+    sections = source.sections
+    if sections is None or not (source.axial or hasattr(positions, "shape")):
+        streams = [resolve_positions(positions, xp, x, axes.batch, axes.seq)]
+    else:
+        streams = resolve_streams(
+            positions,
+            kind="axial" if source.axial else "mrope",
+            count=len(sections),
+            xp=xp,
+            x=x,
+            batch=axes.batch,
+            seq=axes.seq,
+        )
+    if source.depends_on_length and any(stream.traced for stream in streams):
+        raise ValueError(
+            f"rope_type={source.scaling.rope_type!r} picks its frequencies by the largest "
+            "position, which is unknown for positions traced by jax.jit; pass concrete "
+            "positions or use a length-independent scaling"
+        )
+    return tuple(streams)
+
+
+def _check_input(x: Array, name: str, head_dim: int, layout: str, xp: Namespace) -> Axes:
+    if not is_real_floating(xp, x.dtype):
+        raise TypeError(
+            f"`{name}` must have a real floating dtype (float16, bfloat16, float32 or float64); "
+            f"got {x.dtype}"
+        )
+    axes = axes_of(x, layout, name)
+    if axes.head_dim != head_dim:
+        raise ValueError(
+            f"`{name}` must have head_dim={head_dim} in its last axis; got {describe(x)}"
+        )
+    return axes
+
+
+def _check_same_tokens(arrays: tuple[Array, ...], names: tuple[str, ...], axes: list[Axes]) -> None:
+    first, first_axes = arrays[0], axes[0]
+    for x, name, x_axes in zip(arrays[1:], names[1:], axes[1:], strict=True):
+        if x.dtype != first.dtype:
+            raise TypeError(
+                f"`{name}` must have the dtype of `{names[0]}` ({first.dtype}); got {x.dtype}"
+            )
+        if str(device_of(x)) != str(device_of(first)):
+            raise ValueError(
+                f"`{name}` must be on the device of `{names[0]}` ({device_of(first)}); "
+                f"got {device_of(x)}"
+            )
+        if (x_axes.batch, x_axes.seq) != (first_axes.batch, first_axes.seq):
+            hint = ""
+            if first_axes.layout == "bshd":
+                other = (axes_of(first, "bhsd"), axes_of(x, "bhsd"))
+                if (other[0].batch, other[0].seq) == (other[1].batch, other[1].seq):
+                    hint = (
+                        "; these shapes match as (*batch, heads, seq, head_dim): "
+                        "pass layout='bhsd' for Hugging Face's order"
+                    )
+            raise ValueError(
+                f"`{name}` must share the batch and sequence axes of `{names[0]}` "
+                f"(batch {first_axes.batch}, seq {first_axes.seq}); "
+                f"got batch {x_axes.batch}, seq {x_axes.seq}{hint}"
+            )
+
+
+def _check_writable(arrays: tuple[Array, ...], names: tuple[str, ...], xp: Namespace) -> None:
+    """In place, every element is read once and then written once: refuse anything else."""
+    if array_api_compat.is_jax_array(arrays[0]):
+        raise ValueError(
+            "`inplace`=True is not possible for JAX arrays, which are immutable; "
+            "use the returned array"
+        )
+    for x, name in zip(arrays, names, strict=True):
+        if not array_api_compat.is_writeable_array(x):
+            raise ValueError(
+                f"`inplace`=True needs writable arrays; got a read-only {describe(x)} as `{name}`"
+            )
+    extents = [extent(x) for x in arrays]
+    for e, name in zip(extents, names, strict=True):
+        if e is not None and has_internal_overlap(e):
+            raise ValueError(
+                f"`inplace`=True needs arrays whose elements do not overlap; `{name}` is a "
+                f"broadcast or overlapping view (shape {e.shape}, byte strides {e.strides})"
+            )
+    for i in range(len(arrays)):
+        for j in range(i + 1, len(arrays)):
+            a, b = extents[i], extents[j]
+            if a is not None and b is not None and may_overlap(a, b):
+                raise ValueError(
+                    f"`inplace`=True needs `{names[i]}` and `{names[j]}` in separate memory; "
+                    "they share elements, which would be rotated twice"
+                )

@@ -1,0 +1,322 @@
+"""The one-way pipeline: plan, registry of paths, and the defects fuzzing found.
+
+Each test here failed before the redesign (issue 12); the bits are compared with the
+reference path (``impl="array_api"``), which the golden files pin.
+"""
+
+from __future__ import annotations
+
+import copy
+import multiprocessing
+import pickle
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+
+import anyrope
+from anyrope import _functional
+from anyrope._paths import AUTO_ORDER, IMPLS, PATHS
+from subprocess_run import run_python
+
+RNG = np.random.default_rng(12)
+
+
+def _x(shape: tuple[int, ...], dtype: Any = np.float32) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+# -- the registry -----------------------------------------------------------------------
+
+
+def test_every_path_has_the_interface_and_auto_ends_with_the_reference() -> None:
+    for path in AUTO_ORDER:
+        assert callable(path.rejects)
+        assert callable(path.run)
+        assert PATHS[path.NAME] is path
+    assert AUTO_ORDER[-1].NAME == "array_api"
+    assert IMPLS == ("auto", "cuda", "blocked", "array_api")
+
+
+def test_path_names_the_chosen_path() -> None:
+    rope = anyrope.RoPE(8)
+    x = _x((1, 4, 2, 8))
+    assert rope.path(x) == "blocked"
+    assert rope.path(x, impl="array_api") == "array_api"
+    with pytest.raises(ValueError, match="`impl`='cuda' needs CuPy arrays"):
+        rope.path(x, impl="cuda")
+    with pytest.raises(ValueError, match="`impl` must be one of 'auto', 'cuda', 'blocked'"):
+        rope.path(x, impl="fast")
+
+
+def test_cuda_rejects_several_position_streams_instead_of_running_another_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from anyrope._paths import cuda
+    from anyrope._plan import make_plan
+
+    # The arrays stand in for device arrays: only the streams are left to reject.
+    monkeypatch.setattr(cuda, "cuda_array", lambda x: True)
+    monkeypatch.setattr(cuda, "_cupy_installed", lambda: True)
+    rope = anyrope.RoPE(16, scaling={"rope_type": "default", "mrope_section": [2, 3, 3]})
+    x = _x((1, 4, 2, 16))
+    plan = make_plan(
+        rope._source,
+        (x,),
+        ("x",),
+        np.zeros((3, 4), dtype=np.int64),
+        head_dim=16,
+        interleaved=False,
+        layout="bshd",
+        inverse=False,
+        inplace=False,
+        xp=None,
+    )
+    assert "one position stream" in cuda.rejects(plan)
+
+
+# -- defect 1: fork after the thread pool started -----------------------------------------
+
+
+FORK_CHILD = """
+import multiprocessing, numpy as np, anyrope
+x = np.ones((4, 512, 8, 64), dtype=np.float32)
+anyrope.rotate(x)                      # starts the thread pool in the parent
+
+def child(queue):
+    queue.put(float(anyrope.rotate(x)[0, 5, 0, 0]))
+
+queue = multiprocessing.get_context("fork").Queue()
+process = multiprocessing.get_context("fork").Process(target=child, args=(queue,))
+process.start()
+process.join(60)
+print("alive" if process.is_alive() else queue.get(timeout=5))
+if process.is_alive():
+    process.kill()
+"""
+
+
+@pytest.mark.skipif(
+    "fork" not in multiprocessing.get_all_start_methods(), reason="no fork on this platform"
+)
+def test_rotate_in_a_forked_child_returns() -> None:
+    result = run_python("-W", "ignore::DeprecationWarning", "-c", FORK_CHILD, timeout=120)
+    assert result.returncode == 0, result.stderr
+    want = float(anyrope.rotate(np.ones((4, 512, 8, 64), dtype=np.float32))[0, 5, 0, 0])
+    assert result.stdout.split() == [repr(want)]
+
+
+# -- defect 3: pickle and deepcopy ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "rope",
+    [
+        anyrope.RoPE(16),
+        anyrope.RoPE(16, rotary_dim=8, interleaved=True, base=500000.0),
+        anyrope.RoPE(
+            16, scaling={"rope_type": "dynamic", "factor": 2.0}, max_position_embeddings=8
+        ),
+        anyrope.RoPE(16, scaling={"rope_type": "axial"}),
+    ],
+    ids=["default", "partial-interleaved", "dynamic", "axial"],
+)
+def test_rope_pickles_and_deep_copies(rope: anyrope.RoPE) -> None:
+    x = _x((2, 5, 3, 16))
+    positions = np.zeros((5, 2), dtype=np.int64) if rope.axial else 20
+    want = rope.rotate(x, positions)
+    for clone in (pickle.loads(pickle.dumps(rope)), copy.deepcopy(rope), copy.copy(rope)):
+        assert repr(clone) == repr(rope)
+        assert not clone.inv_freq.flags.writeable
+        np.testing.assert_array_equal(clone.inv_freq, rope.inv_freq)
+        np.testing.assert_array_equal(clone.rotate(x, positions), want)
+
+
+def test_a_torch_module_holding_a_rope_is_deep_copied_and_saved(tmp_path: Any) -> None:
+    torch = pytest.importorskip("torch")
+    from torch_module import Attention
+
+    module = Attention()
+    q = torch.randn(1, 4, 2, 8)
+    module(q)
+    torch.save(module, tmp_path / "m.pt")
+    loaded = torch.load(tmp_path / "m.pt", weights_only=False)
+    assert torch.equal(copy.deepcopy(module)(q), module(q))
+    assert torch.equal(loaded(q), module(q))
+
+
+# -- defect 4: in-place writes that would read what they wrote ----------------------------
+
+
+def test_inplace_refuses_a_torch_expand_view() -> None:
+    torch = pytest.importorskip("torch")
+    x = torch.randn(1, 1, 2, 8).expand(1, 4, 2, 8)
+    with pytest.raises(ValueError, match="`x` is a broadcast or overlapping view"):
+        anyrope.rotate(x, inplace=True)
+
+
+def test_inplace_refuses_q_and_k_sharing_memory() -> None:
+    q = _x((1, 4, 2, 8))
+    with pytest.raises(ValueError, match="`q` and `k` in separate memory"):
+        anyrope.rotate_qk(q, q, inplace=True)
+    with pytest.raises(ValueError, match="`q` and `k` in separate memory"):
+        anyrope.rotate_qk(q[:, :, :], q[:, :, 1:], inplace=True)
+
+
+def test_inplace_takes_disjoint_views_of_one_fused_buffer() -> None:
+    qkv = _x((2, 5, 3, 4, 8))
+    q, k = qkv[:, :, 0], qkv[:, :, 1]
+    want = anyrope.rotate_qk(q.copy(), k.copy(), impl="array_api")
+    untouched = qkv[:, :, 2].copy()
+    anyrope.rotate_qk(q, k, inplace=True)
+    np.testing.assert_array_equal(q, want[0])
+    np.testing.assert_array_equal(k, want[1])
+    np.testing.assert_array_equal(qkv[:, :, 2], untouched)
+
+
+# -- defect 5 and 15: every integer dtype, 0-d offsets ------------------------------------
+
+INTEGER_DTYPES = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"]
+
+
+@pytest.mark.parametrize("dtype", INTEGER_DTYPES)
+def test_positions_of_every_integer_dtype(backend: Any, dtype: str) -> None:
+    xp = backend.xp
+    if not hasattr(xp, dtype):
+        pytest.skip(f"{backend.name} has no {dtype}")
+    x = backend.from_numpy(_x((2, 5, 3, 8)))
+    positions = xp.asarray(np.arange(3, 8), dtype=getattr(xp, dtype), device=_device(x))
+    want = anyrope.rotate(x, 3)
+    np.testing.assert_array_equal(
+        backend.to_bits(anyrope.rotate(x, positions)), backend.to_bits(want)
+    )
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int64", "uint64"])
+def test_a_0d_integer_array_is_an_offset(backend: Any, dtype: str) -> None:
+    xp = backend.xp
+    if not hasattr(xp, dtype):
+        pytest.skip(f"{backend.name} has no {dtype}")
+    x = backend.from_numpy(_x((2, 5, 3, 8)))
+    offset = xp.asarray(7, dtype=getattr(xp, dtype), device=_device(x))
+    np.testing.assert_array_equal(
+        backend.to_bits(anyrope.rotate(x, offset)), backend.to_bits(anyrope.rotate(x, 7))
+    )
+
+
+def _device(x: Any) -> Any:
+    import array_api_compat
+
+    return array_api_compat.device(x)
+
+
+def test_wide_unsigned_positions_are_reported_as_themselves() -> None:
+    x = _x((1, 2, 1, 8))
+    with pytest.raises(ValueError, match=str(2**64 - 1)):
+        anyrope.rotate(x, np.array([0, 2**64 - 1], dtype=np.uint64))
+    with pytest.raises(ValueError, match=f"offset {2**64 - 1}"):
+        anyrope.rotate(x, np.uint64(2**64 - 1))
+
+
+# -- defect 6: dtypes that nothing computes in -------------------------------------------
+
+
+def test_longdouble_is_refused() -> None:
+    if np.dtype(np.longdouble) == np.dtype(np.float64):
+        pytest.skip("longdouble is float64 on this platform")
+    with pytest.raises(TypeError, match=r"`x` must have a real floating dtype.*got float"):
+        anyrope.rotate(np.zeros((1, 2, 1, 8), dtype=np.longdouble))
+
+
+def test_torch_float8_and_sparse_are_refused_by_name() -> None:
+    torch = pytest.importorskip("torch")
+    with pytest.raises(TypeError, match="`x` must have a real floating dtype"):
+        anyrope.rotate(torch.zeros(1, 2, 1, 8, dtype=torch.float8_e4m3fn))
+    with pytest.raises(TypeError, match="`k` must be a dense"):
+        anyrope.rotate_qk(torch.zeros(1, 2, 1, 8), torch.zeros(1, 2, 1, 8).to_sparse())
+
+
+# -- defect 7: the functional API's cache is bounded by bytes ----------------------------
+
+
+def test_functional_cache_is_bounded_by_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    anyrope.clear_cache()
+    monkeypatch.setattr(_functional, "CACHE_BYTES", 16 * 2**20)
+    x = _x((1, 1, 1, 128))
+    for base in range(2, 12):
+        # 4096 rows x 64 pairs x 4 bytes: (cos, sin) 2 MiB and their wide forms 4 MiB.
+        anyrope.rotate(x, 4000, base=float(base) * 1000)
+        assert anyrope.cache_nbytes() <= 16 * 2**20
+    assert len(_functional._ropes) == 2
+    anyrope.clear_cache()
+    assert anyrope.cache_nbytes() == 0
+    assert not _functional._ropes
+
+
+def test_clear_cache_keeps_the_bits() -> None:
+    x = _x((2, 5, 3, 64))
+    first = anyrope.rotate(x, 100)
+    anyrope.clear_cache()
+    np.testing.assert_array_equal(anyrope.rotate(x, 100), first)
+    rope = anyrope.RoPE(64)
+    rope.rotate(x)
+    assert rope.cache_nbytes > 0
+    rope.clear_cache()
+    assert rope.cache_nbytes == 0
+
+
+# -- defect 9 to 15: arguments -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("xp", ["numpy", np.float32, 3])
+def test_xp_must_be_a_namespace(xp: object) -> None:
+    with pytest.raises(TypeError, match="`xp` must be an array-API namespace"):
+        anyrope.rotate(_x((1, 2, 1, 8)), xp=xp)
+
+
+def test_rotate_qk_with_no_key_heads_still_rotates_q() -> None:
+    q, k = _x((1, 4, 2, 8)), _x((1, 4, 0, 8))
+    q2, k2 = anyrope.rotate_qk(q, k, 5)
+    np.testing.assert_array_equal(q2, anyrope.rotate(q, 5))
+    assert k2.shape == k.shape
+    q3, _ = anyrope.rotate_qk(k.copy(), q.copy(), inplace=True)
+    assert q3.shape == k.shape
+
+
+def test_cu_seqlens_as_a_list_is_named() -> None:
+    x = _x((6, 2, 8))
+    with pytest.raises(TypeError, match=r"`cu_seqlens` must be an array of the same library.*list"):
+        anyrope.rotate(x, layout="thd", cu_seqlens=[0, 6])
+
+
+def test_inf_input_warns_nothing_on_any_path() -> None:
+    x = _x((4, 512, 8, 64))
+    x[0, 3, 0, 0] = np.inf
+    for impl in ("blocked", "array_api"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            y = anyrope.rotate(x, 5, impl=impl)
+        assert not np.isfinite(y[0, 3, 0]).all()
+
+
+def test_torch_outputs_own_their_storage() -> None:
+    torch = pytest.importorskip("torch")
+    y = anyrope.rotate(torch.randn(2, 64, 4, 32), impl="blocked")
+    y.resize_(2 * y.numel())
+    assert y.numel() == 2 * 2 * 64 * 4 * 32
+    x = torch.randn(2, 64, 4, 32)
+    anyrope.rotate(x, impl="blocked")
+    x.resize_(2 * x.numel())  # the caller's input is left resizable too
+
+
+def test_gqa_in_hugging_face_order_hints_at_the_layout() -> None:
+    q, k = _x((1, 32, 7, 8)), _x((1, 8, 7, 8))
+    with pytest.raises(ValueError, match="pass layout='bhsd'"):
+        anyrope.rotate_qk(q, k)
+    q2, k2 = anyrope.rotate_qk(q, k, layout="bhsd")
+    assert q2.shape == q.shape
+    assert k2.shape == k.shape
+    with pytest.raises(ValueError, match="must share the batch") as info:
+        anyrope.rotate_qk(_x((1, 7, 4, 8)), _x((1, 6, 5, 8)))
+    assert "bhsd" not in str(info.value)
