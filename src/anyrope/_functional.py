@@ -64,8 +64,8 @@ def cache_nbytes() -> int:
     >>> import anyrope
     >>> anyrope.clear_cache()
     >>> _ = anyrope.rotate(np.zeros((1, 4, 2, 64), dtype=np.float32))
-    >>> anyrope.cache_nbytes()      # 256 positions x 32 pairs x (cos, sin) x 4 bytes
-    65536
+    >>> anyrope.cache_nbytes()    # 256 positions: cos and sin, and both widened to 64
+    196608
     """
     with _lock:
         return sum(rope.cache_nbytes for rope in _ropes.values())

@@ -207,8 +207,8 @@ class RoPE:
         >>> import anyrope
         >>> rope = anyrope.RoPE(64)
         >>> _ = rope.rotate(np.zeros((1, 10, 1, 64), dtype=np.float32))
-        >>> rope.cache_nbytes          # 256 positions x 32 pairs x (cos, sin) x 4 bytes
-        65536
+        >>> rope.cache_nbytes    # 256 positions: cos and sin, and both widened to 64
+        196608
         >>> rope.clear_cache()
         >>> rope.cache_nbytes
         0

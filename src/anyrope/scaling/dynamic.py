@@ -177,7 +177,7 @@ def inv_freq_per_length(
     >>> many = dynamic.inv_freq_per_length(
     ...     4, 100.0, factor=2.0, lengths=np.array([10, 20]), max_position_embeddings=10)
     >>> many.tolist()
-    [[1.0, 0.01], [1.0, 0.03333333333333333]]
+    [[1.0, 0.1], [1.0, 0.03333333333333333]]
     """
     length = np.maximum(np.asarray(lengths, dtype=np.int64), max_position_embeddings)
     stretch = factor * length.astype(np.float64) / max_position_embeddings - (factor - 1.0)
