@@ -106,13 +106,18 @@ def run(plan: Plan) -> tuple[Array, ...]:
     )
     # The two elements of each pair as an axis of their own, for _rotate_whole.
     split = (r // 2, 2) if interleaved else (2, r // 2)
-    if torch and not torch_ops and any(stream.array is not None for stream in plan.where):
-        # torch positions index torch tables; the gathered rows are then read by NumPy,
-        # through views that do not own them: `gathered` keeps them alive meanwhile.
+    if torch and any(stream.array is not None for stream in plan.where):
+        # torch positions index torch tables; NumPy reads the gathered rows through
+        # views that do not own them: `gathered` keeps them alive meanwhile.
         gathered = _pair_tables(plan, plan.xp, split)
-        pairs = (_numpy_view(gathered[0]), _numpy_view(gathered[1]))
+        pairs = gathered if torch_ops else (_numpy_view(gathered[0]), _numpy_view(gathered[1]))
     else:
-        pairs = _pair_tables(plan, plan.xp if torch_ops else numpy_xp, split)
+        # Slicing NumPy's tables costs less than slicing torch's; torch then views them.
+        pairs = _pair_tables(plan, numpy_xp, split)
+        if torch_ops:
+            import torch as torch_module
+
+            pairs = (torch_module.from_numpy(pairs[0]), torch_module.from_numpy(pairs[1]))
     if plan.inverse:
         pairs = (pairs[0], -pairs[1])
     ops = _TORCH if torch_ops else _NUMPY
