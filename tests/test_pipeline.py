@@ -320,3 +320,17 @@ def test_gqa_in_hugging_face_order_hints_at_the_layout() -> None:
     with pytest.raises(ValueError, match="must share the batch") as info:
         anyrope.rotate_qk(_x((1, 7, 4, 8)), _x((1, 6, 5, 8)))
     assert "bhsd" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ({"base": [1.0]}, "`base` must be a real number"),
+        ({"rotary_dim": [2]}, "`rotary_dim` must be an integer"),
+        ({"interleaved": [True]}, "`interleaved` must be True or False"),
+    ],
+    ids=["base", "rotary_dim", "interleaved"],
+)
+def test_functional_options_of_any_type_are_named(option: dict, message: str) -> None:
+    with pytest.raises(TypeError, match=message):
+        anyrope.rotate(_x((1, 2, 1, 8)), **option)

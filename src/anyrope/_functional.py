@@ -86,19 +86,25 @@ def _rope_for_input(
     head_dim = int(shape[-1]) if shape else 0
     # Keyed by the arguments as given (with their types, so that 1 is not True): a call
     # repeating known settings skips their validation, which they passed the first time.
-    key = (
-        head_dim,
-        rotary_dim,
-        type(rotary_dim),
-        base,
-        type(base),
-        interleaved,
-        type(interleaved),
-        max_position_embeddings,
-        type(max_position_embeddings),
-        scaling if scaling is None or isinstance(scaling, RopeScaling) else id(scaling),
-    )
-    settings = _known.get(key) if not isinstance(scaling, Mapping) else None
+    # A scaling dict may change after the call: it is parsed again each time.
+    key: tuple[Any, ...] | None = None
+    if not isinstance(scaling, Mapping):
+        key = (
+            head_dim,
+            rotary_dim,
+            type(rotary_dim),
+            base,
+            type(base),
+            interleaved,
+            type(interleaved),
+            max_position_embeddings,
+            type(max_position_embeddings),
+            scaling,
+        )
+    try:
+        settings = None if key is None else _known.get(key)
+    except TypeError:  # an unhashable argument: validation below names it
+        key, settings = None, None
     rope = None if settings is None else _ropes.get(settings)
     if settings is not None and rope is not None:
         with contextlib.suppress(KeyError):  # evicted by another thread meanwhile
@@ -127,14 +133,14 @@ def _rope_for_input(
                 head_dim, rotary_dim=rotary_dim, base=base, interleaved=interleaved, scaling=parsed
             )
             _ropes[settings] = rope
-        if not isinstance(scaling, Mapping):
+        if key is not None:
             if len(_known) >= 4 * CACHE_ENTRIES:
                 _known.clear()
             _known[key] = settings
     return rope
 
 
-def _used() -> None:
+def _keep_within_bounds() -> None:
     """Keep the cache within its bounds once a call may have built tables."""
     global _measured  # noqa: PLW0603 - the table generation last measured
     generation = _tables.generation()
@@ -259,7 +265,7 @@ def rotate(
         xp=xp,
         cu_seqlens=cu_seqlens,
     )
-    _used()
+    _keep_within_bounds()
     return y
 
 
@@ -359,5 +365,5 @@ def rotate_qk(
         xp=xp,
         cu_seqlens=cu_seqlens,
     )
-    _used()
+    _keep_within_bounds()
     return q2, k2

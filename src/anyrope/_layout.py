@@ -48,6 +48,17 @@ _AXES_TEXT = {
 }
 
 
+def range_table_shape(axes: Axes, rows: int, features: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape of a table of ``rows`` consecutive positions (rows first, then
+    ``features``) that broadcasts against ``x``: size-1 axes stand for the heads axis, and
+    for ``"sbhd"`` the batch axes, between the sequence and the features."""
+    if axes.layout == "bshd":
+        return (rows, 1, *features)
+    if axes.layout == "bhsd":
+        return (rows, *features)
+    return (rows, *(1,) * (len(axes.batch) + 1), *features)
+
+
 def place_tables(table: Array, axes: Axes, xp: Namespace) -> Array:
     """Arrange a gathered table of shape ``(*batch', seq, pairs)`` to broadcast against ``x``.
 
@@ -55,6 +66,8 @@ def place_tables(table: Array, axes: Axes, xp: Namespace) -> Array:
     axes are added. The heads axis becomes a size-1 axis, and for ``"sbhd"`` the sequence
     axis moves to the front.
     """
+    if table.ndim == 2:
+        return xp.reshape(table, range_table_shape(axes, table.shape[0], (table.shape[1],)))
     nb = len(axes.batch)
     shape = (1,) * (nb + 2 - table.ndim) + tuple(table.shape)
     # One reshape (a view): the cheapest way to add size-1 axes, on every library.

@@ -79,14 +79,13 @@ def rotate(
         if key is not None and len(plan.where) == 1:
             source.remember(key, (plan.template(), path))
         return _run(path, plan)
-    with np.errstate(invalid="ignore", over="ignore"):
-        rotated = iter(())
-        if any(full):
-            subset = plan.with_arrays(
-                tuple(x for x, f in zip(arrays, full, strict=True) if f),
-                tuple(n for n, f in zip(names, full, strict=True) if f),
-            )
-            rotated = iter(path.run(subset))
+    rotated = iter(())
+    if any(full):
+        subset = plan.with_arrays(
+            tuple(x for x, f in zip(arrays, full, strict=True) if f),
+            tuple(n for n, f in zip(names, full, strict=True) if f),
+        )
+        rotated = iter(_run(path, subset))
     return tuple(
         next(rotated) if f else (x if inplace else plan.xp.asarray(x, copy=True))
         for x, f in zip(plan.arrays, full, strict=True)

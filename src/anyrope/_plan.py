@@ -14,7 +14,7 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
-from ._layout import Axes, axes_of, place_tables
+from ._layout import Axes, axes_of, place_tables, range_table_shape
 from ._memory import extent, has_internal_overlap, may_overlap
 from ._mrope import resolve_streams
 from ._namespace import (
@@ -53,11 +53,15 @@ class Plan:
     source: TableSource
     tables: TableCache
     table_dtype: np.dtype[Any]
-    rotary_dim: int
     interleaved: bool
     inverse: bool
     inplace: bool
     requires_grad: bool
+
+    @property
+    def rotary_dim(self) -> int:
+        """The number of leading features that rotate (the source's)."""
+        return self.source.rotary_dim
 
     def gathered_tables(self) -> tuple[Array, Array]:
         """cos/sin for every token, shaped to broadcast against the inputs."""
@@ -66,13 +70,32 @@ class Plan:
         )
         return place_tables(cos, self.axes, self.xp), place_tables(sin, self.axes, self.xp)
 
-    def wide_tables(self, xp: Namespace) -> tuple[Array, Array]:
-        """:func:`~anyrope._tables.widen` of the tables, in the library ``xp`` (on the
-        host: the blocked path reads torch CPU tensors through NumPy), placed."""
+    def wide_tables(self, xp: Namespace, features: tuple[int, ...]) -> tuple[Array, Array]:
+        """:func:`~anyrope._tables.widen` of the tables, in ``xp`` (NumPy or torch, on the
+        host: the blocked path reads torch CPU tensors through NumPy), placed, with the
+        last axis reshaped to ``features``.
+
+        Consecutive positions that the cached tables cover are a slice of them, shaped
+        once: a decode step pays two reshapes and two slices.
+        """
+        (where, *more) = self.where
+        if not more and where.array is None and self.tables.covers(where):
+            cos, sin = self.tables.get_wide(
+                where.stop, xp, "cpu", self.table_dtype, self.interleaved
+            )
+            shape = range_table_shape(self.axes, cos.shape[0], features)
+            start = where.offset - self.tables.first
+            rows = slice(start, start + where.seq)
+            # The arrays' own reshape: both libraries have one, cheaper than xp.reshape.
+            return cos.reshape(shape)[rows, ...], sin.reshape(shape)[rows, ...]
         cos, sin = self.source.gather_wide(
             self.where, self.tables, xp, "cpu", self.table_dtype, self.interleaved
         )
-        return place_tables(cos, self.axes, xp), place_tables(sin, self.axes, xp)
+        cos, sin = place_tables(cos, self.axes, xp), place_tables(sin, self.axes, xp)
+        return (
+            xp.reshape(cos, (*cos.shape[:-1], *features)),
+            xp.reshape(sin, (*sin.shape[:-1], *features)),
+        )
 
     def for_call(self, arrays: tuple[Array, ...], positions: object) -> Plan:
         """This plan for another call of the same geometry: new arrays and positions.
@@ -93,23 +116,25 @@ class Plan:
             if self.source.depends_on_length:
                 tables = self.source.for_length(stream.stop)
         if self.inplace:
-            _check_writable(arrays, self.names, self.xp)
-        # Every other field was checked for this geometry: skip the dataclass __init__.
-        plan = object.__new__(Plan)
-        plan.__dict__.update(self.__dict__, arrays=arrays, where=where, tables=tables)
-        return plan
+            _check_writable(arrays, self.names)
+        return self._replaced(arrays=arrays, where=where, tables=tables)
 
     def template(self) -> Plan:
         """This plan without the call's arrays (nor an array of positions), to be kept
         for :meth:`for_call` without keeping the caller's memory alive."""
         where = self.where if all(stream.array is None for stream in self.where) else ()
-        plan = object.__new__(Plan)
-        plan.__dict__.update(self.__dict__, arrays=(), where=where)
-        return plan
+        return self._replaced(arrays=(), where=where)
 
     def with_arrays(self, arrays: tuple[Array, ...], names: tuple[str, ...]) -> Plan:
         """This plan for a subset of its arrays (same tokens, so the same positions)."""
-        return Plan(**{**self.__dict__, "arrays": arrays, "names": names})
+        return self._replaced(arrays=arrays, names=names)
+
+    def _replaced(self, **changes: Any) -> Plan:
+        # Every field was checked when this plan was made, and the callers check what
+        # they change: skip the dataclass __init__ (a decode step pays for every call).
+        plan = object.__new__(Plan)
+        plan.__dict__.update(self.__dict__, **changes)
+        return plan
 
 
 def make_plan(
@@ -147,7 +172,7 @@ def make_plan(
     ]
     _check_same_tokens(arrays, names, axes)
     if inplace:
-        _check_writable(arrays, names, xp)
+        _check_writable(arrays, names)
     where = _positions(source, positions, xp, arrays[0], axes[0])
     requires_grad = False
     if torch:
@@ -167,7 +192,6 @@ def make_plan(
         tables=source.for_length(max(stream.stop for stream in where)),
         # Tables are rounded once to the compute dtype (numerics.md): no cast on the device.
         table_dtype=table_dtype(xp, arrays[0].dtype),
-        rotary_dim=source.rotary_dim,
         interleaved=interleaved,
         inverse=inverse,
         inplace=inplace,
@@ -246,7 +270,7 @@ def _check_same_tokens(arrays: tuple[Array, ...], names: tuple[str, ...], axes: 
             )
 
 
-def _check_writable(arrays: tuple[Array, ...], names: tuple[str, ...], xp: Namespace) -> None:
+def _check_writable(arrays: tuple[Array, ...], names: tuple[str, ...]) -> None:
     """In place, every element is read once and then written once: refuse anything else."""
     if array_api_compat.is_jax_array(arrays[0]):
         raise ValueError(

@@ -8,6 +8,7 @@ from typing import NamedTuple
 
 import array_api_compat
 
+from ._jax import is_traced
 from ._namespace import Array, Namespace, device_of, dtype_name, library_name, to_host
 from ._validation import MAX_POSITION, describe
 
@@ -70,15 +71,6 @@ def offset_positions(offset: int, seq: int) -> Positions:
             "float64 cannot represent every position"
         )
     return Positions(offset, seq, None, offset + seq)
-
-
-def is_traced(x: Array) -> bool:
-    """True for a JAX array whose values are unknown while tracing (``jit``, ``grad``, ...)."""
-    if not array_api_compat.is_jax_array(x):
-        return False
-    from ._jax import is_traced as jax_traced
-
-    return jax_traced(x)
 
 
 def check_integer_array(values: Array, name: str, xp: Namespace, x: Array) -> None:

@@ -9,13 +9,13 @@ and a table built directly for a few positions hold the same bits.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
-import array_api_compat.numpy as numpy_xp
 import numpy as np
 
 from ._hostmath import sincos
@@ -120,15 +120,30 @@ def widen(cos: Array, sin: Array, interleaved: bool, xp: Namespace) -> tuple[Arr
     return xp.concat((cos, cos), axis=-1), xp.concat((-sin, sin), axis=-1)
 
 
+def _pick(
+    cos: Array, sin: Array, *, offset: int, seq: int, index: Array | None, xp: Namespace
+) -> tuple[Array, Array]:
+    """Rows ``offset .. offset + seq - 1`` of the tables, or the rows ``index`` names
+    (then shaped ``index.shape + (width,)``)."""
+    if index is None:
+        return cos[offset : offset + seq, ...], sin[offset : offset + seq, ...]
+    flat = xp.reshape(index, (-1,))
+    shape = (*index.shape, cos.shape[-1])
+    return xp.reshape(xp.take(cos, flat, axis=0), shape), xp.reshape(
+        xp.take(sin, flat, axis=0), shape
+    )
+
+
 class TableCache:
     """Device-resident tables for positions ``0 .. rows-1``, one per (library, device, dtype).
 
     Tables grow (to the next power of two) when a larger position arrives. A lock
     makes growth safe when several threads share one source.
 
-    ``grow=False``: nothing is cached, tables are built for the positions asked for (the
-    frequencies of one dynamic-NTK length serve one decoding step). ``seed``: the host
-    float64 ``(position, cos, sin)`` row of one position, computed ahead with others.
+    ``seed``: the host float64 ``(position, cos, sin)`` row of one position, computed
+    ahead with others (the frequencies of one dynamic-NTK length serve one decoding
+    step). Such a cache holds that one row, never grows, and builds any other position
+    asked for on the spot. Row 0 of the cached tables is position :attr:`first`.
     """
 
     def __init__(
@@ -136,13 +151,13 @@ class TableCache:
         inv_freq: FloatArray,
         attention_factor: float,
         *,
-        grow: bool = True,
         seed: tuple[int, FloatArray, FloatArray] | None = None,
     ) -> None:
         self.inv_freq = inv_freq
         self.attention_factor = attention_factor
-        self._grow = grow
         self._seed = seed
+        self.first = 0 if seed is None else seed[0]
+        """The position of row 0 of the cached tables."""
         self._tables: dict[tuple[str, str, np.dtype[Any]], tuple[Array, Array, int]] = {}
         self._wide: dict[tuple[str, str, np.dtype[Any], bool], tuple[Array, Array, int]] = {}
         self._lock = threading.Lock()
@@ -150,14 +165,9 @@ class TableCache:
     @property
     def nbytes(self) -> int:
         """Bytes held by the cached tables (cos and sin, every library, device and dtype)."""
-        pairs = self.inv_freq.size
-        narrow = sum(
-            2 * rows * pairs * key[2].itemsize for key, (_, _, rows) in list(self._tables.items())
-        )
-        wide = sum(
-            4 * rows * pairs * key[2].itemsize for key, (_, _, rows) in list(self._wide.items())
-        )
-        return narrow + wide
+        tables = [(key[2], entry[0]) for key, entry in list(self._tables.items())]
+        wide = [(key[2], entry[0]) for key, entry in list(self._wide.items())]
+        return sum(2 * math.prod(cos.shape) * dtype.itemsize for dtype, cos in tables + wide)
 
     def clear(self) -> None:
         """Drop every cached table."""
@@ -165,19 +175,27 @@ class TableCache:
             self._tables.clear()
             self._wide.clear()
 
-    def cacheable(self, rows: int) -> bool:
-        """Whether a table of ``rows`` positions is small enough to keep."""
-        return self._grow and rows * self.inv_freq.shape[0] <= MAX_CACHED_ENTRIES
+    def covers(self, where: Positions) -> bool:
+        """Whether the cached tables serve ``where`` (concrete positions): positions
+        ``0 .. stop-1`` small enough to keep, or the one row of a seeded cache."""
+        if where.traced:
+            return False
+        if self._seed is None:
+            return where.stop * self.inv_freq.size <= MAX_CACHED_ENTRIES
+        return where.array is None and where.offset == self.first and where.seq == 1
 
     def build(
         self, positions: np.ndarray[Any, Any], xp: Namespace, device: Any, dtype: np.dtype[Any]
     ) -> tuple[Array, Array]:
         """Tables for exactly ``positions`` (host integers), moved to ``device``."""
         seed = self._seed
-        if seed is not None and positions.size and bool(np.all(positions == seed[0])):
+        if seed is not None and positions.size and (positions == seed[0]).all():
+            # The row computed ahead (TableSource._one_length), for every position asked.
             shape = (*positions.shape, self.inv_freq.size)
-            cos = np.broadcast_to(seed[1].astype(dtype), shape).copy()
-            sin = np.broadcast_to(seed[2].astype(dtype), shape).copy()
+            cos, sin = seed[1].astype(dtype), seed[2].astype(dtype)
+            if positions.size > 1:
+                cos, sin = np.broadcast_to(cos, shape).copy(), np.broadcast_to(sin, shape).copy()
+            cos, sin = cos.reshape(shape), sin.reshape(shape)
         else:
             cos, sin = host_tables(
                 self.inv_freq, positions, attention_factor=self.attention_factor, dtype=dtype
@@ -185,20 +203,25 @@ class TableCache:
         return xp.asarray(cos, device=device), xp.asarray(sin, device=device)
 
     def get(
-        self, rows: int, xp: Namespace, device: Any, dtype: np.dtype[Any]
+        self, stop: int, xp: Namespace, device: Any, dtype: np.dtype[Any]
     ) -> tuple[Array, Array]:
-        """Tables covering at least positions ``0 .. rows-1`` on ``device``."""
+        """Tables covering at least positions :attr:`first` ``.. stop-1`` on ``device``.
+
+        A seeded cache serves one decoding step: its row is built, not kept.
+        """
         global _generation  # noqa: PLW0603 - a process-wide count, read by generation()
+        if self._seed is not None:
+            return self.build(np.array([self.first], dtype=np.int64), xp, device, dtype)
         key = (xp.__name__, str(device), dtype)
         entry = self._tables.get(key)
-        if entry is not None and entry[2] >= rows:
+        if entry is not None and entry[2] >= stop:
             return entry[0], entry[1]
         with self._lock:
             entry = self._tables.get(key)
-            if entry is None or entry[2] < rows:
-                size = max(MIN_CACHED_ROWS, 1 << max(rows - 1, 0).bit_length())
-                if not self.cacheable(size):
-                    size = rows
+            if entry is None or entry[2] < stop:
+                size = max(MIN_CACHED_ROWS, 1 << max(stop - 1, 0).bit_length())
+                if size * self.inv_freq.size > MAX_CACHED_ENTRIES:
+                    size = stop
                 cos, sin = self.build(np.arange(size, dtype=np.int64), xp, device, dtype)
                 entry = (cos, sin, size)
                 self._tables[key] = entry
@@ -206,18 +229,20 @@ class TableCache:
         return entry[0], entry[1]
 
     def get_wide(
-        self, rows: int, xp: Namespace, device: Any, dtype: np.dtype[Any], interleaved: bool
+        self, stop: int, xp: Namespace, device: Any, dtype: np.dtype[Any], interleaved: bool
     ) -> tuple[Array, Array]:
-        """:func:`widen` of the tables covering at least positions ``0 .. rows-1``, cached."""
+        """:func:`widen` of :meth:`get`, cached (a seeded cache's row is not kept)."""
         global _generation  # noqa: PLW0603 - a process-wide count, read by generation()
+        if self._seed is not None:
+            return widen(*self.get(stop, xp, device, dtype), interleaved, xp)
         key = (xp.__name__, str(device), dtype, interleaved)
         entry = self._wide.get(key)
-        if entry is not None and entry[2] >= rows:
+        if entry is not None and entry[2] >= stop:
             return entry[0], entry[1]
-        cos, sin = self.get(rows, xp, device, dtype)
+        cos, sin = self.get(stop, xp, device, dtype)
         with self._lock:
             entry = self._wide.get(key)
-            if entry is None or entry[2] < rows:
+            if entry is None or entry[2] < stop:
                 entry = (*widen(cos, sin, interleaved, xp), int(cos.shape[0]))
                 self._wide[key] = entry
                 _generation += 1
@@ -227,23 +252,11 @@ class TableCache:
         self, where: Positions, xp: Namespace, device: Any, dtype: np.dtype[Any], interleaved: bool
     ) -> tuple[Array, Array]:
         """:func:`widen` of :meth:`gather`, from cached wide tables when they cover it."""
-        seed = self._seed
-        if seed is not None and where.array is None and where.offset == seed[0] == where.stop - 1:
-            # One decoding step past the trained context: the row computed ahead.
-            cos, sin = widen(seed[1][None, :], seed[2][None, :], interleaved, numpy_xp)
-            return xp.asarray(cos.astype(dtype), device=device), xp.asarray(
-                sin.astype(dtype), device=device
-            )
-        if where.traced or not self.cacheable(where.stop):
+        if not self.covers(where):
             return widen(*self.gather(where, xp, device, dtype), interleaved, xp)
         cos, sin = self.get_wide(where.stop, xp, device, dtype, interleaved)
-        if where.array is None:
-            return cos[where.offset : where.stop, ...], sin[where.offset : where.stop, ...]
-        flat = xp.reshape(where.array, (-1,))
-        shape = (*where.array.shape, cos.shape[-1])
-        return (
-            xp.reshape(xp.take(cos, flat, axis=0), shape),
-            xp.reshape(xp.take(sin, flat, axis=0), shape),
+        return _pick(
+            cos, sin, offset=where.offset - self.first, seq=where.seq, index=where.array, xp=xp
         )
 
     def rows(self, where: Positions, xp: Namespace, device: Any, dtype: np.dtype[Any]) -> Rows:
@@ -251,13 +264,13 @@ class TableCache:
         tables built for just the positions asked for (an array is then replaced by the
         indices of its distinct values)."""
         if where.array is None:
-            if self.cacheable(where.stop):
+            if self.covers(where):
                 cos, sin = self.get(where.stop, xp, device, dtype)
-                return Rows(cos, sin, None, where.offset)
+                return Rows(cos, sin, None, where.offset - self.first)
             rows = np.arange(where.offset, where.stop, dtype=np.int64)
             cos, sin = self.build(rows, xp, device, dtype)
             return Rows(cos, sin, None, 0)
-        if self.cacheable(where.stop):
+        if self.covers(where):
             cos, sin = self.get(where.stop, xp, device, dtype)
             return Rows(cos, sin, where.array, 0)
         host = to_host(where.array).astype(np.int64)
@@ -272,15 +285,7 @@ class TableCache:
         if where.traced:
             return self._traced(where.array, dtype)
         rows = self.rows(where, xp, device, dtype)
-        if rows.index is None:
-            stop = rows.offset + where.seq
-            return rows.cos[rows.offset : stop, ...], rows.sin[rows.offset : stop, ...]
-        flat = xp.reshape(rows.index, (-1,))
-        shape = (*rows.index.shape, self.inv_freq.size)
-        return (
-            xp.reshape(xp.take(rows.cos, flat, axis=0), shape),
-            xp.reshape(xp.take(rows.sin, flat, axis=0), shape),
-        )
+        return _pick(rows.cos, rows.sin, offset=rows.offset, seq=where.seq, index=rows.index, xp=xp)
 
     def _traced(self, positions: Array, dtype: np.dtype[Any]) -> tuple[Array, Array]:
         from ._jax import host_callback
@@ -297,13 +302,12 @@ class TableCache:
         return {
             "inv_freq": self.inv_freq,
             "attention_factor": self.attention_factor,
-            "grow": self._grow,
             "seed": self._seed,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(  # type: ignore[misc]
-            state["inv_freq"], state["attention_factor"], grow=state["grow"], seed=state["seed"]
+            state["inv_freq"], state["attention_factor"], seed=state["seed"]
         )
 
 
@@ -402,7 +406,7 @@ class TableSource:
                 self._ahead.popitem(last=False)
         many, c, s, factor = self._ahead[start]
         row = stop - start
-        return TableCache(many[row], factor, grow=False, seed=(stop - 1, c[row], s[row]))
+        return TableCache(many[row], factor, seed=(stop - 1, c[row], s[row]))
 
     @property
     def nbytes(self) -> int:

@@ -19,7 +19,7 @@ import array_api_compat
 import numpy as np
 
 from .._layout import Axes
-from .._namespace import Array
+from .._namespace import Array, check_namespace
 from .._paths import blocked
 from .._pipeline import rotate
 from .._plan import make_plan
@@ -61,6 +61,15 @@ def rotate_dask(
             + (", with several position streams (M-RoPE or axial)" if source.sections else "")
             + ": its frequencies depend on all positions at once, so rotate the computed "
             "array, or each block with its own call"
+        )
+    if xp is not None:
+        check_namespace(xp)
+    if hasattr(positions, "shape") and not (
+        array_api_compat.is_dask_array(positions) or array_api_compat.is_numpy_array(positions)
+    ):
+        raise TypeError(
+            "`positions` for a dask array must be None, an int offset, or a NumPy or dask "
+            f"integer array; got {describe(positions)}"
         )
     options: dict[str, Any] = {
         "head_dim": head_dim,
@@ -106,34 +115,15 @@ def _map(function: Any, x: Array, positions: Array | None = None, **kwargs: Any)
     return y if whole is x else y.rechunk(x.chunks)
 
 
-def _spread_positions(positions: object, axes: Axes, ndim: int) -> Array:
-    """``positions`` (``(*batch', seq)``) as a dask array with ``ndim`` axes broadcasting
-    against the input, so that dask hands each block its own slice."""
+def _spread_positions(positions: Array, axes: Axes, ndim: int) -> Array:
+    """``positions`` (``(*batch', seq)``, checked by ``make_plan``) as a dask array with
+    ``ndim`` axes broadcasting against the input, so that dask hands each block its own
+    slice."""
     import dask.array as da
 
-    p: Any
-    if array_api_compat.is_dask_array(positions):
-        p = positions
-    elif array_api_compat.is_numpy_array(positions):
-        p = da.from_array(positions)
-    else:
-        raise TypeError(
-            "`positions` for a dask array must be None, an int offset, or a NumPy or dask "
-            f"integer array; got {describe(positions)}"
-        )
-    if not np.issubdtype(p.dtype, np.integer):
-        raise TypeError(f"`positions` must have an integer dtype; got {p.dtype}")
+    p = positions if array_api_compat.is_dask_array(positions) else da.from_array(positions)
     target = (*axes.batch, axes.seq)
-    padded = (1,) * (len(target) - p.ndim) + tuple(p.shape)
-    if (
-        p.ndim < 1
-        or p.ndim > len(target)
-        or any(n not in (1, t) for n, t in zip(padded, target, strict=True))
-    ):
-        raise ValueError(
-            f"`positions` of shape {tuple(p.shape)} does not broadcast to (*batch, seq)={target}"
-        )
-    p = p.reshape(padded)
+    p = p.reshape((1,) * (len(target) - p.ndim) + tuple(p.shape))
     if axes.layout == "bshd":
         return p[..., None, None]
     if axes.layout == "bhsd":

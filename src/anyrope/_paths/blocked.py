@@ -104,16 +104,17 @@ def run(plan: Plan) -> tuple[Array, ...]:
         < max(math.prod((*x.shape[:-1], r)) for x in plan.arrays)
         <= TORCH_WHOLE_ELEMENTS
     )
-    # The two elements of each pair as an axis of their own, for _rotate_whole.
+    # Tables with the two elements of each pair as an axis of their own (`split`),
+    # shaped to broadcast against the input split likewise.
     split = (r // 2, 2) if interleaved else (2, r // 2)
     if torch and any(stream.array is not None for stream in plan.where):
         # torch positions index torch tables; NumPy reads the gathered rows through
         # views that do not own them: `gathered` keeps them alive meanwhile.
-        gathered = _pair_tables(plan, plan.xp, split)
+        gathered = plan.wide_tables(plan.xp, split)
         pairs = gathered if torch_ops else (_numpy_view(gathered[0]), _numpy_view(gathered[1]))
     else:
         # Slicing NumPy's tables costs less than slicing torch's; torch then views them.
-        pairs = _pair_tables(plan, numpy_xp, split)
+        pairs = plan.wide_tables(numpy_xp, split)
         if torch_ops:
             import torch as torch_module
 
@@ -138,27 +139,6 @@ def run(plan: Plan) -> tuple[Array, ...]:
             ops.copy(xv[..., r:], outv[..., r:])
         results.append(out)
     return tuple(results)
-
-
-def _pair_tables(plan: Plan, xp: Any, split: tuple[int, int]) -> tuple[Array, Array]:
-    """The widened tables (:func:`anyrope._tables.widen`) with the pair as an axis of
-    its own (``split``), shaped to broadcast against the input split likewise.
-
-    For consecutive positions these are slices of the cached tables, reshaped once so
-    that the slice already broadcasts (a decode step pays two slices and two reshapes).
-    """
-    (where, *more) = plan.where
-    if not more and where.array is None and plan.tables.cacheable(where.stop):
-        cos, sin = plan.tables.get_wide(where.stop, xp, "cpu", plan.table_dtype, plan.interleaved)
-        layout = plan.axes.layout
-        # Axes between the sequence and the features: heads (bshd), or batch and heads
-        # (sbhd); none for bhsd, whose sequence axis is next to the features.
-        ones = {"bshd": 1, "bhsd": 0, "sbhd": len(plan.axes.batch) + 1}[layout]
-        shape = (cos.shape[0], *(1,) * ones, *split)
-        stop = where.offset + where.seq
-        return cos.reshape(shape)[where.offset : stop], sin.reshape(shape)[where.offset : stop]
-    cos, sin = plan.wide_tables(xp)
-    return cos.reshape((*cos.shape[:-1], *split)), sin.reshape((*sin.shape[:-1], *split))
 
 
 def _rotate_whole(  # noqa: PLR0917 - the operands, in the order they are used
