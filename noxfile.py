@@ -28,15 +28,16 @@ def _pytest(session: nox.Session, *args: str) -> None:
 
 @nox.session(name="tests-numpy")
 def tests_numpy(session: nox.Session) -> None:
-    """NumPy alone: no torch, no array-api-strict installed."""
+    """NumPy alone: no torch, no array-api-strict, no numba (the blocked CPU path)."""
     session.install("-e", ".[test]")
     _pytest(session)
 
 
 @nox.session(name="tests-torch")
 def tests_torch(session: nox.Session) -> None:
-    """PyTorch on the CPU, compared bitwise with the golden files."""
-    session.install("-e", ".[test]", TORCH_CPU)
+    """PyTorch on the CPU with numba (the compiled CPU path), compared bitwise with the
+    golden files and with NumPy."""
+    session.install("-e", ".[test,numba]", TORCH_CPU)
     _pytest(session, "--backend", "torch-cpu", "--backend", "numpy-cpu")
 
 
@@ -50,14 +51,14 @@ def tests_strict(session: nox.Session) -> None:
 @nox.session(name="tests-jax")
 def tests_jax(session: nox.Session) -> None:
     """JAX on the CPU: eager bits equal the golden files, ``jax.jit`` within one ulp."""
-    session.install("-e", ".[test,jax]")
+    session.install("-e", ".[test,jax,numba]")
     _pytest(session, "tests/test_jax.py", "tests/test_check.py", "tests/test_examples.py")
 
 
 @nox.session(name="tests-dask")
 def tests_dask(session: nox.Session) -> None:
     """dask arrays, lazily and on a two-process ``distributed.LocalCluster``."""
-    session.install("-e", ".[test,dask]")
+    session.install("-e", ".[test,dask,numba]")
     _pytest(session, "tests/test_dask.py", "tests/test_check.py", "tests/test_examples.py")
 
 
@@ -71,36 +72,47 @@ print(" ".join(name for name in umath.__cpu_dispatch__ if umath.__cpu_features__
 """
 
 
-def _dispatch_levels(features: list[str]) -> list[tuple[str, str, str | None]]:
-    """(label, NPY_DISABLE_CPU_FEATURES, ATEN_CPU_CAPABILITY) for each level this CPU has:
-    everything, then without the AVX-512 groups, then NumPy's baseline (no AVX2 either)."""
-    levels: list[tuple[str, str, str | None]] = [("native", "", None)]
+def _dispatch_levels(features: list[str]) -> list[tuple[str, dict[str, str]]]:
+    """(label, environment) for each level this CPU has: everything, then without the
+    AVX-512 groups, then NumPy's baseline (no AVX2 either).
+
+    The same level is asked of PyTorch (``ATEN_CPU_CAPABILITY``) and of the code numba
+    compiles (``NUMBA_CPU_NAME``: Haswell's AVX2 without AVX-512, then x86-64's SSE2;
+    both without F16C as numba sees them, so float16 takes its integer conversion).
+    """
+    x86 = any(f.startswith(("AVX", "X86", "SSE")) for f in features)
+    levels: list[tuple[str, dict[str, str]]] = [("native", {"NPY_DISABLE_CPU_FEATURES": ""})]
     avx512 = [f for f in features if "AVX512" in f or f == "X86_V4"]
     if avx512:
-        levels.append(("no-avx512", " ".join(avx512), "avx2"))
+        env = {"NPY_DISABLE_CPU_FEATURES": " ".join(avx512)}
+        if x86:
+            env |= {"ATEN_CPU_CAPABILITY": "avx2", "NUMBA_CPU_NAME": "haswell"}
+        levels.append(("no-avx512", env))
     if len(features) > len(avx512):
-        levels.append(("baseline", " ".join(features), "default"))
+        env = {"NPY_DISABLE_CPU_FEATURES": " ".join(features)}
+        if x86:
+            env |= {"ATEN_CPU_CAPABILITY": "default", "NUMBA_CPU_NAME": "generic"}
+        levels.append(("baseline", env))
     return levels
 
 
 @nox.session(name="tests-dispatch")
 def tests_dispatch(session: nox.Session) -> None:
-    """The golden files and the host math once per NumPy SIMD level this CPU offers.
+    """The golden files, the host math and the compiled kernel once per SIMD level this
+    CPU offers.
 
-    NumPy picks its loops by CPU (and PyTorch its kernels): the same bits must come out at
-    every level, on this machine as on any other.
+    NumPy picks its loops by CPU (and PyTorch its kernels, numba its instructions): the
+    same bits must come out at every level, on this machine as on any other.
     """
-    session.install("-e", ".[test]", TORCH_CPU)
+    session.install("-e", ".[test,numba]", TORCH_CPU)
     features = session.run("python", "-c", _DISPATCHED, silent=True).split()
-    for label, disabled, aten in _dispatch_levels(features):
-        env = {"NPY_DISABLE_CPU_FEATURES": disabled}
-        if aten is not None and any(f.startswith(("AVX", "X86")) for f in features):
-            env["ATEN_CPU_CAPABILITY"] = aten
+    for label, env in _dispatch_levels(features):
         session.log(f"dispatch level {label}: {env}")
         session.run(
             "pytest",
             "tests/test_golden.py",
             "tests/test_hostmath.py",
+            "tests/test_numba_path.py",
             "--backend",
             "numpy-cpu",
             "--backend",
@@ -141,8 +153,9 @@ def tests_cupy(session: nox.Session) -> None:
 
 @nox.session
 def docs(session: nox.Session) -> None:
-    """Build the documentation (warnings are errors) and run every example in it."""
-    session.install("-e", ".[docs]")
+    """Build the documentation (warnings are errors) and run every example in it (numba
+    installed: the doctests import every module, the compiled kernels' too)."""
+    session.install("-e", ".[docs,numba]")
     build = ("sphinx-build", "-W", "--keep-going", "-q")
     session.run(*build, "-b", "html", "docs", "docs/_build/html")
     session.run(*build, "-b", "doctest", "docs", "docs/_build/doctest")

@@ -1,9 +1,14 @@
-"""CPU benchmark of anyrope against a copy and the naive NumPy / PyTorch expressions.
+"""CPU benchmark: anyrope next to a copy and its peers, every case round-robin.
 
-    python benchmarks/bench_cpu.py [--repeats 15] [--json benchmarks/results/cpu.json]
+    python benchmarks/bench_cpu.py [--repeats 15] [--cases prefill-1x4096,...] \
+        [--dtypes float32,...] [--json benchmarks/results/cpu.json]
 
-q (1, 2048, 32, 128) + k (1, 2048, 8, 128) float32, all paths measured in one run;
-prints medians, GB/s and each path's speed as a fraction of the copy's, writes JSON.
+The measurement of ``python -m anyrope bench`` (:mod:`anyrope._benchmark`): q (B, S, 32,
+128) and k (B, S, 8, 128) for prefill (1, 4096) and (4, 1024), small (1, 128) and decode
+(1, 1) and (32, 1), in float32, float16, bfloat16 and float64; a copy into fresh arrays,
+the naive expression in NumPy, eager PyTorch, torch.compile and jax.jit, and anyrope on
+NumPy and PyTorch, interleaved round-robin within each round. Prints each case's table
+and, per case, anyrope's time over the copy's and over the fastest peer's; writes JSON.
 """
 
 from __future__ import annotations
@@ -11,30 +16,40 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from anyrope._benchmark import format_timings, run_cpu_benchmark, write_json
+from anyrope._benchmark import CASES, DTYPES, format_case, measure_case, write_json
+
+PEERS = ("numpy naive", "torch eager", "torch.compile", "jax.jit")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=15, help="timed runs per path (median)")
+    parser.add_argument("--repeats", type=int, default=15, help="rounds (median)")
+    parser.add_argument("--cases", default=",".join(CASES), help="comma-separated cases")
+    parser.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated dtypes")
     parser.add_argument(
         "--json", type=Path, default=Path("benchmarks/results/cpu.json"), help="where to write JSON"
     )
     args = parser.parse_args()
-    timings = run_cpu_benchmark(args.repeats)
-    print(format_timings(timings))
-    by_name = {t.name: t for t in timings}
-    ratios = {
-        "numpy speedup over naive": by_name["numpy naive expression"].median_ms
-        / by_name["anyrope numpy"].median_ms
-    }
-    if "anyrope torch" in by_name:
-        ratios["torch speedup over eager"] = (
-            by_name["torch eager expression"].median_ms / by_name["anyrope torch"].median_ms
-        )
-    for name, value in ratios.items():
-        print(f"{name}: {value:.2f}x")
-    write_json(args.json, {"timings": [t.as_dict() for t in timings], "ratios": ratios})
+    results = []
+    summary = []
+    for case in args.cases.split(","):
+        for dtype in args.dtypes.split(","):
+            result = measure_case(case, dtype, args.repeats)
+            print(format_case(result), flush=True)
+            results.append(result)
+            by_name = {t.name: t for t in result.timings}
+            peers = [by_name[name] for name in PEERS if name in by_name]
+            fastest = min(peers, key=lambda t: t.median_ms)
+            for mine in ("anyrope numpy", "anyrope torch"):
+                if mine in by_name:
+                    t = by_name[mine]
+                    summary.append(
+                        f"{case:<15} {dtype:<9} {mine:<14} {t.x_copy:>6.2f}x copy  "
+                        f"{t.median_ms / fastest.median_ms:>5.2f}x {fastest.name}"
+                    )
+    print("\nanyrope's time over the copy's and over the fastest peer's (< 1: faster)")
+    print("\n".join(summary))
+    write_json(args.json, {"rounds": args.repeats, "results": [r.as_dict() for r in results]})
     print(f"wrote {args.json}")
 
 

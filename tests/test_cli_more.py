@@ -63,23 +63,41 @@ def test_info_json_agrees_with_this_process():
 
 
 def test_bench_writes_json_and_chart(tmp_path):
-    result = anyrope_cli("bench", "--repeats", "1", "--output", str(tmp_path))
+    args = ("--repeats", "2", "--cases", "decode-1", "--dtypes", "float32,bfloat16")
+    result = anyrope_cli("bench", *args, "--output", str(tmp_path))
     assert result.returncode == 0, result.stderr
     report = json.loads((tmp_path / "bench.json").read_text())
-    assert report["q_shape"] == [1, 2048, 32, 128]
-    assert report["k_shape"] == [1, 2048, 8, 128]
-    assert report["command"] == f"anyrope bench --repeats 1 --output {tmp_path}"
+    assert report["command"] == f"anyrope bench {' '.join(args)} --output {tmp_path}"
     assert report["machine"]["cpu_count"] >= 1
-    names = [row["name"] for row in report["timings"]]
-    assert names[:3] == ["copy (np.copyto)", "numpy naive expression", "anyrope numpy"]
+    assert [(r["case"], r["dtype"]) for r in report["results"]] == [
+        ("decode-1", "float32"),
+        ("decode-1", "bfloat16"),
+    ]
     torch_installed = importlib.util.find_spec("torch") is not None
-    assert ("anyrope torch" in names) == torch_installed
-    for row in report["timings"]:
-        assert row["median_ms"] > 0
-        assert row["gbytes_per_s"] > 0
-    assert report["timings"][0]["copy_ratio"] == 1.0
+    for case in report["results"]:
+        assert case["q_shape"] == [1, 1, 32, 128]
+        assert case["k_shape"] == [1, 1, 8, 128]
+        assert case["rounds"] == 2
+        names = [row["name"] for row in case["timings"]]
+        assert names[0] == "copy"
+        assert "anyrope numpy" in names
+        assert ("anyrope torch" in names) == torch_installed
+        assert case["timings"][0]["x_copy"] == 1.0
+        for row in case["timings"]:
+            assert row["q1_ms"] <= row["median_ms"] <= row["q3_ms"]
+            assert row["calls"] >= 1
+    assert "numpy naive" in report["results"][1]["left_out"]
     assert "anyrope numpy" in result.stdout
+    assert "x copy" in result.stdout
     assert (tmp_path / "bench.png").exists() == HAS_MATPLOTLIB
+
+
+def test_bench_refuses_unknown_cases(tmp_path):
+    result = anyrope_cli("bench", "--cases", "prefill", "--output", str(tmp_path))
+    assert result.returncode == 2
+    assert "--cases takes a comma-separated list of prefill-1x4096," in result.stderr
+    assert "got 'prefill'" in result.stderr
+    assert not (tmp_path / "bench.json").exists()
 
 
 @pytest.mark.parametrize("repeats", ["0", "-1"])

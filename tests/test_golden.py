@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import anyrope
+from anyrope._paths import numba_cpu
 from goldens import CASES, DATA, TABLES, assert_same_bits, case_id, is_nan_bits, rotate_case
 
 BITS = {"float32": np.uint32, "float64": np.uint64}
@@ -42,10 +43,13 @@ def test_golden_bits(backend, case, impl):
 
 
 @pytest.mark.parametrize("case", CASES, ids=case_id)
-def test_golden_bits_blocked(backend, case):
+@pytest.mark.parametrize("impl", ["blocked", "numba"])
+def test_golden_bits_cpu_paths(backend, case, impl):
     if backend.name not in ("numpy", "torch") or backend.device_label != "cpu":
-        pytest.skip("the blocked path takes NumPy arrays and PyTorch CPU tensors only")
-    got = _run(backend, case, "blocked")
+        pytest.skip(f"the {impl} path takes NumPy arrays and PyTorch CPU tensors only")
+    if impl == "numba" and not numba_cpu.installed():
+        pytest.skip("numba is not installed")
+    got = _run(backend, case, impl)
     assert_same_bits(got, DATA[f"{case['name']}_y"], case["dtype"])
 
 

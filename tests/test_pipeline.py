@@ -17,7 +17,7 @@ import pytest
 
 import anyrope
 from anyrope import _functional
-from anyrope._paths import AUTO_ORDER, IMPLS, PATHS
+from anyrope._paths import AUTO_ORDER, IMPLS, PATHS, numba_cpu
 from subprocess_run import run_python
 
 RNG = np.random.default_rng(12)
@@ -36,17 +36,18 @@ def test_every_path_has_the_interface_and_auto_ends_with_the_reference() -> None
         assert callable(path.run)
         assert PATHS[path.NAME] is path
     assert AUTO_ORDER[-1].NAME == "array_api"
-    assert IMPLS == ("auto", "cuda", "blocked", "array_api")
+    assert IMPLS == ("auto", "cuda", "numba", "blocked", "array_api")
 
 
 def test_path_names_the_chosen_path() -> None:
     rope = anyrope.RoPE(8)
     x = _x((1, 4, 2, 8))
-    assert rope.path(x) == "blocked"
+    assert rope.path(x) == ("numba" if numba_cpu.installed() else "blocked")
+    assert rope.path(x, impl="blocked") == "blocked"
     assert rope.path(x, impl="array_api") == "array_api"
     with pytest.raises(ValueError, match="`impl`='cuda' needs CuPy arrays"):
         rope.path(x, impl="cuda")
-    with pytest.raises(ValueError, match="`impl` must be one of 'auto', 'cuda', 'blocked'"):
+    with pytest.raises(ValueError, match="`impl` must be one of 'auto', 'cuda', 'numba'"):
         rope.path(x, impl="fast")
 
 
@@ -81,8 +82,9 @@ def test_cuda_rejects_several_position_streams_instead_of_running_another_path(
 
 FORK_CHILD = """
 import multiprocessing, numpy as np, anyrope
-x = np.ones((4, 512, 8, 64), dtype=np.float32)
+x = np.ones((4, 1024, 8, 128), dtype=np.float32)
 anyrope.rotate(x)                      # starts the thread pool in the parent
+assert anyrope._threads._pool is not None
 
 def child(queue):
     queue.put(float(anyrope.rotate(x)[0, 5, 0, 0]))
@@ -103,7 +105,7 @@ if process.is_alive():
 def test_rotate_in_a_forked_child_returns() -> None:
     result = run_python("-W", "ignore::DeprecationWarning", "-c", FORK_CHILD, timeout=120)
     assert result.returncode == 0, result.stderr
-    want = float(anyrope.rotate(np.ones((4, 512, 8, 64), dtype=np.float32))[0, 5, 0, 0])
+    want = float(anyrope.rotate(np.ones((4, 1024, 8, 128), dtype=np.float32))[0, 5, 0, 0])
     assert result.stdout.split() == [repr(want)]
 
 
@@ -245,8 +247,9 @@ def test_functional_cache_is_bounded_by_bytes(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(_functional, "CACHE_BYTES", 16 * 2**20)
     x = _x((1, 1, 1, 128))
     for base in range(2, 12):
-        # 4096 rows x 64 pairs x 4 bytes: (cos, sin) 2 MiB and their wide forms 4 MiB.
-        anyrope.rotate(x, 4000, base=float(base) * 1000)
+        # 4096 rows x 64 pairs x 4 bytes: (cos, sin) 2 MiB and their wide forms 4 MiB
+        # (the blocked path widens them).
+        anyrope.rotate(x, 4000, base=float(base) * 1000, impl="blocked")
         assert anyrope.cache_nbytes() <= 16 * 2**20
     assert len(_functional._ropes) == 2
     anyrope.clear_cache()

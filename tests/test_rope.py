@@ -146,16 +146,17 @@ def test_offset_equals_explicit_positions(backend):
 
 
 def test_one_thread_keeps_the_blocked_loop_on_the_calling_thread(monkeypatch):
-    from anyrope._paths import blocked
+    from anyrope import _threads
 
     def no_pool():
         raise AssertionError("the thread pool was used")
 
-    monkeypatch.setattr(blocked, "_executor", no_pool)
-    monkeypatch.setattr(blocked, "_cores", lambda: 4)
+    monkeypatch.setattr(_threads, "executor", no_pool)
+    monkeypatch.setattr(_threads, "cores", lambda: 4)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     x = np.random.default_rng(0).standard_normal((2, 512, 8, 64), dtype=np.float32)
     with pytest.raises(AssertionError, match="thread pool"):
         anyrope.rotate(x, impl="blocked")
-    with blocked.one_thread():
+    with _threads.one_thread():
         y = anyrope.rotate(x, impl="blocked")
     assert np.array_equal(y, anyrope.rotate(x, impl="array_api"))

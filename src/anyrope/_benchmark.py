@@ -1,50 +1,122 @@
-"""The CPU benchmark: anyrope against a copy of the same bytes and the naive expressions.
+"""The CPU benchmark: anyrope next to a copy of the same bytes and its peers, round-robin.
 
-Used by ``benchmarks/bench_cpu.py`` and ``python -m anyrope bench``. Timings are medians
-of repeated runs with ``time.perf_counter``; every path is reported as a ratio to the
-time of copying the same arrays (the floor: RoPE reads q and k and writes them once).
+Used by ``python -m anyrope bench`` and ``benchmarks/bench_cpu.py``. For each case
+(a shape and a dtype) every candidate runs in the same rounds: each round times each
+candidate once, in an order that rotates from round to round, so that a change of the
+machine's load or clock touches every candidate alike. A sample is enough back-to-back
+calls to last about :data:`SAMPLE_SECONDS`; the report gives the median time per call
+over the rounds, the interquartile range, the load average before and after, and each
+time as a multiple of the copy's ("x copy": 1.0 is as fast as copying q and k into
+fresh arrays, the floor of a rotation that reads and writes each element once).
+
+Candidates: the copy; the naive Hugging Face expression ``x * cos + rotate_half(x) *
+sin`` in NumPy, eager PyTorch, ``torch.compile`` and ``jax.jit`` (with cos/sin made
+ahead in the input dtype, as model code keeps them); anyrope on NumPy arrays and on
+PyTorch CPU tensors (a held :class:`anyrope.RoPE`, ``rope(q, k, positions)``). Peers
+whose library is not installed, or that cannot run a dtype, are left out with the reason.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import platform
 import statistics
 import sys
 import time
-import tracemalloc
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ._functional import rotate_qk
 from ._rope import RoPE
 
-Q_SHAPE = (1, 2048, 32, 128)
-K_SHAPE = (1, 2048, 8, 128)
+Q_HEADS = 32
+KV_HEADS = 8
+HEAD_DIM = 128
+BASE = 10000.0
+DECODE_POSITION = 1000
+"""The position of a decode step's token (a KV cache of 1000 tokens)."""
+
+CASES: dict[str, tuple[int, int]] = {
+    "prefill-1x4096": (1, 4096),
+    "prefill-4x1024": (4, 1024),
+    "small-1x128": (1, 128),
+    "decode-1": (1, 1),
+    "decode-32": (32, 1),
+}
+"""(batch, seq) of each case: q is (batch, seq, 32, 128) and k (batch, seq, 8, 128)."""
+
+DTYPES = ("float32", "float16", "bfloat16", "float64")
+
+SAMPLE_SECONDS = 0.004
+"""The least time one sample lasts: short calls are repeated back to back until it does."""
+
+MAX_CALLS = 2000
+
+
+@dataclass
+class Candidate:
+    """One timed callable and its samples (seconds per call)."""
+
+    name: str
+    fn: Callable[[], object]
+    calls: int = 1
+    samples: list[float] = field(default_factory=list)
+
+    def calibrate(self) -> None:
+        """Warm up (compiles, first touches) and pick the calls per sample."""
+        self.fn()
+        start = time.perf_counter()
+        self.fn()
+        once = max(time.perf_counter() - start, 1e-7)
+        self.calls = int(min(MAX_CALLS, max(1, SAMPLE_SECONDS // once)))
+
+    def sample(self) -> None:
+        fn = self.fn
+        start = time.perf_counter()
+        for _ in range(self.calls):
+            fn()
+        self.samples.append((time.perf_counter() - start) / self.calls)
 
 
 @dataclass(frozen=True)
 class Timing:
-    """One benchmarked path: its median time, bandwidth and ratio to the copy."""
+    """One candidate of one case: median and quartiles in ms per call, and x copy."""
 
     name: str
     median_ms: float
+    q1_ms: float
+    q3_ms: float
+    x_copy: float
     gbytes_per_s: float
-    copy_ratio: float
-    peak_extra_mib: float | None
+    calls: int
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def _rotate_half_numpy(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    half = x.shape[-1] // 2
-    return np.concatenate((-x[..., half:], x[..., :half]), axis=-1)
+@dataclass(frozen=True)
+class CaseResult:
+    """Every candidate of one (case, dtype), measured in the same rounds."""
+
+    case: str
+    dtype: str
+    q_shape: tuple[int, ...]
+    k_shape: tuple[int, ...]
+    rounds: int
+    load_before: float | None
+    load_after: float | None
+    timings: tuple[Timing, ...]
+    left_out: dict[str, str]
+
+    def as_dict(self) -> dict[str, Any]:
+        result = asdict(self)
+        result["timings"] = [t.as_dict() for t in self.timings]
+        return result
 
 
 def median_ms(fn: Callable[[], object], repeats: int) -> float:
@@ -58,6 +130,232 @@ def median_ms(fn: Callable[[], object], repeats: int) -> float:
     return statistics.median(times) * 1e3
 
 
+def _load() -> float | None:
+    """The one-minute load average, where the system reports one."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
+
+def _numpy_dtype(name: str) -> Any:
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return ml_dtypes.bfloat16
+    return np.dtype(name)
+
+
+def _hf_tables(seq: int, offset: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """cos/sin of shape (seq, 1, head_dim) as Hugging Face builds them, in float64."""
+    inv_freq = BASE ** (-np.arange(0, HEAD_DIM, 2, dtype=np.float64) / HEAD_DIM)
+    angles = np.arange(offset, offset + seq, dtype=np.float64)[:, None] * inv_freq
+    wide = np.concatenate((angles, angles), axis=-1)[:, None, :]
+    return np.cos(wide), np.sin(wide)
+
+
+def _candidates(
+    q: np.ndarray[Any, Any], k: np.ndarray[Any, Any], positions: int | None, dtype: str
+) -> tuple[list[Candidate], dict[str, str]]:
+    """The candidates for one case, and those left out with the reason."""
+    seq, half = q.shape[1], HEAD_DIM // 2
+    cos64, sin64 = _hf_tables(seq, positions or 0)
+    rope = RoPE(HEAD_DIM, base=BASE)
+    found: list[Candidate] = []
+    left_out: dict[str, str] = {}
+
+    def copy() -> object:
+        q_out, k_out = np.empty_like(q), np.empty_like(k)
+        np.copyto(q_out, q)
+        np.copyto(k_out, k)
+        return q_out, k_out
+
+    found.append(Candidate("copy", copy))
+    if dtype == "bfloat16":
+        left_out["numpy naive"] = "NumPy has no bfloat16 arithmetic of its own"
+    else:
+        cos, sin = cos64.astype(q.dtype), sin64.astype(q.dtype)
+
+        def rotate_half(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+            return np.concatenate((-x[..., half:], x[..., :half]), axis=-1)
+
+        def numpy_naive() -> object:
+            return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+        found.append(Candidate("numpy naive", numpy_naive))
+    found.append(Candidate("anyrope numpy", lambda: rope(q, k, positions)))
+    if importlib.util.find_spec("torch") is None:
+        left_out["torch"] = "PyTorch is not installed"
+    else:
+        found.extend(_torch_candidates(q, k, cos64, sin64, positions, rope, dtype, left_out))
+    if importlib.util.find_spec("jax") is None:
+        left_out["jax.jit"] = "JAX is not installed"
+    else:
+        found.extend(_jax_candidates(q, k, cos64, sin64, dtype, left_out))
+    return found, left_out
+
+
+def _hf_expression(cat: Callable[..., Any]) -> Callable[..., Any]:
+    """``q * cos + rotate_half(q) * sin`` (and for k), with ``cat`` the library's concat."""
+
+    def apply(q: Any, k: Any, cos: Any, sin: Any) -> Any:
+        def rotate_half(x: Any) -> Any:
+            half = x.shape[-1] // 2
+            return cat((-x[..., half:], x[..., :half]), -1)
+
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+    return apply
+
+
+def _torch_candidates(  # noqa: PLR0917 - the case's arrays and settings
+    q: np.ndarray[Any, Any],
+    k: np.ndarray[Any, Any],
+    cos64: np.ndarray[Any, Any],
+    sin64: np.ndarray[Any, Any],
+    positions: int | None,
+    rope: RoPE,
+    dtype: str,
+    left_out: dict[str, str],
+) -> list[Candidate]:
+    import torch
+
+    torch_dtype = getattr(torch, dtype)
+
+    def tensor(a: np.ndarray[Any, Any]) -> Any:
+        if dtype == "bfloat16":
+            return torch.from_numpy(a.astype(np.float32)).to(torch_dtype)
+        return torch.from_numpy(a)
+
+    tq, tk = tensor(q), tensor(k)
+    tcos = torch.from_numpy(cos64).to(torch_dtype)
+    tsin = torch.from_numpy(sin64).to(torch_dtype)
+    expression = _hf_expression(torch.cat)
+    found = [
+        Candidate("torch eager", lambda: expression(tq, tk, tcos, tsin)),
+        Candidate("anyrope torch", lambda: rope(tq, tk, positions)),
+    ]
+    # A fresh start for each case: Dynamo would otherwise count every case's shapes as
+    # recompilations of one function and fall back to eager after eight.
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(expression, dynamic=False)
+        compiled(tq, tk, tcos, tsin)
+    except Exception as error:
+        left_out["torch.compile"] = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+    else:
+        found.append(Candidate("torch.compile", lambda: compiled(tq, tk, tcos, tsin)))
+    return found
+
+
+def _jax_candidates(  # noqa: PLR0917 - the case's arrays and settings
+    q: np.ndarray[Any, Any],
+    k: np.ndarray[Any, Any],
+    cos64: np.ndarray[Any, Any],
+    sin64: np.ndarray[Any, Any],
+    dtype: str,
+    left_out: dict[str, str],
+) -> list[Candidate]:
+    import jax
+    import jax.numpy as jnp
+
+    if dtype == "float64" and not jax.config.read("jax_enable_x64"):
+        left_out["jax.jit"] = "JAX computes float64 only with jax_enable_x64"
+        return []
+    jax_dtype = getattr(jnp, dtype)
+    jq, jk = jnp.asarray(q, dtype=jax_dtype), jnp.asarray(k, dtype=jax_dtype)
+    jcos, jsin = jnp.asarray(cos64, dtype=jax_dtype), jnp.asarray(sin64, dtype=jax_dtype)
+    compiled = jax.jit(_hf_expression(lambda parts, axis: jnp.concatenate(parts, axis=axis)))
+
+    def run() -> object:
+        return jax.block_until_ready(compiled(jq, jk, jcos, jsin))
+
+    return [Candidate("jax.jit", run)]
+
+
+def measure_case(
+    case: str, dtype: str, rounds: int, progress: Callable[[str], None] | None = None
+) -> CaseResult:
+    """Every candidate of one case, round-robin over ``rounds`` rounds."""
+    batch, seq = CASES[case]
+    rng = np.random.default_rng(0)
+    numpy_dtype = _numpy_dtype(dtype)
+    q = rng.standard_normal((batch, seq, Q_HEADS, HEAD_DIM), dtype=np.float32).astype(numpy_dtype)
+    k = rng.standard_normal((batch, seq, KV_HEADS, HEAD_DIM), dtype=np.float32).astype(numpy_dtype)
+    positions = DECODE_POSITION if seq == 1 else None
+    if progress is not None:
+        progress(f"{case} {dtype}: warming up")
+    candidates, left_out = _candidates(q, k, positions, dtype)
+    for candidate in candidates:
+        candidate.calibrate()
+    load_before = _load()
+    for index in range(rounds):
+        if progress is not None:
+            progress(f"{case} {dtype}: round {index + 1} of {rounds}")
+        # A different candidate goes first in each round.
+        shift = index % len(candidates)
+        for candidate in candidates[shift:] + candidates[:shift]:
+            candidate.sample()
+    load_after = _load()
+    copy_median = statistics.median(candidates[0].samples)
+    moved = 2 * (q.nbytes + k.nbytes)
+    timings = []
+    for candidate in candidates:
+        samples = sorted(candidate.samples)
+        median = statistics.median(samples)
+        q1, q3 = statistics.quantiles(samples, n=4)[::2] if len(samples) > 1 else (median, median)
+        timings.append(
+            Timing(
+                name=candidate.name,
+                median_ms=median * 1e3,
+                q1_ms=q1 * 1e3,
+                q3_ms=q3 * 1e3,
+                x_copy=median / copy_median,
+                gbytes_per_s=moved / median / 1e9,
+                calls=candidate.calls,
+            )
+        )
+    return CaseResult(
+        case=case,
+        dtype=dtype,
+        q_shape=tuple(q.shape),
+        k_shape=tuple(k.shape),
+        rounds=rounds,
+        load_before=load_before,
+        load_after=load_after,
+        timings=tuple(timings),
+        left_out=left_out,
+    )
+
+
+def run_cpu_benchmark(
+    *,
+    cases: tuple[str, ...] = tuple(CASES),
+    dtypes: tuple[str, ...] = DTYPES,
+    rounds: int = 15,
+    progress: Callable[[str], None] | None = None,
+) -> list[CaseResult]:
+    """Every (case, dtype), each measured round-robin over ``rounds`` rounds."""
+    return [measure_case(case, dtype, rounds, progress) for case in cases for dtype in dtypes]
+
+
+def _load_text(load: float | None) -> str:
+    return "n/a" if load is None else f"{load:.2f}"
+
+
+def format_case(result: CaseResult) -> str:
+    """An aligned text table of one case."""
+    head = (
+        f"{result.case} {result.dtype}: q {result.q_shape} + k {result.k_shape}, "
+        f"median of {result.rounds} rounds, load {_load_text(result.load_before)} -> "
+        f"{_load_text(result.load_after)}"
+    )
+    lines = [head, f"  {'candidate':<16} {'ms/call':>10} {'IQR ms':>17} {'x copy':>8} {'GB/s':>7}"]
+    for t in result.timings:
+        spread = f"{t.q1_ms:.4g}-{t.q3_ms:.4g}"
+        numbers = f"{t.median_ms:>10.4g} {spread:>17} {t.x_copy:>8.2f} {t.gbytes_per_s:>7.1f}"
+        lines.append(f"  {t.name:<16} {numbers}")
+    lines.extend(f"  ({name} left out: {why})" for name, why in result.left_out.items())
+    return "\n".join(lines)
+
+
 def write_json(path: Path, report: dict[str, Any]) -> None:
     """Write ``report`` as JSON, with the command, machine and versions that produced it."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -68,93 +366,3 @@ def write_json(path: Path, report: dict[str, Any]) -> None:
         "numpy": np.__version__,
     }
     path.write_text(json.dumps({**provenance, **report}, indent=2) + "\n")
-
-
-def _peak_extra_mib(fn: Callable[[], object]) -> float:
-    """Peak NumPy memory the call allocates (NumPy reports to tracemalloc), in MiB."""
-    tracemalloc.start()
-    fn()
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    return peak / 2**20
-
-
-def cases(
-    q: np.ndarray[Any, Any], k: np.ndarray[Any, Any]
-) -> dict[str, tuple[Callable[[], object], bool]]:
-    """The paths to time, by name, each with whether it allocates through NumPy."""
-    seq = q.shape[1]
-    inv_freq = 10000.0 ** (-np.arange(0, q.shape[-1], 2) / q.shape[-1])
-    angles = np.arange(seq, dtype=np.float64)[:, None] * inv_freq
-    cos = np.concatenate([np.cos(angles)] * 2, axis=-1).astype(np.float32)[:, None, :]
-    sin = np.concatenate([np.sin(angles)] * 2, axis=-1).astype(np.float32)[:, None, :]
-    q_out, k_out = np.empty_like(q), np.empty_like(k)
-
-    def copy() -> None:
-        np.copyto(q_out, q)
-        np.copyto(k_out, k)
-
-    def numpy_naive() -> object:
-        return q * cos + _rotate_half_numpy(q) * sin, k * cos + _rotate_half_numpy(k) * sin
-
-    # Scaling changes only the float64 host tables, so it must cost nothing per call.
-    yarn = RoPE(
-        q.shape[-1],
-        scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768},
-    )
-    found: dict[str, tuple[Callable[[], object], bool]] = {
-        "copy (np.copyto)": (copy, True),
-        "numpy naive expression": (numpy_naive, True),
-        "anyrope numpy": (lambda: rotate_qk(q, k), True),
-        "anyrope numpy, yarn": (lambda: yarn(q, k), True),
-    }
-    if importlib.util.find_spec("torch") is not None:
-        import torch
-
-        tq, tk = torch.from_numpy(q), torch.from_numpy(k)
-        tcos, tsin = torch.from_numpy(cos), torch.from_numpy(sin)
-
-        def rotate_half_torch(x: Any) -> Any:
-            x1, x2 = x.chunk(2, dim=-1)
-            return torch.cat((-x2, x1), dim=-1)
-
-        def torch_eager() -> object:
-            return (
-                tq * tcos + rotate_half_torch(tq) * tsin,
-                tk * tcos + rotate_half_torch(tk) * tsin,
-            )
-
-        found["torch eager expression"] = (torch_eager, False)
-        found["anyrope torch"] = (lambda: rotate_qk(tq, tk), False)
-        found["anyrope torch, yarn"] = (lambda: yarn(tq, tk), False)
-    return found
-
-
-def run_cpu_benchmark(
-    repeats: int = 15, progress: Callable[[str], None] | None = None
-) -> list[Timing]:
-    """Time every path on q (1, 2048, 32, 128) + k (1, 2048, 8, 128) float32, in one run."""
-    rng = np.random.default_rng(0)
-    q = rng.standard_normal(Q_SHAPE, dtype=np.float32)
-    k = rng.standard_normal(K_SHAPE, dtype=np.float32)
-    moved = 2 * (q.nbytes + k.nbytes)  # read once, written once
-    timings = []
-    copy_ms = None
-    for name, (fn, numpy_allocates) in cases(q, k).items():
-        if progress is not None:
-            progress(name)
-        median = median_ms(fn, repeats)
-        copy_ms = median if copy_ms is None else copy_ms
-        peak = _peak_extra_mib(fn) if numpy_allocates else None
-        timings.append(Timing(name, median, moved / median / 1e6, copy_ms / median, peak))
-    return timings
-
-
-def format_timings(timings: list[Timing]) -> str:
-    """An aligned text table of the timings."""
-    lines = [f"{'path':<26} {'median ms':>10} {'GB/s':>8} {'copy/path':>10} {'peak MiB':>9}"]
-    for t in timings:
-        peak = "-" if t.peak_extra_mib is None else f"{t.peak_extra_mib:.1f}"
-        numbers = f"{t.median_ms:>10.2f} {t.gbytes_per_s:>8.1f} {t.copy_ratio:>10.3f}"
-        lines.append(f"{t.name:<26} {numbers} {peak:>9}")
-    return "\n".join(lines)

@@ -1,8 +1,8 @@
 """``anyrope bench``: the CPU benchmark of :mod:`anyrope._benchmark`, from the command line.
 
 Adds to the measurement a progress bar (``rich``, when installed), the machine
-description, ``bench.json`` and the ``bench.png`` chart of GB/s per path next to the
-copy's (``matplotlib``, when installed).
+description, ``bench.json`` and the ``bench.png`` chart of each candidate's time as a
+multiple of the copy's (``matplotlib``, when installed).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from ._benchmark import K_SHAPE, Q_SHAPE, Timing, format_timings, run_cpu_benchmark
+from ._benchmark import CASES, DTYPES, CaseResult, format_case, measure_case
 
 
 @contextlib.contextmanager
@@ -64,59 +64,98 @@ def machine() -> dict[str, Any]:
 
         info["torch"] = torch.__version__
         info["torch_threads"] = torch.get_num_threads()
+    for library in ("numba", "jax"):
+        if importlib.util.find_spec(library) is not None:
+            info[library] = importlib.metadata.version(library)
     return info
 
 
-def chart(timings: list[Timing], target: Path, title: str) -> None:
-    """Horizontal bars of GB/s per path; the copy drawn in grey."""
+def chart(results: list[CaseResult], target: Path, title: str) -> None:
+    """One panel per case: each candidate's time as a multiple of the copy's (log scale),
+    a bar per dtype; the copy's line at 1."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [t.name for t in timings]
-    colors = ["0.6" if name.startswith("copy") else "tab:blue" for name in names]
-    fig, ax = plt.subplots(figsize=(9, 0.5 * len(timings) + 1.5), layout="constrained")
-    bars = ax.barh(names, [t.gbytes_per_s for t in timings], color=colors)
-    labels = [f"{t.gbytes_per_s:.1f} GB/s ({t.copy_ratio:.2f} of copy)" for t in timings]
-    ax.bar_label(bars, labels=labels, padding=3, fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("GB/s (q and k read once and written once)")
-    ax.set_xlim(0, max(t.gbytes_per_s for t in timings) * 1.45)
-    ax.set_title(title, fontsize=10)
-    fig.savefig(target, dpi=110)
+    cases = list(dict.fromkeys(r.case for r in results))
+    dtypes = list(dict.fromkeys(r.dtype for r in results))
+    names = list(dict.fromkeys(t.name for r in results for t in r.timings if t.name != "copy"))
+    fig, axes = plt.subplots(
+        len(cases),
+        1,
+        figsize=(9, 0.22 * len(names) * len(dtypes) * len(cases) + 2),
+        layout="constrained",
+        squeeze=False,
+    )
+    height = 0.8 / len(dtypes)
+    for ax, case in zip(axes[:, 0], cases, strict=True):
+        for j, dtype in enumerate(dtypes):
+            by_name = {
+                t.name: t.x_copy
+                for r in results
+                if r.case == case and r.dtype == dtype
+                for t in r.timings
+            }
+            rows = [i + j * height for i in range(len(names))]
+            values = [by_name.get(name, float("nan")) for name in names]
+            ax.barh(rows, values, height=height, label=dtype)
+        ax.set_yticks([i + 0.4 - height / 2 for i in range(len(names))], names)
+        ax.axvline(1.0, color="0.4", linewidth=1)
+        ax.set_xscale("log")
+        ax.invert_yaxis()
+        ax.set_title(case, fontsize=9, loc="left")
+    axes[-1, 0].set_xlabel(
+        "time per call / time of a copy of q and k (1 = the copy; lower is faster)"
+    )
+    axes[0, 0].legend(fontsize=8, loc="lower right")
+    fig.suptitle(title, fontsize=10)
+    fig.savefig(target, dpi=100)
     plt.close(fig)
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.repeats <= 0:
-        print(
-            f"anyrope bench: error: --repeats must be positive; got {args.repeats}", file=sys.stderr
+def _choices(text: str, allowed: tuple[str, ...], option: str) -> tuple[str, ...]:
+    chosen = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [c for c in chosen if c not in allowed]
+    if unknown or not chosen:
+        raise ValueError(
+            f"{option} takes a comma-separated list of {', '.join(allowed)}; got {text!r}"
         )
+    return chosen
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.repeats <= 0:
+            raise ValueError(f"--repeats must be positive; got {args.repeats}")
+        cases = _choices(args.cases, tuple(CASES), "--cases")
+        dtypes = _choices(args.dtypes, DTYPES, "--dtypes")
+    except ValueError as error:
+        print(f"anyrope bench: error: {error}", file=sys.stderr)
         return 2
+    results = []
     with _progress() as progress:
-        timings = run_cpu_benchmark(args.repeats, progress)
-    print(f"float32 q {Q_SHAPE} + k {K_SHAPE}, median of {args.repeats} runs")
-    print(format_timings(timings))
+        for case in cases:
+            for dtype in dtypes:
+                result = measure_case(case, dtype, args.repeats, progress)
+                print(format_case(result), flush=True)
+                results.append(result)
 
     output = Path(args.output)
     output.mkdir(parents=True, exist_ok=True)
     report = {
         "command": " ".join(["anyrope", *sys.argv[1:]]),
         "machine": machine(),
-        "dtype": "float32",
-        "q_shape": list(Q_SHAPE),
-        "k_shape": list(K_SHAPE),
-        "repeats": args.repeats,
-        "timings": [t.as_dict() for t in timings],
+        "rounds": args.repeats,
+        "results": [r.as_dict() for r in results],
     }
     (output / "bench.json").write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {output / 'bench.json'}")
     if importlib.util.find_spec("matplotlib") is None:
         print("bench.png not written: matplotlib is not installed (pip install 'anyrope[cli]')")
         return 0
-    title = f"anyrope bench: float32 q {Q_SHAPE} + k {K_SHAPE}\n{report['machine']['processor']}"
-    chart(timings, output / "bench.png", title)
+    title = f"anyrope bench, median of {args.repeats} rounds\n{report['machine']['processor']}"
+    chart(results, output / "bench.png", title)
     print(f"wrote {output / 'bench.png'}")
     return 0
 
@@ -125,14 +164,27 @@ def register(commands: Any) -> None:
     """Add the ``bench`` subcommand to the CLI's sub-parsers."""
     parser = commands.add_parser(
         "bench",
-        help="time RoPE on the CPU next to a copy of the same arrays",
+        help="time RoPE on the CPU next to a copy of the same arrays and its peers",
         description=(
-            "Time a copy of q and k (the floor), the naive NumPy and PyTorch expressions, "
-            "and anyrope on NumPy and PyTorch CPU; print medians, GB/s and each path's "
-            "speed as a fraction of the copy's; write bench.json and bench.png. "
-            "Exit codes: 0 done, 2 bad arguments."
+            "For q (batch, seq, 32, 128) and k (batch, seq, 8, 128) of each case and dtype, "
+            "time a copy of q and k into fresh arrays (the floor), the naive Hugging Face "
+            "expression in NumPy, eager PyTorch, torch.compile and jax.jit (those "
+            "installed), and anyrope on NumPy and PyTorch CPU, round-robin in the same "
+            "rounds; print the median time per call, the interquartile range, the load "
+            "average and each time as a multiple of the copy's; write bench.json and "
+            "bench.png. Exit codes: 0 done, 2 bad arguments."
         ),
     )
-    parser.add_argument("--repeats", type=int, default=15, help="timed runs per path (15)")
+    parser.add_argument("--repeats", type=int, default=15, help="rounds (15)")
+    parser.add_argument(
+        "--cases",
+        default=",".join(CASES),
+        help=f"comma-separated cases (default all: {','.join(CASES)})",
+    )
+    parser.add_argument(
+        "--dtypes",
+        default=",".join(DTYPES),
+        help=f"comma-separated dtypes (default all: {','.join(DTYPES)})",
+    )
     parser.add_argument("--output", default=".", help="folder for bench.json and bench.png (.)")
     parser.set_defaults(run=run)

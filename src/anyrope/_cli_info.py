@@ -90,7 +90,17 @@ def devices() -> list[str]:
 def fast_paths() -> list[dict[str, Any]]:
     """Each fast path, whether this machine can take it, and why not."""
     torch_missing = importlib.util.find_spec("torch") is None
+    numba_missing = importlib.util.find_spec("numba") is None
     paths = [
+        {
+            "path": "numba (compiled CPU kernel, NumPy and PyTorch CPU)",
+            "available": not numba_missing,
+            "reason": (
+                "numba is not installed (pip install 'anyrope[numba]')"
+                if numba_missing
+                else "numba is installed"
+            ),
+        },
         {
             "path": "blocked (cache-blocked CPU, NumPy)",
             "available": True,

@@ -63,9 +63,9 @@ def cache_nbytes() -> int:
     >>> import numpy as np
     >>> import anyrope
     >>> anyrope.clear_cache()
-    >>> _ = anyrope.rotate(np.zeros((1, 4, 2, 64), dtype=np.float32))
-    >>> anyrope.cache_nbytes()    # 256 positions: cos and sin, and both widened to 64
-    196608
+    >>> _ = anyrope.rotate(np.zeros((1, 4, 2, 64), dtype=np.float32), impl="array_api")
+    >>> anyrope.cache_nbytes()    # 256 positions x 32 pairs, cos and sin in float32
+    65536
     """
     with _lock:
         return sum(rope.cache_nbytes for rope in _ropes.values())
@@ -207,12 +207,14 @@ def rotate(
         Rotate by the negative angle, undoing a rotation (also the backward pass).
     inplace : bool, optional
         Write the result into ``x`` and return it (not possible for JAX arrays).
-    impl : {"auto", "cuda", "blocked", "array_api"}, optional
-        ``"array_api"``: the standard-only reference. ``"blocked"``: the cache-blocked
-        path for NumPy arrays and PyTorch CPU tensors. ``"cuda"``: the CUDA kernel for
-        CuPy arrays and PyTorch CUDA tensors (needs CuPy). ``"auto"`` (default) takes
-        the first of these that can take the call; all give the same bits. A path
-        named here that cannot take the call raises a ``ValueError`` saying why.
+    impl : {"auto", "cuda", "numba", "blocked", "array_api"}, optional
+        ``"array_api"``: the standard-only reference. ``"numba"``: the compiled CPU
+        kernel for NumPy arrays and PyTorch CPU tensors (needs numba: ``pip install
+        'anyrope[numba]'``). ``"blocked"``: the cache-blocked NumPy path for the same
+        inputs. ``"cuda"``: the CUDA kernel for CuPy arrays and PyTorch CUDA tensors
+        (needs CuPy). ``"auto"`` (default) takes the first of ``cuda``, ``numba``,
+        ``blocked`` and ``array_api`` that can take the call; all give the same bits.
+        A path named here that cannot take the call raises a ``ValueError`` saying why.
     xp : namespace, optional
         The array namespace; inferred from ``x`` by default.
     scaling : dict or RopeScaling, optional
@@ -312,7 +314,7 @@ def rotate_qk(
         Rotate by the negative angle (undo a rotation; the backward pass).
     inplace : bool, optional
         Write the results into ``q`` and ``k`` (which must not share memory).
-    impl : {"auto", "cuda", "blocked", "array_api"}, optional
+    impl : {"auto", "cuda", "numba", "blocked", "array_api"}, optional
         The path; ``"auto"`` takes the first that can take the call.
     xp : namespace, optional
         The array namespace; inferred from ``q`` and ``k`` by default.

@@ -206,9 +206,9 @@ class RoPE:
         >>> import numpy as np
         >>> import anyrope
         >>> rope = anyrope.RoPE(64)
-        >>> _ = rope.rotate(np.zeros((1, 10, 1, 64), dtype=np.float32))
-        >>> rope.cache_nbytes    # 256 positions: cos and sin, and both widened to 64
-        196608
+        >>> _ = rope.rotate(np.zeros((1, 10, 1, 64), dtype=np.float32), impl="array_api")
+        >>> rope.cache_nbytes    # 256 positions x 32 pairs, cos and sin in float32
+        65536
         >>> rope.clear_cache()
         >>> rope.cache_nbytes
         0
@@ -265,7 +265,7 @@ class RoPE:
             Rotate by the negative angle (undo a rotation; the backward pass).
         inplace : bool, optional
             Write the results into ``q`` and ``k`` (which must not share memory).
-        impl : {"auto", "cuda", "blocked", "array_api"}, optional
+        impl : {"auto", "cuda", "numba", "blocked", "array_api"}, optional
             The path; ``"auto"`` takes the first that can take the call.
         xp : namespace, optional
             The array namespace; inferred from ``q`` and ``k`` by default.
@@ -329,7 +329,7 @@ class RoPE:
             Rotate by the negative angle (undo a rotation; the backward pass).
         inplace : bool, optional
             Write the result into ``x`` and return it.
-        impl : {"auto", "cuda", "blocked", "array_api"}, optional
+        impl : {"auto", "cuda", "numba", "blocked", "array_api"}, optional
             The path; ``"auto"`` takes the first that can take the call.
         xp : namespace, optional
             The array namespace; inferred from ``x`` by default.
@@ -378,8 +378,9 @@ class RoPE:
         """Name the path that :meth:`rotate` takes for these arguments.
 
         The arguments are checked as by :meth:`rotate` (a path named by ``impl`` that
-        cannot take them raises). Eager JAX arrays on the CPU are rotated by NumPy
-        (``"blocked"``); dask arrays take the path of their blocks' library.
+        cannot take them raises). Eager JAX arrays on the CPU are rotated as NumPy
+        arrays (``"numba"`` or ``"blocked"``); dask arrays take the path of their
+        blocks' library.
 
         Parameters
         ----------
@@ -391,7 +392,7 @@ class RoPE:
             Where the batch, sequence and heads axes are.
         inplace : bool, optional
             Whether the call would write into ``x``.
-        impl : {"auto", "cuda", "blocked", "array_api"}, optional
+        impl : {"auto", "cuda", "numba", "blocked", "array_api"}, optional
             The path asked for; ``"auto"`` takes the first that can take the call.
         xp : namespace, optional
             The array namespace; inferred from ``x`` by default.
@@ -401,7 +402,8 @@ class RoPE:
         Returns
         -------
         str
-            ``"cuda"``, ``"blocked"`` or ``"array_api"``: the ``impl`` name of the path.
+            ``"cuda"``, ``"numba"``, ``"blocked"`` or ``"array_api"``: the ``impl`` name
+            of the path.
 
         Examples
         --------
@@ -409,7 +411,9 @@ class RoPE:
         >>> import anyrope
         >>> rope = anyrope.RoPE(64)
         >>> x = np.zeros((1, 8, 4, 64), dtype=np.float32)
-        >>> rope.path(x), rope.path(x, impl="array_api")
+        >>> rope.path(x) in ("numba", "blocked")  # "numba" when numba is installed
+        True
+        >>> rope.path(x, impl="blocked"), rope.path(x, impl="array_api")
         ('blocked', 'array_api')
         """
         from ._pipeline import path_name

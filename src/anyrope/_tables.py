@@ -13,8 +13,7 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -87,18 +86,18 @@ def generation() -> int:
     return _generation
 
 
-@dataclass(frozen=True)
-class Rows:
-    """Tables indexed by row and what selects the rows of one call.
+class Rows(NamedTuple):
+    """Tables indexed by row and what selects the rows of one call (a named tuple: made
+    for every call, cheaply).
 
-    ``index is None``: the call's positions are the consecutive rows ``offset ..``;
-    otherwise ``index`` (an integer array of the caller's library, shape of the positions)
-    holds the row of each position.
+    ``row_of is None``: the call's positions are the consecutive rows ``offset ..``;
+    otherwise ``row_of`` (an integer array of the caller's library, shape of the
+    positions) holds the row of each position.
     """
 
     cos: Array
     sin: Array
-    index: Array | None
+    row_of: Array | None
     offset: int
 
 
@@ -285,7 +284,9 @@ class TableCache:
         if where.traced:
             return self._traced(where.array, dtype)
         rows = self.rows(where, xp, device, dtype)
-        return _pick(rows.cos, rows.sin, offset=rows.offset, seq=where.seq, index=rows.index, xp=xp)
+        return _pick(
+            rows.cos, rows.sin, offset=rows.offset, seq=where.seq, index=rows.row_of, xp=xp
+        )
 
     def _traced(self, positions: Array, dtype: np.dtype[Any]) -> tuple[Array, Array]:
         from ._jax import host_callback

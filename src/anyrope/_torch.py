@@ -1,12 +1,55 @@
-"""What only PyTorch tensors need: autograd, tensor layouts, and version counters.
+"""What only PyTorch tensors need: NumPy views of their memory, autograd, tensor
+layouts, and version counters.
 
-Imported only for torch tensors, when torch is already in ``sys.modules``.
+Importing this module does not import torch; its functions run for torch tensors only,
+when torch is already in ``sys.modules``.
 """
 
 from __future__ import annotations
 
-from ._namespace import Array
+from typing import Any
+
+import numpy as np
+
+from ._host import STORAGE_DTYPES
+from ._namespace import Array, dtype_name
 from ._validation import describe
+
+_typestr: dict[Any, str] = {}
+"""NumPy's ``typestr`` of each torch dtype met (the view's dtype), by the torch dtype."""
+
+
+class _Memory:
+    """Memory described by ``__array_interface__``, for NumPy to view."""
+
+    __slots__ = ("__array_interface__",)
+
+    def __init__(self, interface: dict[str, Any]) -> None:
+        self.__array_interface__ = interface
+
+
+def numpy_view(t: Array) -> np.ndarray[Any, Any]:
+    """A NumPy view of a CPU tensor's memory, made from its address.
+
+    float16 and bfloat16 tensors are viewed as ``uint16`` and ``int16``.
+    ``Tensor.numpy()`` would mark the caller's storage as shared with NumPy, after which
+    torch refuses to ``resize_()`` it; this view lives only as long as the call.
+    """
+    typestr = _typestr.get(t.dtype)
+    if typestr is None:
+        typestr = _typestr[t.dtype] = np.dtype(STORAGE_DTYPES[dtype_name(t.dtype)]).str
+    strides = None
+    if not t.is_contiguous():
+        size = t.element_size()
+        strides = tuple(s * size for s in t.stride())
+    interface = {
+        "data": (t.data_ptr(), False),
+        "shape": tuple(t.shape),
+        "strides": strides,
+        "typestr": typestr,
+        "version": 3,
+    }
+    return np.asarray(_Memory(interface))
 
 
 def check_tensor(x: Array, name: str) -> None:

@@ -255,8 +255,8 @@ def _path(x: Any) -> str:
     path = RoPE(int(x.shape[-1]), rotary_dim=ROTARY_DIM, base=BASE).path(x)
     if array_api_compat.is_dask_array(x):
         return f"{path} per chunk"
-    if array_api_compat.is_jax_array(x) and path == "blocked":
-        return "blocked via NumPy"
+    if array_api_compat.is_jax_array(x) and path in ("blocked", "numba"):
+        return f"{path} via NumPy"
     return path
 
 

@@ -18,9 +18,9 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
+from .. import _threads
 from .._layout import Axes
 from .._namespace import Array, check_namespace
-from .._paths import blocked
 from .._pipeline import rotate
 from .._plan import make_plan
 from .._tables import TableSource
@@ -161,7 +161,7 @@ class BlockRotation:
 
     def _rotate(self, block: Array, positions: object) -> Array:
         # dask already runs one block per thread of each worker.
-        with blocked.one_thread():
+        with _threads.one_thread():
             (y,) = rotate(
                 self.source,
                 (block,),

@@ -17,21 +17,18 @@ with torch's own operations (NumPy has no bfloat16 and converts float16 slowly).
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import itertools
 import math
-import os
-import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import array_api_compat
 import array_api_compat.numpy as numpy_xp
 import numpy as np
 
-from .._namespace import Array, dtype_name
+from .. import _threads
+from .._host import empty_like
+from .._namespace import Array
 from .._plan import Plan
 
 NAME = "blocked"
@@ -57,25 +54,6 @@ VIEW_ELEMENTS = 1 << 15
 """torch float32/float64 inputs up to this size (a decode step) are computed by NumPy on
 views of their memory: NumPy's calls cost less than torch's on small arrays."""
 
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
-_local = threading.local()
-
-
-@contextlib.contextmanager
-def one_thread() -> Iterator[None]:
-    """Keep rotations in this block on the calling thread.
-
-    For callers that already run one rotation per core (dask's workers): threads of ours
-    on top of theirs would only compete for the same cores.
-    """
-    previous = getattr(_local, "one_thread", False)
-    _local.one_thread = True
-    try:
-        yield
-    finally:
-        _local.one_thread = previous
-
 
 def rejects(plan: Plan) -> str | None:
     """Only NumPy arrays and PyTorch CPU tensors, and no autograd."""
@@ -93,6 +71,13 @@ def rejects(plan: Plan) -> str | None:
 
 def run(plan: Plan) -> tuple[Array, ...]:
     """Rotate each array of ``plan`` into a new array, or into itself in place."""
+    # inf * 0 is NaN and a huge pair may overflow: IEEE results the contract keeps
+    # (numerics.md, section 4), not something to warn about on NumPy and not elsewhere.
+    with np.errstate(invalid="ignore", over="ignore"):
+        return _run(plan)
+
+
+def _run(plan: Plan) -> tuple[Array, ...]:
     torch = plan.library == "torch"
     r, interleaved = plan.rotary_dim, plan.interleaved
     # torch float16/bfloat16 always, and float32/float64 between a decode step and a
@@ -107,11 +92,13 @@ def run(plan: Plan) -> tuple[Array, ...]:
     # Tables with the two elements of each pair as an axis of their own (`split`),
     # shaped to broadcast against the input split likewise.
     split = (r // 2, 2) if interleaved else (2, r // 2)
+    if torch:
+        from .._torch import bump_versions, numpy_view
     if torch and any(stream.array is not None for stream in plan.where):
         # torch positions index torch tables; NumPy reads the gathered rows through
         # views that do not own them: `gathered` keeps them alive meanwhile.
         gathered = plan.wide_tables(plan.xp, split)
-        pairs = gathered if torch_ops else (_numpy_view(gathered[0]), _numpy_view(gathered[1]))
+        pairs = gathered if torch_ops else (numpy_view(gathered[0]), numpy_view(gathered[1]))
     else:
         # Slicing NumPy's tables costs less than slicing torch's; torch then views them.
         pairs = plan.wide_tables(numpy_xp, split)
@@ -124,8 +111,8 @@ def run(plan: Plan) -> tuple[Array, ...]:
     ops = _TORCH if torch_ops else _NUMPY
     results = []
     for x in plan.arrays:
-        out = x if plan.inplace else _empty_like(x)
-        xv, outv = (_numpy_view(x), _numpy_view(out)) if torch and not torch_ops else (x, out)
+        out = x if plan.inplace else empty_like(x)
+        xv, outv = (numpy_view(x), numpy_view(out)) if torch and not torch_ops else (x, out)
         if x.shape[-1] == r:
             rotated, rotated_out = xv, outv
         else:
@@ -134,10 +121,13 @@ def run(plan: Plan) -> tuple[Array, ...]:
             _rotate_whole(rotated, pairs, rotated_out, split, interleaved, ops)
         else:
             wide_cos, wide_sin = (p.reshape((*p.shape[:-2], r)) for p in pairs)
-            _rotate_blocks(xv, wide_cos, wide_sin, outv, r, interleaved, ops)
+            _rotate_blocks(xv, wide_cos, wide_sin, outv, r, interleaved, ops, plan.library)
         if out is not x and r < x.shape[-1]:
             ops.copy(xv[..., r:], outv[..., r:])
         results.append(out)
+    if torch and plan.inplace:
+        # Written through NumPy views, or by out= operations: autograd must see it.
+        bump_versions(plan.arrays)
     return tuple(results)
 
 
@@ -159,7 +149,14 @@ def _rotate_whole(  # noqa: PLR0917 - the operands, in the order they are used
 
 
 def _rotate_blocks(  # noqa: PLR0917 - the loop's operands, in the order they are used
-    x: Array, wide_cos: Array, wide_sin: Array, out: Array, r: int, interleaved: bool, ops: Any
+    x: Array,
+    wide_cos: Array,
+    wide_sin: Array,
+    out: Array,
+    r: int,
+    interleaved: bool,
+    ops: Any,
+    library: str,
 ) -> None:
     """The cache-blocked loop over a large input, on every core."""
     rotated_shape = (*x.shape[:-1], r)
@@ -169,7 +166,7 @@ def _rotate_blocks(  # noqa: PLR0917 - the loop's operands, in the order they ar
         for half in _halves(wide_sin, r, interleaved)
     )
     blocks = list(_blocks(x.shape[:-1], r, ops.block_elements))
-    workers = 1 if getattr(_local, "one_thread", False) else min(_cores(), len(blocks))
+    workers = min(_threads.workers(library), len(blocks))
     chunks = [blocks[i::workers] for i in range(workers)]
     size = min(ops.block_elements, math.prod(rotated_shape))
 
@@ -196,7 +193,7 @@ def _rotate_blocks(  # noqa: PLR0917 - the loop's operands, in the order they ar
     if workers <= 1:
         run_chunk(blocks)
     else:
-        list(_executor().map(run_chunk, chunks))
+        list(_threads.executor().map(run_chunk, chunks))
 
 
 def _host_memory(x: Array) -> bool:
@@ -205,32 +202,6 @@ def _host_memory(x: Array) -> bool:
     return bool(array_api_compat.is_torch_array(x) and x.device.type == "cpu")
 
 
-def _empty_like(x: Array) -> Array:
-    if isinstance(x, np.ndarray):
-        return np.empty_like(x, order="C")
-    import torch
-
-    return torch.empty(x.shape, dtype=x.dtype)
-
-
-def _numpy_view(t: Array) -> np.ndarray[Any, Any]:
-    """A NumPy view of a CPU tensor's memory, made from its address.
-
-    ``Tensor.numpy()`` would mark the caller's storage as shared with NumPy, after which
-    torch refuses to ``resize_()`` it; this view lives only as long as the call.
-    """
-    size = t.element_size()
-    dtype = _NUMPY_DTYPES[dtype_name(t.dtype)]
-    if t.is_contiguous():
-        buffer = (ctypes.c_char * (t.numel() * size)).from_address(t.data_ptr())
-        return np.frombuffer(buffer, dtype=dtype).reshape(tuple(t.shape))
-    span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True))
-    buffer = (ctypes.c_char * (span * size)).from_address(t.data_ptr())
-    flat = np.frombuffer(buffer, dtype=dtype)
-    return np.lib.stride_tricks.as_strided(flat, tuple(t.shape), [s * size for s in t.stride()])
-
-
-_NUMPY_DTYPES = {"float32": np.float32, "float64": np.float64}
 _TORCH_DTYPES = ("float16", "bfloat16")
 
 
@@ -258,32 +229,6 @@ def _blocks(shape: tuple[int, ...], row: int, elements: int) -> Iterator[tuple[A
     for outer in itertools.product(*(range(n) for n in shape[:axis])):
         for start in range(0, shape[axis], step):
             yield (*outer, slice(start, start + step))
-
-
-def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def _executor() -> ThreadPoolExecutor:
-    """One shared pool: NumPy and PyTorch release the GIL inside these operations."""
-    global _pool  # noqa: PLW0603 - created on first use, shared by every call
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=_cores(), thread_name_prefix="anyrope")
-        return _pool
-
-
-def _forget_pool_after_fork() -> None:
-    # A forked child inherits the pool object but not its threads: work handed to it
-    # would wait forever (a torch DataLoader worker). The child starts its own pool, and
-    # a lock held by a parent thread at the fork would never be released.
-    global _pool, _pool_lock  # noqa: PLW0603 - reset in the child only
-    _pool = None
-    _pool_lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_pool_after_fork)
 
 
 class _NumpyOps:

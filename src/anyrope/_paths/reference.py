@@ -9,6 +9,8 @@ standard ``x[...] = y``.
 
 from __future__ import annotations
 
+import numpy as np
+
 from .._namespace import Array, Namespace, compute_dtype
 from .._plan import Plan
 
@@ -72,18 +74,21 @@ def run(plan: Plan) -> tuple[Array, ...]:
     xp = plan.xp
     cos, sin = plan.gathered_tables()
     results = []
-    for x in plan.arrays:
-        y = rotate_pairs(
-            x,
-            cos,
-            sin,
-            rotary_dim=plan.rotary_dim,
-            interleaved=plan.interleaved,
-            inverse=plan.inverse,
-            xp=xp,
-        )
-        if plan.inplace:
-            x[...] = y
-            y = x
-        results.append(y)
+    # inf * 0 is NaN and a huge pair may overflow: IEEE results the contract keeps
+    # (numerics.md, section 4), not something to warn about on NumPy and not elsewhere.
+    with np.errstate(invalid="ignore", over="ignore"):
+        for x in plan.arrays:
+            y = rotate_pairs(
+                x,
+                cos,
+                sin,
+                rotary_dim=plan.rotary_dim,
+                interleaved=plan.interleaved,
+                inverse=plan.inverse,
+                xp=xp,
+            )
+            if plan.inplace:
+                x[...] = y
+                y = x
+            results.append(y)
     return tuple(results)

@@ -42,7 +42,7 @@ def rotate_raw(
     """
     xp, device, first = plan.xp, plan.device, arrays[0]
     rows = plan.tables.rows(plan.where[0], xp, device, plan.table_dtype)
-    positions = rows.index
+    positions = rows.row_of
     if positions is not None and dtype_name(positions.dtype) not in ("int32", "int64"):
         positions = xp.astype(positions, xp.int64)
     outputs = (

@@ -1,0 +1,181 @@
+"""The compiled CPU path: NumPy arrays and PyTorch CPU tensors, through a numba kernel.
+
+The kernel (:mod:`.kernels`) reads each element once and writes it once, converting
+float16 and bfloat16 exactly in registers, so a rotation costs about what a copy of the
+same bytes does, for every dtype. It needs the optional ``numba`` dependency
+(``pip install anyrope[numba]``); without it, ``impl="auto"`` takes the blocked path.
+
+The inputs are seen as (n0, n1, n2, head_dim) arrays of their own memory (NumPy views
+of torch tensors, half types as 16-bit integers); each (n0, n1, n2) row reads one row of
+the cos/sin tables, found by ``first + a*t0 + b*t1 + c*t2``. Large inputs are split
+between threads (:mod:`anyrope._threads`) along n0*n1.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import itertools
+from typing import Any
+
+import array_api_compat.numpy as numpy_xp
+import numpy as np
+
+from ... import _threads
+from ..._host import STORAGE_DTYPES, empty_like
+from ..._namespace import Array
+from ..._plan import Plan
+from ..._torch import bump_versions, numpy_view
+
+NAME = "numba"
+
+PARALLEL_ELEMENTS = 1 << 21
+"""Inputs of more rotated elements than this are split between threads; below it, a
+thread's start-up costs more than it saves."""
+
+
+@functools.cache
+def installed() -> bool:
+    """Whether numba can be imported (looked up once, without importing it)."""
+    return importlib.util.find_spec("numba") is not None
+
+
+def rejects(plan: Plan) -> str | None:
+    """NumPy arrays and PyTorch CPU tensors without autograd, when numba is installed."""
+    if not installed():
+        return "needs numba, which is not installed (pip install 'anyrope[numba]')"
+    if plan.library not in ("numpy", "torch") or str(plan.device) != "cpu":
+        return (
+            "needs NumPy arrays or PyTorch CPU tensors; "
+            f"got {plan.library} arrays on device {plan.device}"
+        )
+    if plan.requires_grad:
+        return (
+            "does not record autograd; use impl='auto' or 'array_api' for tensors that require grad"
+        )
+    return None
+
+
+@functools.cache
+def _kernels() -> Any:
+    """The kernels module, imported (with numba) on first use."""
+    from . import kernels
+
+    return kernels
+
+
+def run(plan: Plan) -> tuple[Array, ...]:
+    """Rotate each array of ``plan`` into a new array, or into itself in place."""
+    kernels = _kernels()
+    cos, sin, first, strides = _tables(plan)
+    results = []
+    for x in plan.arrays:
+        out = x if plan.inplace else empty_like(x)
+        xv = _storage_view(x, plan)
+        outv = None if plan.inplace else _storage_view(out, plan)
+        if xv.ndim == 4:
+            _launch(kernels, xv, outv, cos, sin, (first, *strides), plan)
+        elif xv.ndim == 3:
+            # (seq, heads, head_dim): a leading axis of one, which reads no other row.
+            outv = None if outv is None else outv[None]
+            _launch(kernels, xv[None], outv, cos, sin, (first, 0, *strides), plan)
+        else:
+            # Axes beyond four: a Python loop over the outermost ones (rare shapes).
+            outer = xv.ndim - 4
+            for index in itertools.product(*(range(n) for n in xv.shape[:outer])):
+                offset = first + sum(i * t for i, t in zip(index, strides, strict=False))
+                rows = (offset, *strides[outer:])
+                part = None if outv is None else outv[index]
+                _launch(kernels, xv[index], part, cos, sin, rows, plan)
+        results.append(out)
+    if plan.inplace and plan.library == "torch":
+        # Written through NumPy views: autograd must still see the tensors change.
+        bump_versions(plan.arrays)
+    return tuple(results)
+
+
+def _launch(  # noqa: PLR0917 - the kernel's operands
+    kernels: Any,
+    x: np.ndarray[Any, Any],
+    out: np.ndarray[Any, Any] | None,
+    cos: np.ndarray[Any, Any],
+    sin: np.ndarray[Any, Any],
+    rows: tuple[int, ...],
+    plan: Plan,
+) -> None:
+    """The kernel over one (n0, n1, n2, head_dim) array (into ``out``, or in place when
+    ``out`` is ``None``), split between threads when large."""
+    units = x.shape[0] * x.shape[1]
+    if out is None:
+        kernel = kernels.rotate_in_place
+        operands: tuple[Any, ...] = (x, cos, sin, rows, plan.interleaved)
+    else:
+        kernel = kernels.rotate
+        operands = (x, out, cos, sin, rows, plan.interleaved)
+    if units * x.shape[2] * cos.shape[1] * 2 <= PARALLEL_ELEMENTS:
+        kernel(*operands, 0, units)
+        return
+    workers = min(_threads.workers(plan.library), units)
+    if workers <= 1:
+        kernel(*operands, 0, units)
+        return
+    step = -(-units // workers)
+    share = functools.partial(kernel, *operands)
+    # The kernel releases the GIL: the shares run at once, the first on this thread.
+    others = [
+        _threads.executor().submit(share, start, min(start + step, units))
+        for start in range(step, units, step)
+    ]
+    share(0, step)
+    for other in others:
+        other.result()
+
+
+def _tables(plan: Plan) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], int, tuple[int, ...]]:
+    """cos/sin as 2-D NumPy tables, and how the inputs' leading axes pick their rows:
+    ``(cos, sin, first, strides)``, one stride (in rows) per leading axis of the inputs.
+
+    For ``inverse=True`` the sines are negated: rotation by -angle, exact (numerics.md,
+    section 3).
+    """
+    axes = plan.axes
+    lead = len(axes.batch) + 2
+    (where, *more) = plan.where
+    if not more and where.array is None:
+        rows = plan.tables.rows(where, numpy_xp, "cpu", plan.table_dtype)
+        cos, sin, first = rows.cos, rows.sin, rows.offset
+        if plan.inverse:
+            # Only the rows this call reads, not the whole cached table.
+            used = slice(first, first + where.seq)
+            cos, sin, first = cos[used], -sin[used], 0
+        return cos, sin, first, _seq_strides(axes.layout, lead)
+    cos, sin = plan.gathered_tables()
+    if plan.library == "torch":
+        # Tables gathered for this call, ours alone: NumPy arrays that keep them alive.
+        cos, sin = cos.contiguous().numpy(), sin.contiguous().numpy()
+    cos, sin = np.ascontiguousarray(cos), np.ascontiguousarray(sin)
+    row_bytes = cos.strides[-1] * cos.shape[-1]
+    # The placed tables broadcast against the inputs: size-1 axes read the same rows.
+    shape = cos.shape[:-1]
+    strides = (0,) * (lead - len(shape)) + tuple(
+        0 if n == 1 else s // row_bytes for n, s in zip(shape, cos.strides[:-1], strict=True)
+    )
+    width = cos.shape[-1]
+    cos, sin = cos.reshape(-1, width), sin.reshape(-1, width)
+    return cos, (-sin if plan.inverse else sin), 0, strides
+
+
+def _storage_view(x: Array, plan: Plan) -> np.ndarray[Any, Any]:
+    """The memory of ``x`` as the kernel reads it: NumPy, half types as 16-bit integers."""
+    if plan.library == "torch":
+        return numpy_view(x)
+    if plan.dtype in ("float32", "float64"):
+        return x  # type: ignore[no-any-return]
+    return x.view(STORAGE_DTYPES[plan.dtype])  # type: ignore[no-any-return]
+
+
+@functools.cache
+def _seq_strides(layout: str, lead: int) -> tuple[int, ...]:
+    """Row strides of consecutive positions: 1 along the sequence axis, 0 elsewhere."""
+    seq_axis = {"bshd": lead - 2, "bhsd": lead - 1, "sbhd": 0}[layout]
+    return tuple(int(k == seq_axis) for k in range(lead))

@@ -1,0 +1,307 @@
+"""The compiled CPU kernel (numba): one row of pairs at a time, the contract's bits.
+
+Each ``*``, ``-``, ``+`` is one IEEE-754 operation in the compute dtype: numba leaves
+floating-point contraction off unless ``fastmath`` is asked for, so no FMA is formed
+(``tests/test_numba_path.py`` reads the machine code to prove it), and it sets no
+flush-to-zero mode. Half types arrive as 16-bit integers (float16 as ``uint16``,
+bfloat16 as ``int16``) and are converted to float32 and back exactly, with
+round-to-nearest-even, by integer operations that vectorize (NumPy's float16
+conversion, by comparison, runs one element at a time and costs ten times as much).
+
+Compiled code is cached on disk (``cache=True``): the first process on a machine
+compiles each variant it meets (about a second), later processes load it.
+
+This module imports numba; :mod:`anyrope._paths.numba_cpu` imports it only when the path
+runs.
+"""
+
+from __future__ import annotations
+
+import platform
+from typing import Any
+
+import llvmlite.binding
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.core import config
+from numba.extending import intrinsic, overload
+
+
+def _hardware_float16() -> bool:
+    """Whether float16 is converted by the CPU's own instructions (x86 F16C): exact, and
+    the same bits as the integer conversion below, at a third of its cost.
+
+    Only when numba compiles for this CPU and it has F16C: elsewhere LLVM would call a
+    run-time function that numba does not provide (NUMBA_CPU_NAME=generic crashes).
+    """
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    if config.CPU_NAME not in (None, "host"):
+        return False
+    features = config.CPU_FEATURES or llvmlite.binding.get_host_cpu_features().flatten()
+    return "+f16c" in features.split(",")
+
+
+HARDWARE_FLOAT16 = _hardware_float16()
+"""Decided once per process, from what numba compiles for (its cache is keyed by it too)."""
+
+
+@intrinsic
+def _float32_from_bits(typingctx: Any, bits: Any) -> Any:
+    """The float32 whose bits are the low 32 bits of an integer."""
+    if not isinstance(bits, types.Integer):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        value = args[0]
+        if bits.bitwidth > 32:
+            value = builder.trunc(value, ir.IntType(32))
+        elif bits.bitwidth < 32:
+            value = builder.zext(value, ir.IntType(32))
+        return builder.bitcast(value, ir.FloatType())
+
+    return types.float32(bits), codegen
+
+
+@intrinsic
+def _bits_of_float32(typingctx: Any, value: Any) -> Any:
+    """The bits of a float32, as a uint32."""
+    if value != types.float32:
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.bitcast(args[0], ir.IntType(32))
+
+    return types.uint32(value), codegen
+
+
+@intrinsic
+def _float16_to_float32_by_cpu(typingctx: Any, bits: Any) -> Any:
+    """``fpext half to float``: one F16C instruction (exact)."""
+    if not isinstance(bits, types.Integer) or bits.bitwidth != 16:
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+
+    return types.float32(bits), codegen
+
+
+@intrinsic
+def _float32_to_float16_by_cpu(typingctx: Any, value: Any) -> Any:
+    """``fptrunc float to half``: one F16C instruction, round to nearest even."""
+    if value != types.float32:
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
+
+    return types.uint16(value), codegen
+
+
+_U = np.uint32
+_TWO_TO_112 = np.float32(2**112)
+
+
+@njit(inline="never")
+def float16_to_float32(h: Any) -> Any:
+    """Exact: every float16 is a float32. Its exponent and significand bits, moved into
+    place, are the float32 ``value * 2**-112``; one multiplication by ``2**112`` (exact:
+    a power of two, and subnormals are kept) rebiases normal and subnormal values alike.
+    Infinities and NaNs get the largest exponent back, and keep their payload."""
+    bits = _U(h) & _U(0xFFFF)
+    scaled = _float32_from_bits((bits & _U(0x7FFF)) << _U(13)) * _TWO_TO_112
+    magnitude = _bits_of_float32(scaled)
+    magnitude = magnitude | _U(0x7F800000) if scaled >= np.float32(65536.0) else magnitude
+    return _float32_from_bits(magnitude | ((bits & _U(0x8000)) << _U(16)))
+
+
+@njit(inline="never")
+def float32_to_float16(value: Any) -> Any:
+    """Round to nearest even, as NumPy's ``astype(float16)`` does: overflow to infinity,
+    subnormal results kept; a NaN stays a NaN (quiet)."""
+    bits = _bits_of_float32(value)
+    sign = bits & _U(0x80000000)
+    magnitude = bits ^ sign
+    # Below 2**-14 the result is subnormal: adding 0.5 leaves float32's rounding
+    # (to nearest even) at float16's subnormal step, 2**-24.
+    subnormal = _bits_of_float32(_float32_from_bits(magnitude) + np.float32(0.5)) - _U(126 << 23)
+    odd = (magnitude >> _U(13)) & _U(1)
+    normal = (magnitude + _U(((15 - 127) << 23) + 0xFFF) + odd) >> _U(13)
+    special = _U(0x7E00) if magnitude > _U(0x7F800000) else _U(0x7C00)
+    half = normal if magnitude >= _U(113 << 23) else subnormal
+    half = special if magnitude >= _U(143 << 23) else half
+    return np.uint16((half | (sign >> _U(16))) & _U(0xFFFF))
+
+
+@njit(inline="never")
+def bfloat16_to_float32(b: Any) -> Any:
+    """Exact: a bfloat16 is the top half of a float32."""
+    return _float32_from_bits((_U(b) & _U(0xFFFF)) << _U(16))
+
+
+@intrinsic
+def float32_to_bfloat16(typingctx: Any, value: Any) -> Any:
+    """Round to nearest even (torch's and ml_dtypes' conversion); a NaN stays a NaN.
+
+    Written in LLVM's 32-bit integer operations: numba would widen them to 64 bits,
+    which vectorize at half the width.
+    """
+    if value != types.float32:
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        i32 = ir.IntType(32)
+        bits = builder.bitcast(args[0], i32)
+        high = builder.lshr(bits, ir.Constant(i32, 16))
+        odd = builder.and_(high, ir.Constant(i32, 1))
+        biased = builder.add(builder.add(bits, ir.Constant(i32, 0x7FFF)), odd)
+        rounded = builder.lshr(biased, ir.Constant(i32, 16))
+        quiet = builder.or_(high, ir.Constant(i32, 0x40))
+        nan = builder.fcmp_unordered("uno", args[0], args[0])
+        return builder.trunc(builder.select(nan, quiet, rounded), ir.IntType(16))
+
+    return types.int16(value), codegen
+
+
+def _load(value: Any) -> Any:
+    """A stored element in the compute dtype (defined for numba by the overload)."""
+    raise NotImplementedError
+
+
+def _store(value: Any, like: Any) -> Any:
+    """``value`` (compute dtype) rounded once to the storage type of ``like``."""
+    raise NotImplementedError
+
+
+# Scalars in, scalars out: with arrays passed to helpers, the compiler stops vectorizing
+# the row loops. numba checks that an overload has the signature, annotations included,
+# of the function it overloads.
+@overload(_load)
+def _load_for(value: Any) -> Any:
+    # The storage type says what the bits are: uint16 float16, int16 bfloat16.
+    if value == types.uint16:
+
+        def load_float16(value: Any) -> Any:
+            if HARDWARE_FLOAT16:
+                return _float16_to_float32_by_cpu(value)
+            return float16_to_float32(value)
+
+        return load_float16
+    if value == types.int16:
+
+        def load_bfloat16(value: Any) -> Any:
+            return bfloat16_to_float32(value)
+
+        return load_bfloat16
+
+    def load(value: Any) -> Any:
+        return value
+
+    return load
+
+
+@overload(_store)
+def _store_for(value: Any, like: Any) -> Any:
+    if like == types.uint16:
+
+        def store_float16(value: Any, like: Any) -> Any:
+            if HARDWARE_FLOAT16:
+                return _float32_to_float16_by_cpu(value)
+            return float32_to_float16(value)
+
+        return store_float16
+    if like == types.int16:
+
+        def store_bfloat16(value: Any, like: Any) -> Any:
+            return float32_to_bfloat16(value)
+
+        return store_bfloat16
+
+    def store(value: Any, like: Any) -> Any:
+        return value
+
+    return store
+
+
+@njit(nogil=True, cache=True)
+def rotate(  # noqa: PLR0917 - the kernel's operands, in the order they are used
+    x: Any,
+    out: Any,
+    cos: Any,
+    sin: Any,
+    rows: Any,
+    interleaved: bool,
+    start: int,
+    stop: int,
+) -> None:
+    """Rotate ``x`` (n0, n1, n2, width) into ``out``, a separate array of the same shape.
+
+    ``out[pair] = (x0 c - x1 s, x1 c + x0 s)`` (numerics.md, section 3), where the pairs
+    of ``x[a, b, c]`` use the table row ``first + a*t0 + b*t1 + c*t2`` (``rows = (first,
+    t0, t1, t2)``); the features past the rotated ones are copied. Only ``a*n1 + b`` in
+    ``start .. stop-1`` is done: a thread's share.
+    """
+    # The row loops are written out in both kernels: behind a helper function, or with
+    # the target chosen at run time, numba counts references per row and the compiler
+    # stops vectorizing them (four times slower).
+    first, t0, t1, t2 = rows
+    n1 = x.shape[1]
+    half = cos.shape[1]
+    like = np.zeros(1, out.dtype)[0]
+    for unit in range(start, stop):
+        a = unit // n1
+        b = unit - a * n1
+        for c in range(x.shape[2]):
+            row = first + a * t0 + b * t1 + c * t2
+            x_row, out_row, cos_row, sin_row = x[a, b, c], out[a, b, c], cos[row], sin[row]
+            if interleaved:
+                for i in range(half):
+                    x0, x1 = _load(x_row[2 * i]), _load(x_row[2 * i + 1])
+                    out_row[2 * i] = _store(x0 * cos_row[i] - x1 * sin_row[i], like)
+                    out_row[2 * i + 1] = _store(x1 * cos_row[i] + x0 * sin_row[i], like)
+            else:
+                for i in range(half):
+                    x0, x1 = _load(x_row[i]), _load(x_row[half + i])
+                    out_row[i] = _store(x0 * cos_row[i] - x1 * sin_row[i], like)
+                    out_row[half + i] = _store(x1 * cos_row[i] + x0 * sin_row[i], like)
+            for f in range(2 * half, x.shape[3]):
+                out_row[f] = x_row[f]
+
+
+@njit(nogil=True, cache=True)
+def rotate_in_place(  # noqa: PLR0917 - the kernel's operands, in the order they are used
+    x: Any,
+    cos: Any,
+    sin: Any,
+    rows: Any,
+    interleaved: bool,
+    start: int,
+    stop: int,
+) -> None:
+    """:func:`rotate` with ``out`` = ``x``. Each row is rotated into a scratch row and
+    copied back: the compiler vectorizes no loop whose reads and writes may alias."""
+    first, t0, t1, t2 = rows
+    n1 = x.shape[1]
+    half = cos.shape[1]
+    like = np.zeros(1, x.dtype)[0]
+    scratch = np.empty(2 * half, x.dtype)
+    for unit in range(start, stop):
+        a = unit // n1
+        b = unit - a * n1
+        for c in range(x.shape[2]):
+            row = first + a * t0 + b * t1 + c * t2
+            x_row, cos_row, sin_row = x[a, b, c], cos[row], sin[row]
+            if interleaved:
+                for i in range(half):
+                    x0, x1 = _load(x_row[2 * i]), _load(x_row[2 * i + 1])
+                    scratch[2 * i] = _store(x0 * cos_row[i] - x1 * sin_row[i], like)
+                    scratch[2 * i + 1] = _store(x1 * cos_row[i] + x0 * sin_row[i], like)
+            else:
+                for i in range(half):
+                    x0, x1 = _load(x_row[i]), _load(x_row[half + i])
+                    scratch[i] = _store(x0 * cos_row[i] - x1 * sin_row[i], like)
+                    scratch[half + i] = _store(x1 * cos_row[i] + x0 * sin_row[i], like)
+            for f in range(2 * half):
+                x_row[f] = scratch[f]
