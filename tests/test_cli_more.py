@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from anyrope._cli_plot import describe_plot
+from anyrope.scaling import from_hf_config
 from subprocess_run import SOURCE, run_python
 
 CONFIGS = Path(__file__).parent / "configs"
@@ -114,7 +116,15 @@ def test_bench_repeats_must_be_an_integer():
     assert "invalid int value: 'many'" in result.stderr
 
 
-@pytest.mark.parametrize("config", ["llama-3.1-8b.json", "gpt-neox-20b.json"])
+@pytest.mark.parametrize(
+    "config",
+    [
+        "llama-3.1-8b.json",
+        "gpt-neox-20b.json",
+        "qwen2-vl-7b-instruct.json",
+        "qwen2.5-7b-instruct-yarn.json",
+    ],
+)
 def test_plot_config(config, tmp_path):
     result = anyrope_cli("plot", "--config", str(CONFIGS / config), "--output", str(tmp_path))
     if not HAS_MATPLOTLIB:
@@ -191,3 +201,47 @@ def test_stdout_pipe_closed_early_exits_quietly(args, unbuffered):
     # argparse ignores an OSError from writing --help itself (then exits 0); a buffered
     # --help fails at anyrope's flush instead, like every print of a subcommand: 141.
     assert code in ((0, 141) if args == ("--help",) else (141,)), stderr
+
+
+def _plot_content(name, seq_len=None):
+    settings = from_hf_config(json.loads((CONFIGS / name).read_text()))
+    return describe_plot(settings, seq_len)
+
+
+def test_plot_names_m_rope_and_shades_its_sections():
+    content = _plot_content("qwen2-vl-7b-instruct.json")
+    assert "M-RoPE (temporal 16, height 24, width 24 pairs)" in content.title
+    assert "default" not in content.title
+    assert content.sections == [(0, 16, "temporal"), (16, 40, "height"), (40, 64, "width")]
+    assert [label for _, label, _ in content.curves] == ["unscaled"]
+
+
+def test_plot_yarn_separates_the_original_and_target_contexts():
+    """Qwen2.5 repeats the original context as max_position_embeddings: the target is
+    factor x original, and the label of a length-independent method has no seq_len."""
+    content = _plot_content("qwen2.5-7b-instruct-yarn.json")
+    assert content.contexts == [
+        (32768, "original context = 32768", ":"),
+        (131072, "target context = 131072 (factor 4 x original)", "--"),
+    ]
+    assert [label for _, label, _ in content.curves] == ["unscaled", "yarn"]
+    assert "attention factor 1.139" in content.title
+
+
+def test_plot_llama3_target_is_max_position_embeddings():
+    content = _plot_content("llama-3.1-8b.json")
+    assert [length for length, _, _ in content.contexts] == [8192, 131072]
+    assert content.sections == []
+
+
+def test_plot_labels_the_length_of_length_dependent_methods():
+    settings = from_hf_config(
+        {
+            "hidden_size": 256,
+            "num_attention_heads": 4,
+            "max_position_embeddings": 2048,
+            "rope_scaling": {"rope_type": "dynamic", "factor": 2.0},
+        }
+    )
+    content = describe_plot(settings, 8192)
+    assert [label for _, label, _ in content.curves] == ["unscaled", "dynamic, seq_len=8192"]

@@ -24,8 +24,10 @@ def rotate_half(x):
 
 
 def rotary_cos_sin(position_ids, head_dim, base):
-    inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
-    freqs = (inv_freq[None, :, None] @ position_ids[:, None, :].float()).transpose(1, 2)
+    steps = torch.arange(0, head_dim, 2, dtype=torch.int64).float()
+    inv_freq = 1.0 / (base ** (steps / head_dim))
+    positions = position_ids[:, None, :].float()
+    freqs = (inv_freq[None, :, None] @ positions).transpose(1, 2)
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos(), emb.sin()
 
@@ -47,7 +49,13 @@ def hf_before(q, k, position_ids, base):
 
 # [hf-after]
 def hf_after(q, k, position_ids, base):
-    return anyrope.rotate_qk(q, k, position_ids, base=base, layout="bhsd")
+    return anyrope.rotate_qk(
+        q,
+        k,
+        position_ids,
+        base=base,
+        layout="bhsd",
+    )
     # [/hf-after]
 
 
@@ -61,56 +69,76 @@ def flash_rotate_half(x, interleaved):
 
 
 def apply_rotary_emb(x, cos, sin, interleaved=False, seqlen_offsets=0):
-    # x: (batch, seq, heads, head_dim); cos, sin: (seqlen_ro, rotary_dim / 2)
+    # x: (batch, seq, heads, head_dim)
+    # cos, sin: (seqlen_ro, rotary_dim / 2)
+    # seqlen_offsets: an int, or (batch,): where each sequence starts
     ro_dim = cos.shape[-1] * 2
-    seq = x.shape[1]
-    cos = cos[seqlen_offsets : seqlen_offsets + seq]
-    sin = sin[seqlen_offsets : seqlen_offsets + seq]
+    offsets = torch.as_tensor(seqlen_offsets).reshape(-1, 1)
+    positions = offsets + torch.arange(x.shape[1])  # (batch | 1, seq)
+    cos, sin = cos[positions], sin[positions]
     if interleaved:
-        cos, sin = cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)
+        cos = cos.repeat_interleave(2, dim=-1)
+        sin = sin.repeat_interleave(2, dim=-1)
     else:
-        cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
-    cos, sin = cos[:, None, :], sin[:, None, :]
-    rotated = x[..., :ro_dim] * cos + flash_rotate_half(x[..., :ro_dim], interleaved) * sin
+        cos = torch.cat((cos, cos), dim=-1)
+        sin = torch.cat((sin, sin), dim=-1)
+    cos, sin = cos[:, :, None, :], sin[:, :, None, :]
+    x_ro = x[..., :ro_dim]
+    rotated = x_ro * cos + flash_rotate_half(x_ro, interleaved) * sin
     return torch.cat((rotated, x[..., ro_dim:]), dim=-1)
 
 
 def flash_tables(rotary_dim, max_seqlen, base):
-    inv_freq = 1.0 / (base ** (torch.arange(0, rotary_dim, 2, dtype=torch.float32) / rotary_dim))
-    freqs = torch.outer(torch.arange(max_seqlen, dtype=torch.float32), inv_freq)
+    steps = torch.arange(0, rotary_dim, 2, dtype=torch.float32)
+    inv_freq = 1.0 / (base ** (steps / rotary_dim))
+    t = torch.arange(max_seqlen, dtype=torch.float32)
+    freqs = torch.outer(t, inv_freq)
     return torch.cos(freqs), torch.sin(freqs)
 
 
 def flash_before(x, rotary_dim, base, interleaved, seqlen_offsets):
-    cos, sin = flash_tables(rotary_dim, seqlen_offsets + x.shape[1], base)
-    return apply_rotary_emb(x, cos, sin, interleaved=interleaved, seqlen_offsets=seqlen_offsets)
+    longest = int(torch.as_tensor(seqlen_offsets).max()) + x.shape[1]
+    cos, sin = flash_tables(rotary_dim, longest, base)
+    return apply_rotary_emb(x, cos, sin, interleaved, seqlen_offsets)
     # [/flash-before]
 
 
 # [flash-after]
 def flash_after(x, rotary_dim, base, interleaved, seqlen_offsets):
+    if isinstance(seqlen_offsets, int):
+        positions = seqlen_offsets  # every sequence starts there
+    else:  # one offset per sequence: each token's position
+        positions = seqlen_offsets[:, None] + torch.arange(x.shape[1])
     return anyrope.rotate(
-        x, seqlen_offsets, rotary_dim=rotary_dim, base=base, interleaved=interleaved
+        x,
+        positions,
+        rotary_dim=rotary_dim,
+        base=base,
+        interleaved=interleaved,
     )
     # [/flash-after]
 
 
 # [meta-before]
 def precompute_freqs_cis(dim, end, theta=10000.0):
-    freqs = 1.0 / (theta ** (torch.arange(0, dim, 2)[: (dim // 2)].float() / dim))
+    steps = torch.arange(0, dim, 2)[: (dim // 2)].float()
+    freqs = 1.0 / (theta ** (steps / dim))
     t = torch.arange(end, device=freqs.device)
     freqs = torch.outer(t, freqs).float()
     return torch.polar(torch.ones_like(freqs), freqs)
 
 
 def reshape_for_broadcast(freqs_cis, x):
-    shape = [d if i in (1, x.ndim - 1) else 1 for i, d in enumerate(x.shape)]
+    keep = (1, x.ndim - 1)
+    shape = [d if i in keep else 1 for i, d in enumerate(x.shape)]
     return freqs_cis.view(*shape)
 
 
 def apply_rotary_emb_complex(xq, xk, freqs_cis):
-    xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
-    xk_ = torch.view_as_complex(xk.float().reshape(*xk.shape[:-1], -1, 2))
+    pairs_q = xq.float().reshape(*xq.shape[:-1], -1, 2)
+    pairs_k = xk.float().reshape(*xk.shape[:-1], -1, 2)
+    xq_ = torch.view_as_complex(pairs_q)
+    xk_ = torch.view_as_complex(pairs_k)
     freqs_cis = reshape_for_broadcast(freqs_cis, xq_)
     xq_out = torch.view_as_real(xq_ * freqs_cis).flatten(3)
     xk_out = torch.view_as_real(xk_ * freqs_cis).flatten(3)
@@ -118,16 +146,23 @@ def apply_rotary_emb_complex(xq, xk, freqs_cis):
 
 
 def meta_before(xq, xk, start_pos, theta):
-    # xq: (batch, seq, heads, head_dim), as in Meta's Attention.forward
+    # xq: (batch, seq, heads, head_dim), as in Attention.forward
     seqlen, head_dim = xq.shape[1], xq.shape[-1]
-    freqs_cis = precompute_freqs_cis(head_dim, 4096, theta)[start_pos : start_pos + seqlen]
+    freqs_cis = precompute_freqs_cis(head_dim, 4096, theta)
+    freqs_cis = freqs_cis[start_pos : start_pos + seqlen]
     return apply_rotary_emb_complex(xq, xk, freqs_cis)
     # [/meta-before]
 
 
 # [meta-after]
 def meta_after(xq, xk, start_pos, theta):
-    return anyrope.rotate_qk(xq, xk, start_pos, base=theta, interleaved=True)
+    return anyrope.rotate_qk(
+        xq,
+        xk,
+        start_pos,
+        base=theta,
+        interleaved=True,
+    )
     # [/meta-after]
 
 
@@ -159,12 +194,27 @@ def test_hugging_face_apply_rotary_pos_emb(base, padded):
 
 @pytest.mark.parametrize("interleaved", [False, True], ids=["half-split", "interleaved"])
 @pytest.mark.parametrize("rotary_dim", [32, 64], ids=["partial", "full"])
-@pytest.mark.parametrize("offset", [0, 37], ids=["offset0", "offset37"])
+@pytest.mark.parametrize(
+    "offset", [0, 37, "per-sequence"], ids=["offset0", "offset37", "offsets-per-sequence"]
+)
 def test_flash_attn_apply_rotary_emb(interleaved, rotary_dim, offset):
     x = inputs(2, 9, 4, 64)
+    if offset == "per-sequence":
+        offset = torch.tensor([5, 300])
     after = flash_after(x, rotary_dim, 10000.0, interleaved, offset)
     assert_agree(after, flash_before(x, rotary_dim, 10000.0, interleaved, offset))
     torch.testing.assert_close(after[..., rotary_dim:], x[..., rotary_dim:], rtol=0, atol=0)
+
+
+def test_flash_attn_offsets_are_not_one_position_per_row():
+    """The page once mapped per-sequence offsets to an array of shape (batch, 1): that
+    broadcasts one position to every token of a row, which is not what flash-attn does."""
+    x = inputs(2, 9, 4, 64)
+    offsets = torch.tensor([5, 300])
+    wrong = anyrope.rotate(x, offsets[:, None])
+    right = flash_before(x, 64, 10000.0, False, offsets)
+    assert (wrong - right)[:, 1:].abs().max() > 0.1
+    assert_agree(flash_after(x, 64, 10000.0, False, offsets), right)
 
 
 @pytest.mark.parametrize("start_pos", [0, 100], ids=["prefill", "decode-at-100"])

@@ -11,10 +11,11 @@ import argparse
 import json
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .scaling import from_hf_config
+from .scaling import HFRopeConfig, RopeScaling, from_hf_config
 
 #: Exit code when an optional package the subcommand needs is missing.
 MISSING_PACKAGE = 3
@@ -49,40 +50,32 @@ def run(args: argparse.Namespace) -> int:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from .scaling import RopeScaling
-
-    seq_len = args.seq_len or settings.max_position_embeddings
-    rotary, base = settings.rotary_dim, settings.base
-    scaled, factor = settings.scaling.frequencies(rotary, base, seq_len=seq_len)
-    plain, _ = RopeScaling().frequencies(rotary, base)
-    pairs = np.arange(rotary // 2)
-    method = settings.scaling.rope_type
-
+    content = describe_plot(settings, args.seq_len)
+    pairs = np.arange(settings.rotary_dim // 2)
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7), sharex=True, layout="constrained")
-    curves: list[tuple[Any, str, str]] = [(plain, "unscaled (default)", "0.5")]
-    if method != "default":
-        curves.append((scaled, f"{method}, seq_len={seq_len}", "tab:blue"))
-    for freq, label, color in curves:
+    for freq, label, color in content.curves:
         top.semilogy(pairs, freq, ".-", color=color, label=label, markersize=3)
         bottom.semilogy(pairs, 2 * math.pi / freq, ".-", color=color, label=label, markersize=3)
-    lengths = {
-        "max_position_embeddings": settings.max_position_embeddings,
-        "original_max_position_embeddings": settings.scaling.original_max_position_embeddings,
-    }
-    for (name, length), style in zip(lengths.items(), ("--", ":"), strict=True):
-        if length is not None:
-            bottom.axhline(
-                length, color="tab:red", linestyle=style, linewidth=1, label=f"{name} = {length}"
-            )
+    for length, label, style in content.contexts:
+        bottom.axhline(length, color="tab:red", linestyle=style, linewidth=1, label=label)
+    for index, (first, stop, name) in enumerate(content.sections):
+        for ax in (top, bottom):
+            ax.axvspan(first - 0.5, stop - 0.5, color=("0.94", "0.86")[index % 2], zorder=0)
+        top.annotate(
+            name,
+            xy=((first + stop - 1) / 2, 1.0),
+            xycoords=("data", "axes fraction"),
+            xytext=(0, -12),
+            textcoords="offset points",
+            ha="center",
+            fontsize=9,
+        )
     top.set_ylabel("theta_i (radians per token)")
     bottom.set_ylabel("wavelength 2 pi / theta_i (tokens)")
     bottom.set_xlabel("pair index i")
-    top.legend(fontsize=9)
-    bottom.legend(fontsize=9)
-    fig.suptitle(
-        f"{Path(args.config).name}\nhead_dim={settings.head_dim}, rotary_dim={rotary}, "
-        f"base={base:g}, {method}, attention factor {factor:.4g}"
-    )
+    top.legend(fontsize=9, loc="lower left")
+    bottom.legend(fontsize=9, loc="upper left")
+    fig.suptitle(f"{Path(args.config).name}\n{content.title}")
     output = Path(args.output)
     output.mkdir(parents=True, exist_ok=True)
     target = output / "frequencies.png"
@@ -90,6 +83,88 @@ def run(args: argparse.Namespace) -> int:
     plt.close(fig)
     print(f"wrote {target}")
     return 0
+
+
+@dataclass(frozen=True)
+class PlotContent:
+    """What the plot of one config shows, as plain data (tested without matplotlib)."""
+
+    title: str
+    curves: list[tuple[Any, str, str]]
+    """(frequencies, legend label, color) per curve: the unscaled ones, then the scaled."""
+    contexts: list[tuple[int, str, str]]
+    """(tokens, legend label, line style) per context length drawn on the wavelengths."""
+    sections: list[tuple[int, int, str]]
+    """(first pair, stop pair, name) of each M-RoPE or axial section; empty otherwise."""
+
+
+def describe_plot(settings: HFRopeConfig, seq_len: int | None) -> PlotContent:
+    """The title, curves, context lines and sections of the plot of ``settings``."""
+    scaling = settings.scaling
+    rotary, base = settings.rotary_dim, settings.base
+    length = seq_len or settings.max_position_embeddings
+    scaled, factor = scaling.frequencies(rotary, base, seq_len=length)
+    plain, _ = RopeScaling().frequencies(rotary, base)
+    method = _method(scaling)
+    curves: list[tuple[Any, str, str]] = [(plain, "unscaled", "0.5")]
+    if scaling.rope_type != "default":
+        label = f"{method}, seq_len={length}" if scaling.depends_on_length else method
+        curves.append((scaled, label, "tab:blue"))
+    sections = _sections(scaling, rotary)
+    title = f"head_dim={settings.head_dim}, rotary_dim={rotary}, base={base:g}, {method}"
+    if sections:
+        title += " (" + ", ".join(f"{name} {stop - first}" for first, stop, name in sections)
+        title += " pairs)"
+    if factor != 1.0:
+        title += f", attention factor {factor:.4g}"
+    return PlotContent(title, curves, _contexts(settings), sections)
+
+
+def _method(scaling: RopeScaling) -> str:
+    """The scaling method's name, with M-RoPE or axial said when the sections are theirs."""
+    if scaling.rope_type == "axial":
+        return "axial"
+    if scaling.mrope_section is not None:
+        return "M-RoPE" if scaling.rope_type == "default" else f"M-RoPE, {scaling.rope_type}"
+    return scaling.rope_type
+
+
+def _sections(scaling: RopeScaling, rotary: int) -> list[tuple[int, int, str]]:
+    pairs = scaling.sections(rotary)
+    if pairs is None:
+        return []
+    if scaling.rope_type == "axial":
+        names = [f"axis {i}" for i in range(len(pairs))]
+    else:
+        names = ["temporal", "height", "width"][: len(pairs)]
+    spans, first = [], 0
+    for count, name in zip(pairs, names, strict=True):
+        spans.append((first, first + count, name))
+        first += count
+    return spans
+
+
+def _contexts(settings: HFRopeConfig) -> list[tuple[int, str, str]]:
+    """The trained (original) context and the context the scaling reaches.
+
+    The target is ``max_position_embeddings`` when it exceeds the original context
+    (Llama 3.1: 8192 and 131072); when a config repeats the original there (Qwen2.5 with
+    YaRN: 32768 and 32768, factor 4), the target is ``factor`` x the original.
+    """
+    scaling = settings.scaling
+    original = scaling.original_max_position_embeddings
+    longest = settings.max_position_embeddings
+    if original is None or scaling.rope_type == "default":
+        return [] if longest is None else [(longest, f"max_position_embeddings = {longest}", "--")]
+    lines = [(original, f"original context = {original}", ":")]
+    if longest is not None and longest > original:
+        lines.append((longest, f"target context = {longest} (max_position_embeddings)", "--"))
+    elif scaling.factor is not None and scaling.factor != 1.0:
+        target = round(scaling.factor * original)
+        lines.append(
+            (target, f"target context = {target} (factor {scaling.factor:g} x original)", "--")
+        )
+    return lines
 
 
 def register(commands: Any) -> None:
