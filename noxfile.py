@@ -130,11 +130,12 @@ def tests_kernel(session: nox.Session) -> None:
     _pytest(session, "tests/test_cuda_source.py")
 
 
-@nox.session(name="tests-hf", default=False)
+@nox.session(name="tests-hf")
 def tests_hf(session: nox.Session) -> None:
-    """transformers' own RoPE initialisers as the oracle for every scaling method."""
+    """transformers' own code as the oracle: its RoPE initialisers for every scaling
+    method, and every model family's rotary class and apply function."""
     session.install("-e", ".[test]", TORCH_CPU, TRANSFORMERS)
-    _pytest(session, "tests/test_transformers_parity.py")
+    _pytest(session, "tests/test_transformers_parity.py", "tests/test_hf_families.py")
 
 
 @nox.session(name="tests-torch-cuda", default=False)

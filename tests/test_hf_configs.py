@@ -251,3 +251,101 @@ def test_axial_vision_tower_uses_embed_dim() -> None:
     assert settings.scaling.sections(80) == (20, 20)
     text = {**vision, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}
     assert from_hf_config(text).head_dim == 224
+
+
+# -- the family decides what a config does not say ------------------------------------
+
+_SMALL = {"hidden_size": 256, "num_attention_heads": 4, "max_position_embeddings": 2048}
+
+
+@pytest.mark.parametrize(
+    "model_type", ["cohere", "glm4", "ernie4_5", "helium", "llama4_text", "mistral_large4_text"]
+)
+def test_interleaved_families(model_type: str) -> None:
+    assert from_hf_config({**_SMALL, "model_type": model_type}).interleaved is True
+
+
+def test_half_split_families_and_rope_interleave_first() -> None:
+    assert from_hf_config({**_SMALL, "model_type": "llama"}).interleaved is False
+    assert from_hf_config({**_SMALL, "model_type": "qwen2"}).interleaved is False
+    # A config that says it decides (DeepSeek-V3's flag), whatever the family.
+    config = {**_SMALL, "model_type": "deepseek_v3", "rope_interleave": False}
+    assert from_hf_config(config).interleaved is False
+    assert from_hf_config({**_SMALL, "model_type": "llama", "rope_interleave": True}).interleaved
+
+
+def test_negative_angle_family_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match=r"model_type='nanochat' rotates by the negative angle"):
+        from_hf_config({**_SMALL, "model_type": "nanochat"})
+
+
+def test_latent_attention_rope_part_is_the_rotary_width() -> None:
+    """Mistral 4: qk_rope_head_dim 64 is rotated whole; its partial_rotary_factor 0.5 is of
+    head_dim 128 (the same 64), not of the rope part (which would give 32)."""
+    config = {
+        **_SMALL,
+        "head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.5},
+    }
+    settings = from_hf_config(config)
+    assert (settings.head_dim, settings.rotary_dim) == (64, 64)
+    assert settings.scaling.partial_rotary_factor is None
+    config["rope_parameters"]["partial_rotary_factor"] = 0.25
+    with pytest.raises(ValueError, match=r"of `head_dim`=128 is 32 features, but `qk_rope"):
+        from_hf_config(config)
+    del config["head_dim"]
+    with pytest.raises(ValueError, match=r"needs `head_dim` in the model config"):
+        from_hf_config(config)
+
+
+# -- settings per layer type (Gemma 3, ModernBERT, OLMo 3, ...) ------------------------
+
+_GEMMA3 = {
+    "model_type": "gemma3_text",
+    "head_dim": 256,
+    "max_position_embeddings": 131072,
+    "layer_types": ["sliding_attention"] * 5 + ["full_attention"],
+    "rope_parameters": {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+    },
+}
+
+
+def test_per_layer_type_settings_need_a_layer_type() -> None:
+    from anyrope.scaling.hf import layer_types
+
+    assert layer_types(_GEMMA3) == ("sliding_attention", "full_attention")
+    with pytest.raises(ValueError, match=r"per layer type \('sliding_attention', 'full_att"):
+        from_hf_config(_GEMMA3)
+    full = from_hf_config(_GEMMA3, layer_type="full_attention")
+    assert (full.base, full.scaling.rope_type, full.scaling.factor) == (1e6, "linear", 8.0)
+    sliding = from_hf_config(_GEMMA3, layer_type="sliding_attention")
+    assert (sliding.base, sliding.scaling.rope_type) == (10000.0, "default")
+    with pytest.raises(ValueError, match=r"`layer_type`='global' is not a layer type"):
+        from_hf_config(_GEMMA3, layer_type="global")
+
+
+def test_layer_without_rope_says_so() -> None:
+    config = {**_GEMMA3, "rope_parameters": {**_GEMMA3["rope_parameters"], "nope": None}}
+    with pytest.raises(ValueError, match=r"layer type 'nope' has no RoPE"):
+        from_hf_config(config, layer_type="nope")
+
+
+def test_every_layer_type_at_once() -> None:
+    import anyrope
+
+    ropes = anyrope.RoPE.from_hf_config_layers(_GEMMA3)
+    assert list(ropes) == ["sliding_attention", "full_attention"]
+    assert ropes["full_attention"].scaling.rope_type == "linear"
+    assert ropes["sliding_attention"].base == 10000.0
+    # One set of settings: the same RoPE for every layer type the config lists.
+    uniform = {**_SMALL, "layer_types": ["sliding_attention", "full_attention"]}
+    same = anyrope.RoPE.from_hf_config_layers(uniform)
+    assert same["sliding_attention"] is same["full_attention"]
+    assert list(anyrope.RoPE.from_hf_config_layers(_SMALL)) == ["default"]
+    with pytest.raises(ValueError, match=r"`layer_type`='x' is not one of the model config's"):
+        anyrope.RoPE.from_hf_config(uniform, layer_type="x")
+    rope = anyrope.RoPE.from_hf_config(uniform, layer_type="full_attention")
+    assert repr(rope) == repr(same["full_attention"])

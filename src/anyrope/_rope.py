@@ -15,6 +15,7 @@ from ._tables import TableSource
 from ._validation import check_base, check_bool, check_head_dim, check_int, check_rotary_dim
 from .scaling import RopeScaling, from_hf_config, parse_rope_scaling
 from .scaling._types import FloatArray
+from .scaling.hf import from_hf_config_layers
 
 
 class RoPE:
@@ -126,7 +127,7 @@ class RoPE:
         scaling.check_rotary_dim(self.rotary_dim)
 
     @classmethod
-    def from_hf_config(cls, config: Any) -> RoPE:
+    def from_hf_config(cls, config: Any, *, layer_type: str | None = None) -> RoPE:
         """Build the RoPE of a Hugging Face model from its ``config.json`` (dict or object).
 
         Reads ``rope_theta``, ``head_dim`` (or ``hidden_size // num_attention_heads``,
@@ -135,10 +136,20 @@ class RoPE:
         ``rope_scaling`` / ``rope_parameters``; see :func:`anyrope.scaling.from_hf_config`.
         A transformers ``PretrainedConfig`` works too (anyrope never imports transformers).
 
+        The pairing comes from the family (``model_type``: Cohere, GLM, ERNIE 4.5, Llama 4,
+        DeepSeek and others pair ``(x[2i], x[2i+1])``; ``rope_interleave`` decides where a
+        config has it). Configs with settings per layer type (Gemma 3, ModernBERT, OLMo 3,
+        ...) need ``layer_type``; :meth:`from_hf_config_layers` gives them all. A family
+        whose rotation anyrope does not model, or a key it does not use, is an error
+        that names it: never a silently different rotation.
+
         Parameters
         ----------
         config : Mapping or object
             The model's ``config.json`` as a dict, or an object with those attributes.
+        layer_type : str, optional
+            The layer type whose rotation to build, for configs with settings per layer
+            type (required there); see :func:`anyrope.scaling.from_hf_config`.
 
         Returns
         -------
@@ -156,8 +167,52 @@ class RoPE:
         >>> rope.head_dim, rope.base, rope.scaling.rope_type
         (128, 500000.0, 'llama3')
         """
-        settings = from_hf_config(config)
+        settings = from_hf_config(config, layer_type=layer_type)
         return cls(settings.head_dim, **settings.kwargs())
+
+    @classmethod
+    def from_hf_config_layers(cls, config: Any) -> dict[str, RoPE | None]:
+        """Build the RoPE of every layer type of a Hugging Face model config.
+
+        For a config with settings per layer type (Gemma 3's ``"full_attention"`` and
+        ``"sliding_attention"``), one :class:`RoPE` per type, ``None`` for a type without
+        RoPE (``null`` settings); for a config with one set of settings, the same
+        :class:`RoPE` for each of its ``layer_types`` (or under ``"default"`` when it
+        lists none). Layer ``i`` of the model uses ``ropes[config.layer_types[i]]``.
+
+        Parameters
+        ----------
+        config : Mapping or object
+            The model's ``config.json`` as a dict, or an object with those attributes.
+
+        Returns
+        -------
+        dict
+            Layer type -> :class:`RoPE` (or ``None``).
+
+        Examples
+        --------
+        >>> import anyrope
+        >>> config = {"head_dim": 256, "max_position_embeddings": 131072,
+        ...           "rope_parameters": {
+        ...               "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        ...               "full_attention": {"rope_type": "linear", "factor": 8.0,
+        ...                                  "rope_theta": 1000000.0}}}
+        >>> ropes = anyrope.RoPE.from_hf_config_layers(config)
+        >>> {name: (rope.base, rope.scaling.rope_type) for name, rope in ropes.items()}
+        {'sliding_attention': (10000.0, 'default'), 'full_attention': (1000000.0, 'linear')}
+        """
+        ropes: dict[str, RoPE | None] = {}
+        made: dict[Any, RoPE] = {}
+        for name, settings in from_hf_config_layers(config).items():
+            if settings is None:
+                ropes[name] = None
+                continue
+            # Layer types with the same settings share one RoPE (and its tables).
+            if settings not in made:
+                made[settings] = cls(settings.head_dim, **settings.kwargs())
+            ropes[name] = made[settings]
+        return ropes
 
     def frequencies(self, seq_len: int | None = None) -> tuple[FloatArray, float]:
         """Return ``(inv_freq, attention_factor)`` for a sequence of ``seq_len`` positions.

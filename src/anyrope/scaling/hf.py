@@ -14,8 +14,11 @@ transformers). Keys read:
   ``int(head_dim * fraction)``);
 - ``max_position_embeddings``, ``original_max_position_embeddings``;
 - ``rope_parameters`` or ``rope_scaling`` (see :func:`~anyrope.scaling.parse_rope_scaling`);
-- ``rope_interleave`` (DeepSeek); DeepSeek-V2/V3 configs without it are interleaved,
-  the default of their transformers config class.
+- ``rope_interleave`` (DeepSeek); without it, the pairing of the family
+  (:data:`INTERLEAVED_MODEL_TYPES` by ``model_type``: Cohere, GLM, ERNIE 4.5, Helium,
+  Moonshine, Llama 4, DeepSeek and others pair ``(x[2i], x[2i+1])``);
+- ``model_type`` also refuses families whose rotation anyrope does not model
+  (:data:`NEGATIVE_ANGLE_MODEL_TYPES`).
 
 Two sources of one value that disagree are an error naming both keys.
 """
@@ -30,10 +33,61 @@ from typing import Any
 from .._validation import check_base
 from .config import RopeScaling, parse_rope_scaling
 
-__all__ = ["HFRopeConfig", "from_hf_config"]
+__all__ = ["HFRopeConfig", "from_hf_config", "from_hf_config_layers", "layer_types"]
 
 _MISSING = object()
-_INTERLEAVED_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3"})
+
+INTERLEAVED_MODEL_TYPES = frozenset(
+    {
+        # Their apply_rotary_pos_emb rotates (x[2i], x[2i+1]) (cos/sin repeat-interleaved).
+        "cohere",
+        "cohere2",
+        "cohere2_moe",
+        "ernie4_5",
+        "ernie4_5_moe",
+        "ernie4_5_vl_moe",
+        "ernie4_5_vl_moe_text",
+        "glm",
+        "glm4",
+        "glm_ocr",
+        "glm_ocr_text",
+        "helium",
+        "moonshine",
+        "moonshine_streaming",
+        "openai_privacy_filter",
+        # Perception Encoder audio and video towers: 2x2 rotation matrices of (x[2i], x[2i+1]).
+        "pe_audio_encoder",
+        "pe_video_encoder",
+        "pe_audio_video_encoder",
+        # Meta's complex form.
+        "llama4",
+        "llama4_text",
+        "deepseek_v2",
+        # DeepSeek's apply_rotary_pos_emb_interleave, whatever rope_interleave says
+        # (their configs have no such key), or by default (DeepSeek-V3 and its kin).
+        "bailing_hybrid",
+        "glm_moe_dsa",
+        "longcat_flash",
+        "mistral_large4",
+        "mistral_large4_text",
+        "deepseek_v3",
+        "deepseek_v32",
+        "axk1",
+        "axk2",
+        "dots3_note",
+        "dots3_note_text",
+        "youtu",
+        "glm4_moe_lite",
+        "kimi_k2",
+    }
+)
+"""Model families (``model_type``) that pair features ``(2i, 2i+1)``: a property of the
+family's modeling code, not a config key. ``rope_interleave``, where a config has it,
+decides instead (``tests/test_hf_families.py`` drives each family's own code)."""
+
+NEGATIVE_ANGLE_MODEL_TYPES = frozenset({"nanochat"})
+"""Families that rotate by ``-m theta``: their attention scores depend on ``n - m``
+with the sign flipped, which no :class:`anyrope.RoPE` setting gives."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,13 +182,55 @@ def _scaling_dict(config: Any) -> Mapping[str, Any] | None:
     return scaling
 
 
-def from_hf_config(config: Any) -> HFRopeConfig:
+def layer_types(config: Any) -> tuple[str, ...] | None:
+    """The layer types whose RoPE settings a config gives one by one, or ``None``.
+
+    Gemma 3 and its kin nest ``rope_parameters`` by layer type (``{"full_attention":
+    {...}, "sliding_attention": {...}}``); such a config needs a ``layer_type`` to
+    name one rotation.
+
+    Parameters
+    ----------
+    config : Mapping or object
+        A parsed ``config.json`` or an object with those attributes.
+
+    Returns
+    -------
+    tuple of str or None
+        The nested layer types, in the config's order; ``None`` for one set of
+        settings for every layer.
+
+    Examples
+    --------
+    >>> from anyrope.scaling import hf
+    >>> hf.layer_types({"rope_parameters": {
+    ...     "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+    ...     "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}}})
+    ('sliding_attention', 'full_attention')
+    >>> hf.layer_types({"rope_theta": 10000.0}) is None
+    True
+    """
+    scaling = _scaling_dict(config)
+    if scaling is None or "rope_type" in scaling or "type" in scaling:
+        return None
+    nested = [key for key, value in scaling.items() if isinstance(value, Mapping) or value is None]
+    if not nested or len(nested) != len(scaling):
+        return None
+    return tuple(nested)
+
+
+def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfig:
     """Read the RoPE settings of a Hugging Face model config.
 
     Parameters
     ----------
     config : Mapping or object
         A parsed ``config.json`` or an object with those attributes.
+    layer_type : str, optional
+        For a config with settings per layer type (:func:`layer_types`, e.g. Gemma 3's
+        ``"full_attention"`` and ``"sliding_attention"``), the one to read; required
+        there. For a config with one set of settings it may name any layer type of
+        ``config.layer_types``: every layer gets the same rotation.
 
     Returns
     -------
@@ -156,7 +252,7 @@ def from_hf_config(config: Any) -> HFRopeConfig:
     >>> settings.head_dim, settings.rotary_dim, settings.base
     (96, 24, 10000.0)
     """
-    scaling = _scaling_dict(config)
+    scaling = _layer_scaling(config, layer_type)
     inner = {} if scaling is None else scaling
     theta_key, theta = _one_of(config, ("rope_theta", "rotary_emb_base"))
     if "rope_theta" in inner and inner["rope_theta"] is not None:
@@ -177,10 +273,20 @@ def from_hf_config(config: Any) -> HFRopeConfig:
     )
     head_dim = _head_dim(config, axial=parsed.rope_type == "axial")
     rotary_dim = _rotary_dim(config, inner, head_dim)
+    if _get(config, "qk_rope_head_dim") is not _MISSING and parsed.partial_rotary_factor:
+        # The fraction was of the full head_dim and is now the rope part's whole width.
+        parsed = dataclasses.replace(parsed, partial_rotary_factor=None)
     parsed.check_rotary_dim(rotary_dim)
+    model_type = _get(config, "model_type")
+    if model_type in NEGATIVE_ANGLE_MODEL_TYPES:
+        raise ValueError(
+            f"model_type={model_type!r} rotates by the negative angle (-m * theta_i), "
+            "which anyrope.RoPE does not model; rotating with inverse=True gives it "
+            "(there is no attention factor in this family's rotation)"
+        )
     interleave = _get(config, "rope_interleave")
     if interleave is _MISSING:
-        interleaved = _get(config, "model_type") in _INTERLEAVED_MODEL_TYPES
+        interleaved = model_type in INTERLEAVED_MODEL_TYPES
     elif isinstance(interleave, bool):
         interleaved = interleave
     else:
@@ -197,6 +303,102 @@ def from_hf_config(config: Any) -> HFRopeConfig:
     )
 
 
+def from_hf_config_layers(config: Any) -> dict[str, HFRopeConfig | None]:
+    """Read the RoPE settings of every layer type of a Hugging Face model config.
+
+    Parameters
+    ----------
+    config : Mapping or object
+        A parsed ``config.json`` or an object with those attributes.
+
+    Returns
+    -------
+    dict
+        Layer type -> its :class:`HFRopeConfig`, or ``None`` for a layer type without
+        RoPE (``null`` settings). A config with one set of settings gives it for each
+        of its ``layer_types``, or under ``"default"`` when it lists none.
+
+    Examples
+    --------
+    >>> from anyrope.scaling.hf import from_hf_config_layers
+    >>> layers = from_hf_config_layers({"head_dim": 64, "layer_types": ["a", "b", "a"]})
+    >>> list(layers), layers["a"] == layers["b"]
+    (['a', 'b'], True)
+    """
+    nested = layer_types(config)
+    if nested is not None:
+        scaling = _scaling_dict(config)
+        assert scaling is not None
+        return {
+            name: None if scaling[name] is None else from_hf_config(config, layer_type=name)
+            for name in nested
+        }
+    settings = from_hf_config(config)
+    declared = _get(config, "layer_types")
+    names = ["default"] if declared is _MISSING or not declared else list(declared)
+    return dict.fromkeys(names, settings)
+
+
+def _layer_scaling(config: Any, layer_type: str | None) -> Mapping[str, Any] | None:
+    """The scaling dict of ``layer_type`` (or of every layer), checked against the config."""
+    nested = layer_types(config)
+    if nested is None:
+        if layer_type is not None:
+            declared = _get(config, "layer_types")
+            if declared is not _MISSING and layer_type not in declared:
+                raise ValueError(
+                    f"`layer_type`={layer_type!r} is not one of the model config's "
+                    f"`layer_types` ({', '.join(sorted(set(declared)))})"
+                )
+        return _scaling_dict(config)
+    names = ", ".join(repr(name) for name in nested)
+    if layer_type is None:
+        raise ValueError(
+            f"the model config gives RoPE settings per layer type ({names}); pass "
+            "layer_type= one of them, or use anyrope.RoPE.from_hf_config_layers(config) "
+            "for every layer type at once"
+        )
+    if layer_type not in nested:
+        raise ValueError(
+            f"`layer_type`={layer_type!r} is not a layer type of the model config's "
+            f"RoPE settings ({names})"
+        )
+    scaling = _scaling_dict(config)
+    assert scaling is not None
+    chosen = scaling[layer_type]
+    if chosen is None:
+        raise ValueError(
+            f"layer type {layer_type!r} has no RoPE in the model config "
+            f"(`rope_parameters[{layer_type!r}]` is null)"
+        )
+    return dict(chosen)
+
+
+def _rope_part_width(config: Any, key: str, fraction: Any, rope_part: int) -> int:
+    """The rotary width of a latent-attention model (DeepSeek, Mistral 4, dots): its
+    ``qk_rope_head_dim``, all rotated. A partial rotary factor there describes the same
+    width as a fraction of ``head_dim`` (transformers builds the frequencies from
+    ``int(head_dim * factor)``), so the two must agree."""
+    full = _get(config, "head_dim")
+    if full is _MISSING:
+        raise ValueError(
+            f"`{key}`={fraction!r} with `qk_rope_head_dim`={rope_part} needs `head_dim` "
+            "in the model config, the width the fraction is of"
+        )
+    full = _int(full, "head_dim")
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
+        raise ValueError(
+            f"`{key}` must be a number in (0, 1] in the model config; got {fraction!r}"
+        )
+    if int(full * fraction) != rope_part:
+        raise ValueError(
+            f"`{key}`={fraction!r} of `head_dim`={full} is {int(full * fraction)} features, "
+            f"but `qk_rope_head_dim` is {rope_part}: the model config disagrees on the "
+            "rotary width"
+        )
+    return rope_part
+
+
 def _rotary_dim(config: Any, inner: Mapping[str, Any], head_dim: int) -> int:
     key, fraction = _one_of(config, ("partial_rotary_factor", "rotary_pct"))
     nested = inner.get("partial_rotary_factor")
@@ -209,6 +411,8 @@ def _rotary_dim(config: Any, inner: Mapping[str, Any], head_dim: int) -> int:
         key, fraction = "partial_rotary_factor", nested
     if fraction is _MISSING:
         return head_dim
+    if _get(config, "qk_rope_head_dim") is not _MISSING:
+        return _rope_part_width(config, key, fraction, head_dim)
     if (
         isinstance(fraction, bool)
         or not isinstance(fraction, (int, float))

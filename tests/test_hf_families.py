@@ -1,0 +1,108 @@
+"""Every transformers family with a rotary class: anyrope matches it or says why not.
+
+Pinned to transformers 5.23.0 (``nox -s tests-hf``). For each modeling file that defines
+a ``*RotaryEmbedding`` class, ``hf_families.drive`` builds the family's default config,
+rotates q and k with the family's own rotary module and apply function, and with
+``anyrope.RoPE.from_hf_config(config)`` (per layer type where the config nests its
+settings). A silent mismatch fails; a clear error is allowed where listed below, with
+what it says; families the generic driver cannot run are listed with the reason.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+if transformers.__version__ != "5.23.0":
+    pytest.skip(
+        f"the family lists are for transformers 5.23.0; got {transformers.__version__}",
+        allow_module_level=True,
+    )
+
+import hf_families  # noqa: E402
+
+NOT_DRIVEN = {
+    "cohere_compass": "KeyError: 'full_attention'",
+    "deepseek_v2": "RuntimeError",  # complex tables of another shape than Llama 4's
+    "deepseek_v4[main]": "LookupError: apply_rotary_pos_emb(x",
+    "diffusion_gemma[sliding_attention]": "AmbiguousGlobalPerLayerAttributeError",
+    "edgetam_video": "LookupError: no text rotary class",
+    "embedding_gemma2[sliding_attention]": "AmbiguousGlobalPerLayerAttributeError",
+    "embedding_gemma2[full_attention]": "AmbiguousGlobalPerLayerAttributeError",
+    "eomt_dinov3": "TypeError",
+    "exaone4_5": "a vision tower's 2-D axial RoPE",
+    "gemma3n[sliding_attention]": "LookupError: apply_rotary_pos_emb(x",
+    "gemma3n[full_attention]": "LookupError: apply_rotary_pos_emb(x",
+    "gemma4[sliding_attention]": "AmbiguousGlobalPerLayerAttributeError",
+    "gemma4_unified[sliding_attention]": "AmbiguousGlobalPerLayerAttributeError",
+    "glm4v": "RuntimeError: split_with_sizes",  # M-RoPE sections wider than the default config
+    "glm5_next": "a vision tower's 2-D axial RoPE",
+    "glm_image": "RuntimeError: split_with_sizes",
+    "higgs_audio_v2": "LookupError: no text rotary class",
+    "hunyuan_vl": "TypeError",
+    "inkling2": "a vision tower's 2-D axial RoPE",
+    "kimi_k25": "a vision tower's 2-D axial RoPE",
+    "laguna[sliding_attention]": "KeyError: 'sliding_attention'",
+    "lfm3_vl": "a vision tower's 2-D axial RoPE",
+    "mellum[sliding_attention]": "KeyError: 'sliding_attention'",
+    "mlcd": "a vision tower's 2-D axial RoPE",
+    "musicflamingo": "AttributeError",
+    "pixtral": "LookupError: no text rotary class",
+    "pocket_tts_audio_tokenizer": "LookupError: no text rotary class",
+    "sam2_video": "LookupError: no text rotary class",
+    "sam3": "AttributeError",
+    "sam3_tracker_video": "LookupError: no text rotary class",
+    "video_llama_3": "a vision tower's 2-D axial RoPE",
+    "zaya[hybrid_sliding]": "KeyError: 'hybrid_sliding'",
+}
+"""Driven by hand elsewhere or not at all: ``family[layer type]`` -> the start of the
+reason. Most are vision towers (2-D positions), audio codecs without a text rotary
+class, or configs whose default values do not build their own model."""
+
+CLEAR_ERRORS = {
+    "blt": "needs `head_dim`, or `hidden_size` and `num_attention_heads`",
+    "deepseek_v4[compress]": "`rope_theta`=10000.0 and `rope_parameters['rope_theta']`",
+    "diffusion_gemma[full_attention]": "`rope_type` must be one of",  # proportional
+    "efficientloftr": "`partial_rotary_factor` must be in (0, 1]",
+    "esmfold2": "needs `head_dim`, or `hidden_size` and `num_attention_heads`",
+    "gemma4[full_attention]": "`rope_type` must be one of",  # proportional
+    "gemma4_unified[full_attention]": "`rope_type` must be one of",
+    "glm4_moe": "is not a multiple of `num_attention_heads`",
+    "glm4v_moe": "is not a multiple of `num_attention_heads`",
+    "lasr": "needs `head_dim`, or `hidden_size` and `num_attention_heads`",
+    "lfm3[full_attention]": "`rope_type` must be one of",
+    "ministral3": "does not use `llama_4_scaling_beta`",
+    "mistral4": "does not use `llama_4_scaling_beta`",
+    "nanochat": "rotates by the negative angle",
+    "nemotron3_diarization": "needs `head_dim`, or `hidden_size` and `num_attention_heads`",
+    "qwen3_omni_moe": "is not a multiple of `num_attention_heads`",
+}
+"""Configs anyrope refuses, by what the error says: a key it does not model (Llama 4's
+attention scaling, Gemma 4's ``proportional`` type), a width the default config leaves
+ambiguous, or a rotation it does not give (NanoChat's negative angle)."""
+
+FAMILIES = hf_families.rotary_families()
+
+
+def test_the_sweep_covers_every_rotary_family():
+    assert len(FAMILIES) == 193
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_family_matches_or_says_why(family: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        outcomes = hf_families.drive(family)
+    for outcome in outcomes:
+        label = outcome.family
+        if label in NOT_DRIVEN:
+            assert outcome.kind == "not driven", outcome
+            assert outcome.detail.startswith(NOT_DRIVEN[label]), outcome
+        elif label in CLEAR_ERRORS:
+            assert outcome.kind == "anyrope error", outcome
+            assert CLEAR_ERRORS[label] in outcome.detail, outcome
+        else:
+            assert outcome.kind == "match", outcome
