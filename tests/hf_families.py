@@ -203,8 +203,10 @@ def _drive_one(
     k = torch.randn(1, heads, SEQ, rope.head_dim, generator=generator, dtype=torch.float32)
     positions = torch.arange(POSITIONS_FROM, POSITIONS_FROM + SEQ)[None]
     if rope.scaling.mrope_section is not None:
-        # Text tokens of an M-RoPE model: the same position in every stream.
-        positions = positions[None].expand(len(rope.scaling.mrope_section), 1, SEQ)
+        # M-RoPE: a different position in each stream (temporal, height, width), so
+        # that the sections' layout shows.
+        streams = len(rope.scaling.mrope_section)
+        positions = torch.stack([positions // (1 + stream) for stream in range(streams)])
     try:
         hf_q, hf_k, deinterleaved = _hf_rotation(
             module, rotary_class, config, q, k, positions, layer_type

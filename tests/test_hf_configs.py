@@ -349,3 +349,28 @@ def test_every_layer_type_at_once() -> None:
         anyrope.RoPE.from_hf_config(uniform, layer_type="x")
     rope = anyrope.RoPE.from_hf_config(uniform, layer_type="full_attention")
     assert repr(rope) == repr(same["full_attention"])
+
+
+@pytest.mark.parametrize(
+    ("model_type", "scaling"),
+    [
+        ("qwen3_vl_text", {"rope_type": "default", "mrope_section": [8, 12, 12]}),
+        ("cosmos3_edge_text", {"rope_type": "default", "mrope_section": [8, 12, 12]}),
+        (
+            "some_new_vl",
+            {"rope_type": "default", "mrope_section": [8, 12, 12], "mrope_interleaved": True},
+        ),
+    ],
+)
+def test_interleaved_m_rope_is_refused(model_type: str, scaling: dict[str, Any]) -> None:
+    config = {**_SMALL, "model_type": model_type, "rope_scaling": scaling}
+    with pytest.raises(ValueError, match=r"uses interleaved M-RoPE"):
+        from_hf_config(config)
+
+
+def test_contiguous_m_rope_and_text_only_configs_are_read() -> None:
+    sections = {"rope_type": "default", "mrope_section": [8, 12, 12]}
+    qwen2_vl = from_hf_config({**_SMALL, "model_type": "qwen2_vl", "rope_scaling": sections})
+    assert qwen2_vl.scaling.mrope_section == (8, 12, 12)
+    # Qwen3-VL without sections in its config: text positions, plain RoPE.
+    assert from_hf_config({**_SMALL, "model_type": "qwen3_vl_text"}).scaling.mrope_section is None

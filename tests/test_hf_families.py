@@ -64,6 +64,7 @@ class, or configs whose default values do not build their own model."""
 
 CLEAR_ERRORS = {
     "blt": "needs `head_dim`, or `hidden_size` and `num_attention_heads`",
+    "cosmos3_edge": "uses interleaved M-RoPE",
     "deepseek_v4[compress]": "`rope_theta`=10000.0 and `rope_parameters['rope_theta']`",
     "diffusion_gemma[full_attention]": "`rope_type` must be one of",  # proportional
     "efficientloftr": "`partial_rotary_factor` must be in (0, 1]",
@@ -82,7 +83,8 @@ CLEAR_ERRORS = {
 }
 """Configs anyrope refuses, by what the error says: a key it does not model (Llama 4's
 attention scaling, Gemma 4's ``proportional`` type), a width the default config leaves
-ambiguous, or a rotation it does not give (NanoChat's negative angle)."""
+ambiguous, or a rotation it does not give (NanoChat's negative angle, interleaved
+M-RoPE). M-RoPE families are driven with a different position in each stream."""
 
 FAMILIES = hf_families.rotary_families()
 

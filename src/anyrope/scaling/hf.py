@@ -85,6 +85,26 @@ INTERLEAVED_MODEL_TYPES = frozenset(
 family's modeling code, not a config key. ``rope_interleave``, where a config has it,
 decides instead (``tests/test_hf_families.py`` drives each family's own code)."""
 
+INTERLEAVED_MROPE_MODEL_TYPES = frozenset(
+    {
+        f"{family}{suffix}"
+        for family in (
+            "qwen3_vl",
+            "qwen3_vl_moe",
+            "qwen3_5",
+            "qwen3_5_moe",
+            "qwen4_exp",
+            "cosmos3_edge",
+            "ernie4_5_vl_moe",
+            "glm_ocr",
+        )
+        for suffix in ("", "_text")
+    }
+)
+"""Families whose M-RoPE gives the streams' pairs in turn (t, h, w, t, h, w, ...)
+instead of anyrope's contiguous runs of ``mrope_section`` pairs: their M-RoPE configs
+are refused (text-only configs, without ``mrope_section``, are plain RoPE)."""
+
 NEGATIVE_ANGLE_MODEL_TYPES = frozenset({"nanochat"})
 """Families that rotate by ``-m theta``: their attention scores depend on ``n - m``
 with the sign flipped, which no :class:`anyrope.RoPE` setting gives."""
@@ -254,6 +274,7 @@ def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfi
     """
     scaling = _layer_scaling(config, layer_type)
     inner = {} if scaling is None else scaling
+    _refuse_interleaved_mrope(config, inner)
     theta_key, theta = _one_of(config, ("rope_theta", "rotary_emb_base"))
     if "rope_theta" in inner and inner["rope_theta"] is not None:
         if theta is not _MISSING and theta != inner["rope_theta"]:
@@ -337,6 +358,18 @@ def from_hf_config_layers(config: Any) -> dict[str, HFRopeConfig | None]:
     declared = _get(config, "layer_types")
     names = ["default"] if declared is _MISSING or not declared else list(declared)
     return dict.fromkeys(names, settings)
+
+
+def _refuse_interleaved_mrope(config: Any, inner: Mapping[str, Any]) -> None:
+    model_type = _get(config, "model_type")
+    if inner.get("mrope_interleaved") or (
+        model_type in INTERLEAVED_MROPE_MODEL_TYPES and inner.get("mrope_section") is not None
+    ):
+        raise ValueError(
+            f"model_type={model_type!r} uses interleaved M-RoPE (the pairs of the temporal, "
+            "height and width streams in turn), which anyrope does not model: its "
+            "mrope_section gives each stream a contiguous run of pairs"
+        )
 
 
 def _layer_scaling(config: Any, layer_type: str | None) -> Mapping[str, Any] | None:
