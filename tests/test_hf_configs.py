@@ -374,3 +374,15 @@ def test_contiguous_m_rope_and_text_only_configs_are_read() -> None:
     assert qwen2_vl.scaling.mrope_section == (8, 12, 12)
     # Qwen3-VL without sections in its config: text positions, plain RoPE.
     assert from_hf_config({**_SMALL, "model_type": "qwen3_vl_text"}).scaling.mrope_section is None
+
+
+def test_gptj_config_json_names() -> None:
+    """GPT-J / CodeGen: n_embd and n_head give the head width, rotary_dim the rotated
+    width itself, and the family pairs (x[2i], x[2i+1])."""
+    config = {"model_type": "gptj", "n_embd": 4096, "n_head": 16, "rotary_dim": 64}
+    settings = from_hf_config(config)
+    assert (settings.head_dim, settings.rotary_dim, settings.interleaved) == (256, 64, True)
+    with pytest.raises(ValueError, match=r"both `rotary_dim`=64 and `partial_rotary_factor`"):
+        from_hf_config({**config, "partial_rotary_factor": 0.25})
+    with pytest.raises(ValueError, match=r"`rotary_dim`=300 must be even and at most"):
+        from_hf_config({**config, "rotary_dim": 300})

@@ -108,3 +108,31 @@ def test_family_matches_or_says_why(family: str) -> None:
             assert CLEAR_ERRORS[label] in outcome.detail, outcome
         else:
             assert outcome.kind == "match", outcome
+
+
+@pytest.mark.parametrize("family", ["gptj", "codegen"])
+def test_gptj_and_codegen_rotate_their_rotary_dim_interleaved(family: str) -> None:
+    """No rotary class to drive: their attention gathers sin/cos rows of
+    ``create_sinusoidal_positions`` and rotates the first ``rotary_dim`` features with
+    ``rotate_every_two``; anyrope reads ``rotary_dim`` and the family's pairing."""
+    import importlib
+
+    import torch
+
+    import anyrope
+
+    module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+    config = hf_families._config(family)
+    rope = anyrope.RoPE.from_hf_config(config)
+    width = config.rotary_dim
+    assert (rope.head_dim, rope.rotary_dim, rope.interleaved) == (256, width, True)
+    generator = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 48, 2, rope.head_dim, generator=generator)
+    positions = torch.arange(1000, 1048)[None]
+    sin, cos = torch.split(
+        module.create_sinusoidal_positions(2048, width)[positions], width // 2, -1
+    )
+    rotated = module.apply_rotary_pos_emb(q[..., :width], sin, cos)
+    theirs = torch.cat((rotated, q[..., width:]), dim=-1)
+    ours = rope.rotate(q, positions, impl="array_api")
+    assert float((theirs - ours).abs().max()) <= 2e-3

@@ -11,7 +11,9 @@ transformers). Keys read:
   does); DeepSeek's ``qk_rope_head_dim`` is the width of the separate rotated part, so
   it is both the head and the rotary width;
 - ``partial_rotary_factor`` or GPT-NeoX's ``rotary_pct`` (rotary width
-  ``int(head_dim * fraction)``);
+  ``int(head_dim * fraction)``), or GPT-J's and CodeGen's ``rotary_dim`` (the width
+  itself, read for those families only; their ``n_embd`` / ``n_head`` give the head
+  width);
 - ``max_position_embeddings``, ``original_max_position_embeddings``;
 - ``rope_parameters`` or ``rope_scaling`` (see :func:`~anyrope.scaling.parse_rope_scaling`);
 - ``rope_interleave`` (DeepSeek); without it, the pairing of the family
@@ -59,6 +61,9 @@ INTERLEAVED_MODEL_TYPES = frozenset(
         "pe_audio_encoder",
         "pe_video_encoder",
         "pe_audio_video_encoder",
+        # GPT-J and CodeGen: rotate_every_two.
+        "gptj",
+        "codegen",
         # Meta's complex form.
         "llama4",
         "llama4_text",
@@ -84,6 +89,10 @@ INTERLEAVED_MODEL_TYPES = frozenset(
 """Model families (``model_type``) that pair features ``(2i, 2i+1)``: a property of the
 family's modeling code, not a config key. ``rope_interleave``, where a config has it,
 decides instead (``tests/test_hf_families.py`` drives each family's own code)."""
+
+ROTARY_DIM_MODEL_TYPES = frozenset({"gptj", "codegen"})
+"""Families whose ``rotary_dim`` key is the rotated width. Others may carry the key and
+ignore it (MiniMax-M3-VL's 64 of 128: transformers rotates all 128)."""
 
 INTERLEAVED_MROPE_MODEL_TYPES = frozenset(
     {
@@ -178,16 +187,20 @@ def _head_dim(config: Any, *, axial: bool) -> int:
     width_key = (
         "embed_dim" if axial and _get(config, "embed_dim") is not _MISSING else "hidden_size"
     )
+    heads_key = "num_attention_heads"
+    if _get(config, width_key) is _MISSING and _get(config, "n_embd") is not _MISSING:
+        # GPT-J's and CodeGen's config.json names.
+        width_key, heads_key = "n_embd", "n_head"
     hidden = _get(config, width_key)
-    heads = _get(config, "num_attention_heads")
+    heads = _get(config, heads_key)
     if hidden is _MISSING or heads is _MISSING:
         raise ValueError(
             "the model config needs `head_dim`, or `hidden_size` and `num_attention_heads`"
         )
-    hidden, heads = _int(hidden, width_key), _int(heads, "num_attention_heads")
+    hidden, heads = _int(hidden, width_key), _int(heads, heads_key)
     if hidden % heads:
         raise ValueError(
-            f"`{width_key}`={hidden} is not a multiple of `num_attention_heads`={heads}; "
+            f"`{width_key}`={hidden} is not a multiple of `{heads_key}`={heads}; "
             "give `head_dim` explicitly"
         )
     return hidden // heads
@@ -407,6 +420,23 @@ def _layer_scaling(config: Any, layer_type: str | None) -> Mapping[str, Any] | N
     return dict(chosen)
 
 
+def _explicit_rotary_dim(config: Any, inner: Mapping[str, Any], width: Any, head_dim: int) -> int:
+    """GPT-J's and CodeGen's ``rotary_dim``: the rotated features, counted."""
+    width = _int(width, "rotary_dim")
+    for key in ("partial_rotary_factor", "rotary_pct"):
+        if _get(config, key) is not _MISSING or inner.get(key) is not None:
+            raise ValueError(
+                f"the model config gives both `rotary_dim`={width} and `{key}`; "
+                "keep one of them"
+            )
+    if width % 2 or width > head_dim:
+        raise ValueError(
+            f"`rotary_dim`={width} must be even and at most the head width {head_dim} "
+            "in the model config"
+        )
+    return width
+
+
 def _rope_part_width(config: Any, key: str, fraction: Any, rope_part: int) -> int:
     """The rotary width of a latent-attention model (DeepSeek, Mistral 4, dots): its
     ``qk_rope_head_dim``, all rotated. A partial rotary factor there describes the same
@@ -433,6 +463,9 @@ def _rope_part_width(config: Any, key: str, fraction: Any, rope_part: int) -> in
 
 
 def _rotary_dim(config: Any, inner: Mapping[str, Any], head_dim: int) -> int:
+    width = _get(config, "rotary_dim")
+    if width is not _MISSING and _get(config, "model_type") in ROTARY_DIM_MODEL_TYPES:
+        return _explicit_rotary_dim(config, inner, width, head_dim)
     key, fraction = _one_of(config, ("partial_rotary_factor", "rotary_pct"))
     nested = inner.get("partial_rotary_factor")
     if nested is not None:
