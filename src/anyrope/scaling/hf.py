@@ -422,19 +422,19 @@ def _layer_scaling(config: Any, layer_type: str | None) -> Mapping[str, Any] | N
 
 def _explicit_rotary_dim(config: Any, inner: Mapping[str, Any], width: Any, head_dim: int) -> int:
     """GPT-J's and CodeGen's ``rotary_dim``: the rotated features, counted."""
-    width = _int(width, "rotary_dim")
+    rotary_dim = _int(width, "rotary_dim")
     for key in ("partial_rotary_factor", "rotary_pct"):
         if _get(config, key) is not _MISSING or inner.get(key) is not None:
             raise ValueError(
-                f"the model config gives both `rotary_dim`={width} and `{key}`; "
+                f"the model config gives both `rotary_dim`={rotary_dim} and `{key}`; "
                 "keep one of them"
             )
-    if width % 2 or width > head_dim:
+    if rotary_dim % 2 or rotary_dim > head_dim:
         raise ValueError(
-            f"`rotary_dim`={width} must be even and at most the head width {head_dim} "
+            f"`rotary_dim`={rotary_dim} must be even and at most the head width {head_dim} "
             "in the model config"
         )
-    return width
+    return rotary_dim
 
 
 def _rope_part_width(config: Any, key: str, fraction: Any, rope_part: int) -> int:
