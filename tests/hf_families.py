@@ -114,6 +114,9 @@ def _apply_function(module: Any, config: Any) -> tuple[Any, bool]:
     if apply is None:
         raise LookupError("no apply_rotary_pos_emb")
     parameters = list(inspect.signature(apply).parameters)
+    if parameters[:3] == ["x", "cos", "sin"]:
+        # One tensor at a time (Gemma 3n and others): q and k alike.
+        return (lambda q, k, cos, sin: (apply(q, cos, sin), apply(k, cos, sin))), False
     if parameters[:4] != ["q", "k", "cos", "sin"]:
         raise LookupError(f"apply_rotary_pos_emb{inspect.signature(apply)}")
     return apply, False

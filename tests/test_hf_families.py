@@ -27,15 +27,12 @@ import hf_families  # noqa: E402
 NOT_DRIVEN = {
     "cohere_compass": "KeyError: 'full_attention'",
     "deepseek_v2": "RuntimeError",  # complex tables of another shape than Llama 4's
-    "deepseek_v4[main]": "LookupError: apply_rotary_pos_emb(x",
     "diffusion_gemma[sliding_attention]": "AmbiguousGlobalPerLayerAttributeError",
     "edgetam_video": "LookupError: no text rotary class",
     "embedding_gemma2[sliding_attention]": "AmbiguousGlobalPerLayerAttributeError",
     "embedding_gemma2[full_attention]": "AmbiguousGlobalPerLayerAttributeError",
     "eomt_dinov3": "TypeError",
     "exaone4_5": "a vision tower's 2-D axial RoPE",
-    "gemma3n[sliding_attention]": "LookupError: apply_rotary_pos_emb(x",
-    "gemma3n[full_attention]": "LookupError: apply_rotary_pos_emb(x",
     "gemma4[sliding_attention]": "AmbiguousGlobalPerLayerAttributeError",
     "gemma4_unified[sliding_attention]": "AmbiguousGlobalPerLayerAttributeError",
     "glm4v": "RuntimeError: split_with_sizes",  # M-RoPE sections wider than the default config

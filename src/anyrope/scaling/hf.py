@@ -77,6 +77,7 @@ INTERLEAVED_MODEL_TYPES = frozenset(
         "mistral_large4_text",
         "deepseek_v3",
         "deepseek_v32",
+        "deepseek_v4",
         "axk1",
         "axk2",
         "dots3_note",
