@@ -178,6 +178,7 @@ def lint(session: nox.Session) -> None:
 PUBLIC_MODULES = (
     "src/anyrope/__init__.py",
     "src/anyrope/_functional.py",
+    "src/anyrope/_offsets.py",
     "src/anyrope/_rope.py",
     "src/anyrope/attention.py",
     "src/anyrope/linear_attention.py",

@@ -107,8 +107,8 @@ def flash_before(x, rotary_dim, base, interleaved, seqlen_offsets):
 def flash_after(x, rotary_dim, base, interleaved, seqlen_offsets):
     if isinstance(seqlen_offsets, int):
         positions = seqlen_offsets  # every sequence starts there
-    else:  # one offset per sequence: each token's position
-        positions = seqlen_offsets[:, None] + torch.arange(x.shape[1])
+    else:  # one offset per row of the batch
+        positions = anyrope.Offsets(seqlen_offsets)
     return anyrope.rotate(
         x,
         positions,

@@ -4,7 +4,8 @@ The same call gives the same bits on NumPy, PyTorch (CPU and CUDA), CuPy and any
 array-API library. See :func:`rotate`, :func:`rotate_qk` and :class:`RoPE`.
 """
 
-from ._functional import cache_nbytes, clear_cache, rotate, rotate_qk
+from ._functional import cache_nbytes, clear_cache, rotate, rotate_qk, rotate_qkv
+from ._offsets import Offsets
 from ._rope import RoPE
 from ._weights import permute_qk_weights
 from .attention import attention
@@ -15,6 +16,7 @@ from .sinusoidal import sinusoidal
 __version__ = "0.1.0"
 
 __all__ = [
+    "Offsets",
     "RoPE",
     "RopeScaling",
     "__version__",
@@ -25,5 +27,6 @@ __all__ = [
     "permute_qk_weights",
     "rotate",
     "rotate_qk",
+    "rotate_qkv",
     "sinusoidal",
 ]

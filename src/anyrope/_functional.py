@@ -11,7 +11,7 @@ from typing import Any
 from . import _tables
 from ._namespace import Array, Namespace, namespace_of
 from ._rope import RoPE
-from ._validation import check_base, check_bool, check_rotary_dim, describe
+from ._validation import check_base, check_bool, check_int, check_rotary_dim, describe
 from .scaling import RopeScaling, parse_rope_scaling
 
 CACHE_BYTES = 256 * 2**20
@@ -80,6 +80,7 @@ def _rope_for_input(
     *,
     scaling: Mapping[str, Any] | RopeScaling | None,
     max_position_embeddings: int | None,
+    start_index: int = 0,
 ) -> RoPE:
     """The cached :class:`RoPE` for an input whose last axis is the head dimension."""
     shape = getattr(x, "shape", None)
@@ -100,6 +101,8 @@ def _rope_for_input(
             max_position_embeddings,
             type(max_position_embeddings),
             scaling,
+            start_index,
+            type(start_index),
         )
     try:
         settings = None if key is None else _known.get(key)
@@ -125,12 +128,18 @@ def _rope_for_input(
         check_base(base),
         check_bool(interleaved, "interleaved"),
         parsed,
+        check_int(start_index, "start_index"),
     )
     with _lock:
         rope = _ropes.get(settings)
         if rope is None:
             rope = RoPE(
-                head_dim, rotary_dim=rotary_dim, base=base, interleaved=interleaved, scaling=parsed
+                head_dim,
+                rotary_dim=rotary_dim,
+                base=base,
+                interleaved=interleaved,
+                scaling=parsed,
+                start_index=start_index,
             )
             _ropes[settings] = rope
         if key is not None:
@@ -172,6 +181,7 @@ def rotate(
     scaling: Mapping[str, Any] | RopeScaling | None = None,
     max_position_embeddings: int | None = None,
     cu_seqlens: Array | None = None,
+    start_index: int = 0,
 ) -> Array:
     """Apply rotary position embedding to ``x``.
 
@@ -184,14 +194,17 @@ def rotate(
     x : array
         Queries or keys of any array-API library, real floating dtype (float16,
         bfloat16, float32, float64); axes as given by ``layout``.
-    positions : None, int or array of int, optional
+    positions : None, int, Offsets or array of int, optional
         ``None``: positions ``0 .. seq-1``. An int: that offset plus ``0 .. seq-1``
-        (KV-cache decode). An integer array of the caller's library, shape ``(seq,)`` or
-        ``(*batch, seq)``, broadcastable (left padding, packed and speculative positions).
-        The heads axis never appears in positions.
+        (KV-cache decode). :class:`Offsets` of shape ``(batch,)``: row ``b`` at
+        ``offsets[b] + 0 .. seq-1`` (flash-attn's ``seqlen_offsets``). An integer array
+        of the caller's library, shape ``(seq,)`` or ``(*batch, seq)``, broadcastable
+        (left padding, packed and speculative positions). The heads axis never appears
+        in positions.
     rotary_dim : int, optional
-        Rotate only the first ``rotary_dim`` features (even, at most head_dim); the rest
-        are copied bit for bit. Defaults to the whole head.
+        Rotate only ``rotary_dim`` features from ``start_index`` on (even, at most
+        ``head_dim - start_index``); the rest are copied bit for bit. Defaults to the
+        whole head from ``start_index`` on.
     base : float, optional
         Frequency base (``rope_theta``), finite and > 1. Default 10000.
     interleaved : bool, optional
@@ -229,6 +242,9 @@ def rotate(
         Each sequence starts at position 0; ``positions`` then gives per-sequence
         offsets (``None``, an int, or an array ``(num_sequences,)``). The result equals
         rotating each sequence on its own, bit for bit.
+    start_index : int, optional
+        The first rotated feature (default 0), as rotary-embedding-torch's
+        ``apply_rotary_emb(freqs, t, start_index=...)``; see :class:`RoPE`.
 
     Returns
     -------
@@ -256,6 +272,7 @@ def rotate(
         interleaved,
         scaling=scaling,
         max_position_embeddings=max_position_embeddings,
+        start_index=start_index,
     )
     y = rope.rotate(
         x,
@@ -287,6 +304,7 @@ def rotate_qk(
     scaling: Mapping[str, Any] | RopeScaling | None = None,
     max_position_embeddings: int | None = None,
     cu_seqlens: Array | None = None,
+    start_index: int = 0,
 ) -> tuple[Array, Array]:
     """Apply rotary position embedding to queries and keys together.
 
@@ -299,11 +317,13 @@ def rotate_qk(
     q, k : array
         Queries and keys of one array-API library, real floating dtype (float16,
         bfloat16, float32, float64); axes as given by ``layout``.
-    positions : None, int or array of int, optional
-        ``None``: ``0 .. seq-1``; an int: that offset plus ``0 .. seq-1``; an integer
-        array broadcastable to ``(*batch, seq)``. See :func:`rotate`.
+    positions : None, int, Offsets or array of int, optional
+        ``None``: ``0 .. seq-1``; an int: that offset plus ``0 .. seq-1``; per-row
+        :class:`Offsets`; an integer array broadcastable to ``(*batch, seq)``. See
+        :func:`rotate`.
     rotary_dim : int, optional
-        Rotate only the first ``rotary_dim`` features; the whole head by default.
+        Rotate only ``rotary_dim`` features from ``start_index`` on; the whole head by
+        default.
     base : float, optional
         Frequency base (``rope_theta``), finite and > 1. Default 10000.
     interleaved : bool, optional
@@ -324,6 +344,8 @@ def rotate_qk(
         The model's trained context, for the scaling methods that need it.
     cu_seqlens : array of int, optional
         With ``layout="thd"``: cumulative lengths of the packed sequences.
+    start_index : int, optional
+        The first rotated feature (default 0); see :func:`rotate`.
 
     Returns
     -------
@@ -355,6 +377,7 @@ def rotate_qk(
         interleaved,
         scaling=scaling,
         max_position_embeddings=max_position_embeddings,
+        start_index=start_index,
     )
     q2, k2 = rope(
         q,
@@ -369,3 +392,102 @@ def rotate_qk(
     )
     _keep_within_bounds()
     return q2, k2
+
+
+def rotate_qkv(
+    qkv: Array,
+    positions: object = None,
+    *,
+    num_heads_q: int | None = None,
+    rotary_dim: int | None = None,
+    base: float = 10000.0,
+    interleaved: bool = False,
+    layout: str = "bshd",
+    inverse: bool = False,
+    inplace: bool = False,
+    impl: str = "auto",
+    xp: Namespace | None = None,
+    scaling: Mapping[str, Any] | RopeScaling | None = None,
+    max_position_embeddings: int | None = None,
+    cu_seqlens: Array | None = None,
+    start_index: int = 0,
+) -> Array:
+    """Rotate the queries and keys of one fused qkv array; the values are not touched.
+
+    flash-attn's ``apply_rotary_emb_qkv_``: ``qkv`` is ``(batch, seq, 3, heads,
+    head_dim)`` (an axis of length 3 right before the heads axis of ``layout``), or,
+    with ``num_heads_q``, ``(batch, seq, num_heads_q + 2 * num_heads_kv, head_dim)``.
+    See :meth:`RoPE.rotate_qkv`; every other argument means what it means in
+    :func:`rotate`.
+
+    Parameters
+    ----------
+    qkv : array
+        The fused queries, keys and values, real floating dtype.
+    positions : None, int, Offsets or array of int, optional
+        As for :func:`rotate`.
+    num_heads_q : int, optional
+        The number of query heads of a grouped array; ``None`` for a stacked one.
+    rotary_dim : int, optional
+        Rotate only ``rotary_dim`` features from ``start_index`` on.
+    base : float, optional
+        Frequency base (``rope_theta``), finite and > 1. Default 10000.
+    interleaved : bool, optional
+        ``False``: half-split pairs (Hugging Face); ``True``: adjacent pairs (Meta, GPT-J).
+    layout : {"bshd", "bhsd", "sbhd", "thd"}, optional
+        The layout of q, k and v once split.
+    inverse : bool, optional
+        Rotate by the negative angle (undo a rotation).
+    inplace : bool, optional
+        Write rotated q and k into ``qkv`` and return it.
+    impl : {"auto", "cuda", "numba", "blocked", "array_api"}, optional
+        The path; ``"auto"`` takes the first that can take the call.
+    xp : namespace, optional
+        The array namespace; inferred from ``qkv`` by default.
+    scaling : dict or RopeScaling, optional
+        Context-extension scaling, a Hugging Face ``rope_scaling`` dict.
+    max_position_embeddings : int, optional
+        The model's trained context, for the scaling methods that need it.
+    cu_seqlens : array of int, optional
+        With ``layout="thd"``: cumulative lengths of the packed sequences.
+    start_index : int, optional
+        The first rotated feature (default 0).
+
+    Returns
+    -------
+    array
+        Same library, device, dtype and shape as ``qkv``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import anyrope
+    >>> qkv = np.random.default_rng(0).standard_normal((1, 6, 3, 4, 32))
+    >>> out = anyrope.rotate_qkv(qkv, positions=anyrope.Offsets(np.array([10])))
+    >>> q2, k2 = anyrope.rotate_qk(qkv[:, :, 0], qkv[:, :, 1], positions=10)
+    >>> bool((out[:, :, 1] == k2).all() and (out[:, :, 2] == qkv[:, :, 2]).all())
+    True
+    """
+    rope = _rope_for_input(
+        qkv,
+        "qkv",
+        rotary_dim,
+        base,
+        interleaved,
+        scaling=scaling,
+        max_position_embeddings=max_position_embeddings,
+        start_index=start_index,
+    )
+    y = rope.rotate_qkv(
+        qkv,
+        positions,
+        num_heads_q=num_heads_q,
+        layout=layout,
+        inverse=inverse,
+        inplace=inplace,
+        impl=impl,
+        xp=xp,
+        cu_seqlens=cu_seqlens,
+    )
+    _keep_within_bounds()
+    return y

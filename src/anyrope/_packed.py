@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ._namespace import Array, Namespace, device_of, to_host
+from ._offsets import Offsets
 from ._positions import check_integer_array
 from ._validation import MAX_POSITION, describe
 
@@ -71,6 +72,9 @@ def packed_positions(cu_seqlens: object, offsets: object, *, x: Array, xp: Names
 
 
 def _offsets(offsets: object, count: int, xp: Namespace, x: Array) -> np.ndarray[Any, Any]:
+    if isinstance(offsets, Offsets):
+        # Packed sequences are the rows here: Offsets says what the bare array says.
+        offsets = offsets.values
     if offsets is None:
         return np.zeros(count, dtype=np.int64)
     if not isinstance(offsets, bool) and isinstance(offsets, numbers.Integral):

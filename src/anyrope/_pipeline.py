@@ -16,6 +16,7 @@ import array_api_compat
 import numpy as np
 
 from ._namespace import Array, Namespace
+from ._offsets import Offsets
 from ._paths import choose
 from ._plan import Plan, make_plan
 from ._tables import TableSource
@@ -157,4 +158,9 @@ def _jax_on_host(
         return None
     from ._jax import on_host
 
-    return on_host(arrays, positions, cu_seqlens)
+    if not isinstance(positions, Offsets):
+        return on_host(arrays, positions, cu_seqlens)
+    host = on_host(arrays, positions.values, cu_seqlens)
+    if host is None:
+        return None
+    return host[0], Offsets(host[1]), host[2]

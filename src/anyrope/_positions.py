@@ -1,4 +1,4 @@
-"""Positions: ``None``, an integer offset, or an integer array broadcastable to (*batch, seq)."""
+"""Positions: None, an offset, Offsets, or an integer array broadcasting to (*batch, seq)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import array_api_compat
 
 from ._jax import is_traced
 from ._namespace import Array, Namespace, device_of, dtype_name, library_name, to_host
+from ._offsets import Offsets
 from ._validation import MAX_POSITION, describe
 
 
@@ -47,6 +48,8 @@ def resolve_positions(
         )
     if isinstance(positions, numbers.Integral):
         return offset_positions(int(positions), seq)
+    if isinstance(positions, Offsets):
+        return _resolve_array(row_offsets(positions.values, xp, x, batch, seq), xp, batch, seq)
     if not array_api_compat.is_array_api_obj(positions) or isinstance(positions, (list, tuple)):
         raise TypeError(
             "`positions` must be None, an integer offset or an integer array; "
@@ -71,6 +74,36 @@ def offset_positions(offset: int, seq: int) -> Positions:
             "float64 cannot represent every position"
         )
     return Positions(offset, seq, None, offset + seq)
+
+
+def row_offsets(values: Array, xp: Namespace, x: Array, batch: tuple[int, ...], seq: int) -> Array:
+    """The positions ``values[..., None] + 0 .. seq-1`` of per-row :class:`Offsets`.
+
+    ``values`` must broadcast to the batch axes ``batch``; the result broadcasts to
+    ``(*batch, seq)`` and is checked like any positions array by the caller.
+    """
+    check_integer_array(values, "positions", xp, x)
+    shape = tuple(values.shape)
+    padded = (1,) * (len(batch) - len(shape)) + shape
+    if len(shape) > len(batch) or any(n not in (1, b) for n, b in zip(padded, batch, strict=True)):
+        raise ValueError(
+            f"`positions`=Offsets(...) holds one offset per batch row: its shape must broadcast "
+            f"to the batch axes {batch}; got shape {shape}"
+        )
+    if not is_traced(values) and math.prod(shape) != 0:
+        host = to_host(values)
+        low, high = int(host.min()), int(host.max())
+        if low < 0:
+            raise ValueError(f"`positions` offsets must be non-negative; got a minimum of {low}")
+        if high + seq > MAX_POSITION:
+            raise ValueError(
+                f"`positions` offset {high} plus seq={seq} exceeds 2**53, beyond which "
+                "float64 cannot represent every position"
+            )
+    if dtype_name(values.dtype) not in _INDEX_DTYPES:
+        values = xp.astype(values, xp.int64)
+    steps = xp.arange(seq, dtype=values.dtype, device=device_of(values))
+    return xp.reshape(values, (*padded, 1)) + steps
 
 
 def check_integer_array(values: Array, name: str, xp: Namespace, x: Array) -> None:

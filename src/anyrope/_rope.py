@@ -11,6 +11,7 @@ import numpy as np
 
 from . import _mrope, _pipeline
 from ._namespace import Array, Namespace, device_of, is_real_floating, namespace_of, to_host
+from ._qkv import join_qkv, split_qkv
 from ._tables import TableSource
 from ._validation import check_base, check_bool, check_head_dim, check_int, check_rotary_dim
 from .scaling import RopeScaling, from_hf_config, parse_rope_scaling
@@ -31,8 +32,9 @@ class RoPE:
     head_dim : int
         Width of each attention head (the last axis of q and k); positive and even.
     rotary_dim : int, optional
-        Number of leading features that rotate; the rest are copied bit for bit.
-        Positive, even and at most ``head_dim``. Defaults to ``head_dim``.
+        Number of features that rotate, from ``start_index`` on; the rest are copied
+        bit for bit. Positive, even and at most ``head_dim - start_index``. Defaults to
+        ``head_dim - start_index``.
     base : float, optional
         Base of the frequencies ``theta_i = base ** (-2i / rotary_dim)`` (``rope_theta``
         in Hugging Face configs). Finite and greater than 1. Default 10000.
@@ -49,6 +51,11 @@ class RoPE:
     max_position_embeddings : int, optional
         The model's trained context ``L_max`` (needed by ``dynamic``; the default
         ``original_max_position_embeddings`` of ``yarn``, ``llama3`` and ``longrope``).
+    start_index : int, optional
+        The first rotated feature (default 0): features ``start_index`` to
+        ``start_index + rotary_dim - 1`` rotate, as in rotary-embedding-torch's
+        ``apply_rotary_emb(freqs, t, start_index=...)``; those before and after are
+        copied bit for bit.
 
     Attributes
     ----------
@@ -91,11 +98,22 @@ class RoPE:
         interleaved: bool = False,
         scaling: Mapping[str, Any] | RopeScaling | None = None,
         max_position_embeddings: int | None = None,
+        start_index: int = 0,
     ) -> None:
         self.head_dim = check_head_dim(head_dim)
-        self.rotary_dim = (
-            self.head_dim if rotary_dim is None else check_rotary_dim(rotary_dim, self.head_dim)
-        )
+        self.start_index = check_int(start_index, "start_index")
+        if not 0 <= self.start_index < self.head_dim:
+            raise ValueError(
+                f"`start_index` must be at least 0 and below head_dim={self.head_dim}; "
+                f"got {self.start_index}"
+            )
+        width = self.head_dim - self.start_index
+        self.rotary_dim = width if rotary_dim is None else check_rotary_dim(rotary_dim, head_dim)
+        if self.rotary_dim > width:
+            raise ValueError(
+                f"`rotary_dim`={self.rotary_dim} features from `start_index`={self.start_index} "
+                f"end past head_dim={self.head_dim}"
+            )
         self.base = check_base(base)
         self.interleaved = check_bool(interleaved, "interleaved")
         if max_position_embeddings is not None:
@@ -279,13 +297,21 @@ class RoPE:
         # the tables, which live on devices, are rebuilt where they are needed.
         return (
             _restore,
-            (type(self), self.head_dim, self.rotary_dim, self.base, self.interleaved, self.scaling),
+            (
+                type(self),
+                self.head_dim,
+                self.rotary_dim,
+                self.base,
+                self.interleaved,
+                self.scaling,
+                self.start_index,
+            ),
         )
 
     def __repr__(self) -> str:
-        extra = ""
+        extra = f", start_index={self.start_index}" if self.start_index else ""
         if self.scaling != RopeScaling(max_position_embeddings=self.max_position_embeddings):
-            extra = f", scaling={self.scaling!r}"
+            extra += f", scaling={self.scaling!r}"
         return (
             f"RoPE(head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, "
             f"base={self.base!r}, interleaved={self.interleaved}{extra})"
@@ -419,6 +445,90 @@ class RoPE:
         )
         return y
 
+    def rotate_qkv(
+        self,
+        qkv: Array,
+        positions: object = None,
+        *,
+        num_heads_q: int | None = None,
+        layout: str = "bshd",
+        inverse: bool = False,
+        inplace: bool = False,
+        impl: str = "auto",
+        xp: Namespace | None = None,
+        cu_seqlens: Array | None = None,
+    ) -> Array:
+        """Rotate the queries and keys of a fused qkv array; the values are not touched.
+
+        The fused output of a qkv projection, as flash-attn's ``apply_rotary_emb_qkv_``
+        takes it, in one of two forms:
+
+        - without ``num_heads_q``: an axis of length 3 (q, k, v) right before the heads
+          axis, e.g. ``(batch, seq, 3, heads, head_dim)`` for ``layout="bshd"`` or
+          ``(batch, 3, heads, seq, head_dim)`` for ``"bhsd"``;
+        - with ``num_heads_q``: the heads axis holds ``num_heads_q`` query heads, then the
+          key heads, then as many value heads (grouped-query attention), e.g.
+          ``(batch, seq, num_heads_q + 2 * num_heads_kv, head_dim)``.
+
+        q and k are rotated as views of ``qkv``, with the bits :meth:`__call__` gives.
+
+        Parameters
+        ----------
+        qkv : array
+            The fused array, real floating dtype, in one of the forms above.
+        positions : None, int, Offsets or array of int, optional
+            As for :meth:`rotate`.
+        num_heads_q : int, optional
+            The number of query heads of a grouped array; ``None`` for a stacked one.
+        layout : {"bshd", "bhsd", "sbhd", "thd"}, optional
+            The layout of q, k and v once split; see :func:`anyrope.rotate`.
+        inverse : bool, optional
+            Rotate by the negative angle (undo a rotation).
+        inplace : bool, optional
+            Write the rotated q and k into ``qkv`` and return it (flash-attn's in-place
+            form); otherwise a new array holds rotated q and k and a copy of v.
+        impl : {"auto", "cuda", "numba", "blocked", "array_api"}, optional
+            The path; ``"auto"`` takes the first that can take the call.
+        xp : namespace, optional
+            The array namespace; inferred from ``qkv`` by default.
+        cu_seqlens : array of int, optional
+            With ``layout="thd"``: cumulative lengths of the packed sequences.
+
+        Returns
+        -------
+        array
+            Same library, device, dtype and shape as ``qkv``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import anyrope
+        >>> rope = anyrope.RoPE(8)
+        >>> qkv = np.random.default_rng(0).standard_normal((2, 4, 3, 2, 8))
+        >>> out = rope.rotate_qkv(qkv, positions=7)
+        >>> q2, k2 = rope(qkv[:, :, 0], qkv[:, :, 1], positions=7)
+        >>> bool((out[:, :, 0] == q2).all() and (out[:, :, 2] == qkv[:, :, 2]).all())
+        True
+        >>> grouped = np.random.default_rng(1).standard_normal((2, 4, 4 + 2 * 1, 8))
+        >>> rope.rotate_qkv(grouped, num_heads_q=4).shape   # 4 query, 1 key, 1 value head
+        (2, 4, 6, 8)
+        """
+        fused = split_qkv(qkv, layout, num_heads_q)
+        q, k = self._rotate(
+            fused.q,
+            fused.k,
+            positions=positions,
+            layout=layout,
+            inverse=inverse,
+            inplace=inplace,
+            impl=impl,
+            xp=xp,
+            cu_seqlens=cu_seqlens,
+        )
+        if inplace:
+            return qkv
+        return join_qkv(fused, q, k, namespace_of(qkv, xp=xp, argument="qkv"))
+
     def path(
         self,
         x: Array,
@@ -475,13 +585,18 @@ class RoPE:
 
         if array_api_compat.is_dask_array(x):
             x = x._meta.reshape((0,) * (x.ndim - 1) + (x.shape[-1],))
+        start = 0
+        if self.start_index and array_api_compat.is_array_api_obj(x) and x.shape:
+            # The call rotates a view from start_index on: name the path that view takes.
+            start = self.start_index if x.shape[-1] == self.head_dim else 0
+            x = x[..., start:]
         return path_name(
             self._source,
             (x,),
             ("x",),
             positions,
             impl=impl,
-            head_dim=self.head_dim,
+            head_dim=self.head_dim - start,
             interleaved=self.interleaved,
             layout=layout,
             inverse=False,
@@ -492,28 +607,51 @@ class RoPE:
 
     def _rotate(self, *arrays: Array, positions: object, **options: Any) -> tuple[Array, ...]:
         names = _NAMES[len(arrays)]
+        if self.start_index and all(map(array_api_compat.is_array_api_obj, arrays)):
+            return self._rotate_from(arrays, names, positions, options)
+        return self._rotate_whole(arrays, names, positions, options)
+
+    def _rotate_from(
+        self,
+        arrays: tuple[Array, ...],
+        names: tuple[str, ...],
+        positions: object,
+        options: dict[str, Any],
+    ) -> tuple[Array, ...]:
+        """Rotate the features from ``start_index`` on, as views; keep those before."""
+        for x, name in zip(arrays, names, strict=True):
+            if not x.shape or x.shape[-1] != self.head_dim:
+                raise ValueError(
+                    f"`{name}` must have head_dim={self.head_dim} in its last axis; "
+                    f"got shape {tuple(x.shape)}"
+                )
+        start = self.start_index
+        tails = self._rotate_whole(
+            tuple(x[..., start:] for x in arrays), names, positions, options, start=start
+        )
+        if options["inplace"]:
+            return arrays
+        xp = namespace_of(*arrays, xp=options["xp"], argument=" and ".join(names))
+        return tuple(
+            xp.concat((x[..., :start], y), axis=-1) for x, y in zip(arrays, tails, strict=True)
+        )
+
+    def _rotate_whole(
+        self,
+        arrays: tuple[Array, ...],
+        names: tuple[str, ...],
+        positions: object,
+        options: dict[str, Any],
+        *,
+        start: int = 0,
+    ) -> tuple[Array, ...]:
+        options = {**options, "head_dim": self.head_dim - start, "interleaved": self.interleaved}
         if array_api_compat.is_dask_array(arrays[0]):
             # Lazy libraries sit above the pipeline: dask calls it once per block.
             from ._lazy.dask import rotate_dask
 
-            return rotate_dask(
-                self._source,
-                arrays,
-                names,
-                positions,
-                head_dim=self.head_dim,
-                interleaved=self.interleaved,
-                **options,
-            )
-        return _pipeline.rotate(
-            self._source,
-            arrays,
-            names,
-            positions,
-            head_dim=self.head_dim,
-            interleaved=self.interleaved,
-            **options,
-        )
+            return rotate_dask(self._source, arrays, names, positions, **options)
+        return _pipeline.rotate(self._source, arrays, names, positions, **options)
 
     def tables(
         self,
@@ -603,5 +741,13 @@ def _restore(  # noqa: PLR0917 - the arguments __reduce__ gives, in order
     base: float,
     interleaved: bool,
     scaling: RopeScaling,
+    start_index: int = 0,
 ) -> RoPE:
-    return cls(head_dim, rotary_dim=rotary_dim, base=base, interleaved=interleaved, scaling=scaling)
+    return cls(
+        head_dim,
+        rotary_dim=rotary_dim,
+        base=base,
+        interleaved=interleaved,
+        scaling=scaling,
+        start_index=start_index,
+    )

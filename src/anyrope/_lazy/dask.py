@@ -21,6 +21,7 @@ import numpy as np
 from .. import _threads
 from .._layout import Axes
 from .._namespace import Array, check_namespace
+from .._offsets import Offsets
 from .._pipeline import rotate
 from .._plan import make_plan
 from .._tables import TableSource
@@ -64,6 +65,11 @@ def rotate_dask(
         )
     if xp is not None:
         check_namespace(xp)
+    if isinstance(positions, Offsets) and not array_api_compat.is_numpy_array(positions.values):
+        raise TypeError(
+            "`positions`=Offsets(...) for a dask array takes a NumPy integer array of offsets; "
+            f"got {describe(positions.values)}"
+        )
     if hasattr(positions, "shape") and not (
         array_api_compat.is_dask_array(positions) or array_api_compat.is_numpy_array(positions)
     ):
@@ -90,7 +96,10 @@ def rotate_dask(
     where = plan.where[0]
     if where.array is None:
         return tuple(_map(task.by_offset, x, offset=where.offset) for x in arrays)
-    spread = _spread_positions(positions, plan.axes, arrays[0].ndim)
+    # Offsets were made into an array of positions by make_plan; a dask array of
+    # positions stood in as zeros there, so it is spread itself.
+    offsets = isinstance(positions, Offsets)
+    spread = _spread_positions(where.array if offsets else positions, plan.axes, arrays[0].ndim)
     return tuple(_map(task.by_positions, x, spread) for x in arrays)
 
 
