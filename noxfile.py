@@ -187,6 +187,7 @@ PUBLIC_MODULES = (
     "src/anyrope/check.py",
     "src/anyrope/scaling/__init__.py",
     "src/anyrope/scaling/axial.py",
+    "src/anyrope/scaling/proportional.py",
     "src/anyrope/scaling/config.py",
     "src/anyrope/scaling/default.py",
     "src/anyrope/scaling/dynamic.py",

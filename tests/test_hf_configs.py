@@ -386,3 +386,92 @@ def test_gptj_config_json_names() -> None:
         from_hf_config({**config, "partial_rotary_factor": 0.25})
     with pytest.raises(ValueError, match=r"`rotary_dim`=300 must be even and at most"):
         from_hf_config({**config, "rotary_dim": 300})
+
+
+def _gemma4_text(**extra: Any) -> dict[str, Any]:
+    return {
+        "model_type": "gemma4_text",
+        "hidden_size": 2304,
+        "num_attention_heads": 8,
+        "head_dim": 256,
+        "layer_types": ["sliding_attention"] * 5 + ["full_attention"],
+        "rope_parameters": {
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {
+                "rope_type": "proportional",
+                "partial_rotary_factor": 0.25,
+                "rope_theta": 1e6,
+            },
+        },
+        "max_position_embeddings": 131072,
+        **extra,
+    }
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{"global_head_dim": 512}, {}, {"per_layer_config": {"05": {"head_dim": 512}}}],
+    ids=["global_head_dim", "transformers-default", "per_layer_config"],
+)
+def test_gemma4_full_attention_is_proportional_on_wider_heads(extra: dict[str, Any]) -> None:
+    import anyrope
+
+    layers = anyrope.RoPE.from_hf_config_layers(_gemma4_text(**extra))
+    full, sliding = layers["full_attention"], layers["sliding_attention"]
+    assert full is not None
+    assert sliding is not None
+    assert (full.head_dim, full.rotary_dim, full.base) == (512, 512, 1e6)
+    assert full.scaling.rope_type == "proportional"
+    expected = default.inv_freq(512, 1e6)
+    expected[64:] = 0.0
+    np.testing.assert_array_equal(full.inv_freq, expected)
+    assert (sliding.head_dim, sliding.rotary_dim, sliding.base) == (256, 256, 10000.0)
+    # The pairs past the turning share stay where they are, bit for bit.
+    x = np.random.default_rng(0).standard_normal((1, 3, 2, 512)).astype(np.float32)
+    y = full.rotate(x, positions=1000)
+    np.testing.assert_array_equal(y[..., 64:256], x[..., 64:256])
+    np.testing.assert_array_equal(y[..., 320:], x[..., 320:])
+    assert not np.array_equal(y[..., :64], x[..., :64])
+
+
+def test_per_layer_overrides_must_agree_within_a_layer_type() -> None:
+    config = _gemma4_text(
+        layer_types=["full_attention", "sliding_attention", "full_attention"],
+        per_layer_config={"0": {"head_dim": 512}, "2": {"head_dim": 384}},
+    )
+    with pytest.raises(ValueError, match="layers of type 'full_attention' differ"):
+        from_hf_config(config, layer_type="full_attention")
+    assert from_hf_config(config, layer_type="sliding_attention").head_dim == 256
+    flat = {"head_dim": 64, "layer_types": ["a", "b"], "per_layer_config": {"1": {"head_dim": 32}}}
+    with pytest.raises(ValueError, match=r"`per_layer_config` changes head_dim.*pass layer_type="):
+        from_hf_config(flat)
+    assert from_hf_config(flat, layer_type="b").head_dim == 32
+    assert from_hf_config(flat, layer_type="a").head_dim == 64
+    unrelated = {"head_dim": 64, "per_layer_config": {"1": {"sliding_window": None}}}
+    assert from_hf_config(unrelated).head_dim == 64
+
+
+def test_proportional_rotates_the_whole_head() -> None:
+    import anyrope
+
+    scaling = {"rope_type": "proportional", "partial_rotary_factor": 0.25}
+    with pytest.raises(ValueError, match="rotates the whole head"):
+        anyrope.RoPE(128, rotary_dim=64, scaling=scaling)
+    assert anyrope.RoPE(128, scaling=scaling).rotary_dim == 128
+
+
+def test_llama_4_attention_temperature_is_refused_by_name() -> None:
+    config = {
+        "head_dim": 128,
+        "rope_parameters": {
+            "rope_type": "yarn",
+            "factor": 16.0,
+            "original_max_position_embeddings": 16384,
+            "llama_4_scaling_beta": 0.1,
+            "rope_theta": 1e6,
+        },
+    }
+    with pytest.raises(ValueError, match=r"Llama 4's attention temperature.*drop the key"):
+        from_hf_config(config)
+    del config["rope_parameters"]["llama_4_scaling_beta"]
+    assert from_hf_config(config).scaling.rope_type == "yarn"

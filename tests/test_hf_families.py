@@ -27,14 +27,9 @@ import hf_families  # noqa: E402
 NOT_DRIVEN = {
     "cohere_compass": "KeyError: 'full_attention'",
     "deepseek_v2": "RuntimeError",  # complex tables of another shape than Llama 4's
-    "diffusion_gemma[sliding_attention]": "AmbiguousGlobalPerLayerAttributeError",
     "edgetam_video": "LookupError: no text rotary class",
-    "embedding_gemma2[sliding_attention]": "AmbiguousGlobalPerLayerAttributeError",
-    "embedding_gemma2[full_attention]": "AmbiguousGlobalPerLayerAttributeError",
     "eomt_dinov3": "TypeError",
     "exaone4_5": "a vision tower's 2-D axial RoPE",
-    "gemma4[sliding_attention]": "AmbiguousGlobalPerLayerAttributeError",
-    "gemma4_unified[sliding_attention]": "AmbiguousGlobalPerLayerAttributeError",
     "glm4v": "RuntimeError: split_with_sizes",  # M-RoPE sections wider than the default config
     "glm5_next": "a vision tower's 2-D axial RoPE",
     "glm_image": "RuntimeError: split_with_sizes",
@@ -63,23 +58,19 @@ CLEAR_ERRORS = {
     "blt": "needs `head_dim`, or `hidden_size` and `num_attention_heads`",
     "cosmos3_edge": "uses interleaved M-RoPE",
     "deepseek_v4[compress]": "`rope_theta`=10000.0 and `rope_parameters['rope_theta']`",
-    "diffusion_gemma[full_attention]": "`rope_type` must be one of",  # proportional
     "efficientloftr": "`partial_rotary_factor` must be in (0, 1]",
     "esmfold2": "needs `head_dim`, or `hidden_size` and `num_attention_heads`",
-    "gemma4[full_attention]": "`rope_type` must be one of",  # proportional
-    "gemma4_unified[full_attention]": "`rope_type` must be one of",
     "glm4_moe": "is not a multiple of `num_attention_heads`",
     "glm4v_moe": "is not a multiple of `num_attention_heads`",
     "lasr": "needs `head_dim`, or `hidden_size` and `num_attention_heads`",
-    "lfm3[full_attention]": "`rope_type` must be one of",
-    "ministral3": "does not use `llama_4_scaling_beta`",
-    "mistral4": "does not use `llama_4_scaling_beta`",
+    "ministral3": "llama_4_scaling_beta']`=0.1 is Llama 4's attention temperature",
+    "mistral4": "llama_4_scaling_beta']`=0.1 is Llama 4's attention temperature",
     "nanochat": "rotates by the negative angle",
     "nemotron3_diarization": "needs `head_dim`, or `hidden_size` and `num_attention_heads`",
     "qwen3_omni_moe": "is not a multiple of `num_attention_heads`",
 }
 """Configs anyrope refuses, by what the error says: a key it does not model (Llama 4's
-attention scaling, Gemma 4's ``proportional`` type), a width the default config leaves
+attention temperature, which scales the queries in attention), a width the default config leaves
 ambiguous, or a rotation it does not give (NanoChat's negative angle, interleaved
 M-RoPE). M-RoPE families are driven with a different position in each stream."""
 

@@ -94,7 +94,7 @@ def test_frozen() -> None:
     ("scaling", "kwargs", "error", "message"),
     [
         ({"rope_type": "su"}, {}, ValueError, "`rope_type` must be one of"),
-        ({"rope_type": "proportional"}, {}, ValueError, "got 'proportional'"),
+        ({"rope_type": "fope"}, {}, ValueError, "got 'fope'"),
         ({"rope_type": 3}, {}, TypeError, "`rope_type` must be a string"),
         ({"rope_type": "linear"}, {}, ValueError, "`factor` is required for rope_type='linear'"),
         ({"rope_type": "linear", "factor": 0.5}, {}, ValueError, "`factor` must be >= 1"),
@@ -251,6 +251,7 @@ def test_every_type_is_listed() -> None:
         "longrope",
         "llama3",
         "axial",
+        "proportional",
     }
 
 

@@ -24,6 +24,7 @@ from anyrope.scaling import (
     longrope,
     ntk,
     parse_rope_scaling,
+    proportional,
     yarn,
 )
 
@@ -305,3 +306,24 @@ def test_every_method_is_float64_and_positive() -> None:
             assert freq.shape == (32,)
             assert np.all(freq > 0)
             assert factor > 0
+
+
+@pytest.mark.parametrize(
+    ("head_dim", "fraction", "factor"),
+    [(512, 0.25, 1.0), (256, 0.5, 8.0), (64, 1.0, 2.0), (96, 0.3, 1.0)],
+)
+def test_proportional(head_dim: int, fraction: float, factor: float) -> None:
+    """Gemma 4: the first int(fraction * head_dim // 2) pairs keep b ** (-2i / head_dim)."""
+    base = 1e6
+    scaling = RopeScaling("proportional", factor=factor, partial_rotary_factor=fraction)
+    got, attention_factor = scaling.frequencies(head_dim, base)
+    turning = int(fraction * head_dim // 2)
+    expected = [
+        (base ** (-2 * i / head_dim) if i < turning else 0.0) / factor for i in range(head_dim // 2)
+    ]
+    np.testing.assert_allclose(got, expected, rtol=RTOL, atol=0)
+    assert int(np.count_nonzero(got)) == turning
+    assert attention_factor == 1.0
+    np.testing.assert_array_equal(
+        got, proportional.inv_freq(head_dim, base, fraction=fraction, factor=factor)
+    )

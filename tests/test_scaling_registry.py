@@ -89,7 +89,7 @@ def test_the_registry_is_consulted_at_call_time() -> None:
     try:
         assert "toy" in names()
         assert RopeScaling("toy", factor=2.0).rope_type == "toy"
-        with pytest.raises(ValueError, match=r"`rope_type` must be one of .*'axial', 'toy'"):
+        with pytest.raises(ValueError, match=r"`rope_type` must be one of .*'proportional', 'toy'"):
             parse_rope_scaling({"rope_type": "nope"})
     finally:
         assert unregister("toy") is TOY

@@ -136,6 +136,14 @@ class RoPE:
                 f"pass base={scaling.rope_theta!r}"
             )
         fraction = scaling.partial_rotary_factor
+        if not scaling.partial_rotary_factor_sets_width:
+            if self.rotary_dim != self.head_dim - self.start_index:
+                raise ValueError(
+                    f"rope_type={scaling.rope_type!r} rotates the whole head (its "
+                    "partial_rotary_factor chooses how many pairs turn); got "
+                    f"`rotary_dim`={self.rotary_dim} for head_dim={self.head_dim}"
+                )
+            fraction = None
         if fraction is not None and int(self.head_dim * fraction) != self.rotary_dim:
             raise ValueError(
                 f"`scaling` has partial_rotary_factor={fraction!r}, which gives rotary_dim="

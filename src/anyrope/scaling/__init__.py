@@ -3,8 +3,9 @@
 Everything here is float64 NumPy on the host and never touches an accelerator: one
 small module per method (:mod:`~anyrope.scaling.default`, :mod:`~anyrope.scaling.linear`,
 :mod:`~anyrope.scaling.ntk`, :mod:`~anyrope.scaling.dynamic`, :mod:`~anyrope.scaling.yarn`,
-:mod:`~anyrope.scaling.longrope`, :mod:`~anyrope.scaling.llama3`, and
-:mod:`~anyrope.scaling.axial` for image patches), a validated
+:mod:`~anyrope.scaling.longrope`, :mod:`~anyrope.scaling.llama3`,
+:mod:`~anyrope.scaling.proportional` (Gemma 4), and :mod:`~anyrope.scaling.axial` for
+image patches), a validated
 :class:`RopeScaling` parsed from a ``rope_scaling`` dict, and :func:`from_hf_config`
 reading a whole model config.
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 from .config import ROPE_TYPES, RopeScaling, parse_rope_scaling
 
 # isort: split
-from . import axial, default, dynamic, linear, llama3, longrope, ntk, yarn
+from . import axial, default, dynamic, linear, llama3, longrope, ntk, proportional, yarn
 from .hf import HFRopeConfig, from_hf_config
 
 __all__ = [
@@ -35,5 +36,6 @@ __all__ = [
     "longrope",
     "ntk",
     "parse_rope_scaling",
+    "proportional",
     "yarn",
 ]

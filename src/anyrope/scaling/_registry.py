@@ -65,6 +65,8 @@ class ScalingFields(Protocol):
     def short_factor(self) -> tuple[float, ...] | None: ...
     @property
     def long_factor(self) -> tuple[float, ...] | None: ...
+    @property
+    def partial_rotary_factor(self) -> float | None: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +111,9 @@ class Method:
         ``sections(rotary_dim) -> tuple of int``: pairs per position stream for a method
         that lays out several streams itself (axial); such a method takes no
         ``mrope_section``.
+    reads_partial_rotary_factor : bool
+        Whether the method reads ``partial_rotary_factor`` itself (``proportional``):
+        the whole head is then rotated, and the fraction does not set the rotary width.
     frequencies_per_length : callable, optional
         ``frequencies_per_length(scaling, rotary_dim, base, lengths) -> inv_freq`` of
         shape ``(len(lengths), rotary_dim // 2)``, bit for bit the ``frequencies`` of each
@@ -141,6 +146,7 @@ class Method:
     length_bucket: Callable[[ScalingFields, int | None], int] | None = None
     softmax_scale: Callable[[ScalingFields], float] | None = None
     sections: Callable[[int], tuple[int, ...]] | None = None
+    reads_partial_rotary_factor: bool = False
     frequencies_per_length: Callable[[ScalingFields, int, float, IntArray], FloatArray] | None = (
         None
     )

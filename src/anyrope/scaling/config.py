@@ -21,7 +21,7 @@ from ._types import FloatArray, IntArray
 # isort: off
 # Importing a method's module registers it, in this order: the order of ROPE_TYPES and of
 # the names listed in error messages. A new method is one more name on this line.
-from . import default, linear, ntk, dynamic, yarn, longrope, llama3, axial  # noqa: F401
+from . import default, linear, ntk, dynamic, yarn, longrope, llama3, axial, proportional  # noqa: F401
 # isort: on
 
 __all__ = ["ROPE_TYPES", "RopeScaling", "parse_rope_scaling"]
@@ -175,6 +175,23 @@ class RopeScaling:
         """
         sections = _method(self.rope_type).sections
         return self.mrope_section if sections is None else sections(rotary_dim)
+
+    @property
+    def partial_rotary_factor_sets_width(self) -> bool:
+        """Whether ``partial_rotary_factor`` narrows the rotated width (all but ``proportional``).
+
+        Returns
+        -------
+        bool
+            False for a method that reads the fraction itself and rotates the whole head.
+
+        Examples
+        --------
+        >>> from anyrope.scaling import RopeScaling
+        >>> RopeScaling("proportional", partial_rotary_factor=0.25).partial_rotary_factor_sets_width
+        False
+        """
+        return not _method(self.rope_type).reads_partial_rotary_factor
 
     @property
     def depends_on_length(self) -> bool:

@@ -20,7 +20,9 @@ transformers). Keys read:
   (:data:`INTERLEAVED_MODEL_TYPES` by ``model_type``: Cohere, GLM, ERNIE 4.5, Helium,
   Moonshine, Llama 4, DeepSeek and others pair ``(x[2i], x[2i+1])``);
 - ``model_type`` also refuses families whose rotation anyrope does not model
-  (:data:`NEGATIVE_ANGLE_MODEL_TYPES`).
+  (:data:`NEGATIVE_ANGLE_MODEL_TYPES`);
+- ``per_layer_config`` (transformers 5's per-layer overrides) and Gemma 4's
+  ``global_head_dim``, for the layer type asked for.
 
 Two sources of one value that disagree are an error naming both keys.
 """
@@ -114,6 +116,32 @@ INTERLEAVED_MROPE_MODEL_TYPES = frozenset(
 """Families whose M-RoPE gives the streams' pairs in turn (t, h, w, t, h, w, ...)
 instead of anyrope's contiguous runs of ``mrope_section`` pairs: their M-RoPE configs
 are refused (text-only configs, without ``mrope_section``, are plain RoPE)."""
+
+GLOBAL_HEAD_DIM_MODEL_TYPES = frozenset(
+    {"gemma4_text", "gemma4_unified_text", "diffusion_gemma_text", "embedding_gemma2"}
+)
+"""Families whose ``full_attention`` layers have heads of ``global_head_dim`` (512 when
+the config does not say, as in transformers) unless ``per_layer_config`` says otherwise."""
+
+_DEFAULT_GLOBAL_HEAD_DIM = 512
+
+_PER_LAYER_KEYS = frozenset(
+    {
+        "head_dim",
+        "qk_rope_head_dim",
+        "hidden_size",
+        "num_attention_heads",
+        "partial_rotary_factor",
+        "rotary_pct",
+        "rotary_dim",
+        "rope_theta",
+        "rope_parameters",
+        "rope_scaling",
+        "max_position_embeddings",
+        "original_max_position_embeddings",
+    }
+)
+"""The keys of a ``per_layer_config`` override that change a layer's rotation."""
 
 NEGATIVE_ANGLE_MODEL_TYPES = frozenset({"nanochat"})
 """Families that rotate by ``-m theta``: their attention scores depend on ``n - m``
@@ -286,9 +314,11 @@ def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfi
     >>> settings.head_dim, settings.rotary_dim, settings.base
     (96, 24, 10000.0)
     """
+    config = _as_layer_type_sees_it(config, layer_type)
     scaling = _layer_scaling(config, layer_type)
     inner = {} if scaling is None else scaling
     _refuse_interleaved_mrope(config, inner)
+    _refuse_llama_4_scaling(inner)
     theta_key, theta = _one_of(config, ("rope_theta", "rotary_emb_base"))
     if "rope_theta" in inner and inner["rope_theta"] is not None:
         if theta is not _MISSING and theta != inner["rope_theta"]:
@@ -307,7 +337,11 @@ def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfi
         scaling, max_position_embeddings=max_positions, original_max_position_embeddings=original
     )
     head_dim = _head_dim(config, axial=parsed.rope_type == "axial")
-    rotary_dim = _rotary_dim(config, inner, head_dim)
+    rotary_dim = (
+        _rotary_dim(config, inner, head_dim)
+        if parsed.partial_rotary_factor_sets_width
+        else head_dim
+    )
     if _get(config, "qk_rope_head_dim") is not _MISSING and parsed.partial_rotary_factor:
         # The fraction was of the full head_dim and is now the rope part's whole width.
         parsed = dataclasses.replace(parsed, partial_rotary_factor=None)
@@ -372,6 +406,72 @@ def from_hf_config_layers(config: Any) -> dict[str, HFRopeConfig | None]:
     declared = _get(config, "layer_types")
     names = ["default"] if declared is _MISSING or not declared else list(declared)
     return dict.fromkeys(names, settings)
+
+
+def _as_layer_type_sees_it(config: Any, layer_type: str | None) -> Any:
+    """The config with the per-layer overrides of ``layer_type`` applied.
+
+    transformers 5 configs may override keys per layer (``per_layer_config``, keyed by
+    layer index): Gemma 4's full-attention layers have wider heads. A config object
+    resolves them itself (``config.per_layer_config[layer_type]``, as its rotary module
+    does); a dict is resolved here, and a Gemma 4 ``config.json`` without
+    ``per_layer_config`` gives its full-attention layers ``global_head_dim``.
+    """
+    if not isinstance(config, Mapping):
+        per_layer = getattr(config, "per_layer_config", None)
+        if layer_type is None or per_layer is None:
+            return config
+        try:
+            return per_layer[layer_type]
+        except (KeyError, IndexError, TypeError, ValueError):
+            return config
+    overrides = config.get("per_layer_config")
+    if overrides:
+        return _with_layer_overrides(config, overrides, layer_type)
+    if config.get("model_type") in GLOBAL_HEAD_DIM_MODEL_TYPES and layer_type == "full_attention":
+        width = config.get("global_head_dim") or _DEFAULT_GLOBAL_HEAD_DIM
+        return {**config, "head_dim": width}
+    return config
+
+
+def _with_layer_overrides(
+    config: Mapping[str, Any], overrides: Mapping[Any, Any], layer_type: str | None
+) -> Mapping[str, Any]:
+    types = config.get("layer_types") or []
+    by_layer = {int(index): dict(values) for index, values in overrides.items()}
+    rope_keys = {key for values in by_layer.values() for key in values if key in _PER_LAYER_KEYS}
+    if not rope_keys:
+        return config
+    if layer_type is None:
+        raise ValueError(
+            f"the model config's `per_layer_config` changes {', '.join(sorted(rope_keys))} "
+            "for some layers; pass layer_type= one of "
+            f"{', '.join(map(repr, sorted(set(types))))}"
+        )
+    chosen = [
+        {key: value for key, value in by_layer.get(i, {}).items() if key in _PER_LAYER_KEYS}
+        for i, kind in enumerate(types)
+        if kind == layer_type
+    ]
+    if any(values != chosen[0] for values in chosen):
+        raise ValueError(
+            f"the layers of type {layer_type!r} differ in their `per_layer_config` RoPE keys "
+            f"({', '.join(sorted(rope_keys))}); anyrope reads one rotation per layer type"
+        )
+    return {**config, **(chosen[0] if chosen else {})}
+
+
+def _refuse_llama_4_scaling(inner: Mapping[str, Any]) -> None:
+    beta = inner.get("llama_4_scaling_beta")
+    if beta is None:
+        return
+    raise ValueError(
+        f"`rope_parameters['llama_4_scaling_beta']`={beta!r} is Llama 4's attention "
+        "temperature: transformers multiplies the queries, after the rotation, by "
+        "1 + beta * log(1 + floor(position / original_max_position_embeddings)), which a RoPE "
+        "does not do. anyrope does not model it: drop the key to read the rotation alone "
+        "and scale the queries in your attention"
+    )
 
 
 def _refuse_interleaved_mrope(config: Any, inner: Mapping[str, Any]) -> None:

@@ -1,0 +1,63 @@
+"""Proportional RoPE (Gemma 4's full-attention layers): a share of the pairs rotates.
+
+The whole head is paired half-split, as in ordinary RoPE over ``head_dim``; the first
+``int(partial_rotary_factor * head_dim // 2)`` pairs keep the frequencies they would
+have in a full-width RoPE, ``base ** (-2i / head_dim)``, and the other pairs get
+frequency 0 (they stay in place). Every frequency is divided by ``factor`` (1 by
+default). Unlike ``partial_rotary_factor`` elsewhere, the fraction does not narrow the
+rotated width: it chooses how many of the head's pairs turn.
+"""
+
+from __future__ import annotations
+
+from . import default
+from ._registry import Method, ScalingFields, register
+from ._types import FloatArray
+
+__all__ = ["inv_freq"]
+
+
+def inv_freq(head_dim: int, base: float, *, fraction: float, factor: float = 1.0) -> FloatArray:
+    """Return the frequencies of a full-width RoPE, zero past the rotating share.
+
+    Parameters
+    ----------
+    head_dim : int
+        The width of the head, all of it paired: positive and even.
+    base : float
+        The RoPE base (``rope_theta``): finite and > 1.
+    fraction : float
+        ``partial_rotary_factor`` in (0, 1]: ``int(fraction * head_dim // 2)`` pairs rotate.
+    factor : float, optional
+        Divides every frequency (>= 1); default 1.
+
+    Returns
+    -------
+    numpy.ndarray
+        The float64 inverse frequencies, shape ``(head_dim // 2,)``.
+
+    Examples
+    --------
+    >>> from anyrope.scaling import proportional
+    >>> proportional.inv_freq(8, 10000.0, fraction=0.5).tolist()
+    [1.0, 0.1, 0.0, 0.0]
+    """
+    result = default.inv_freq(head_dim, base)
+    result[int(fraction * head_dim // 2) :] = 0.0
+    scaled: FloatArray = result / factor
+    return scaled
+
+
+def _frequencies(
+    scaling: ScalingFields, rotary_dim: int, base: float, seq_len: int | None
+) -> tuple[FloatArray, float]:
+    fraction = 1.0 if scaling.partial_rotary_factor is None else scaling.partial_rotary_factor
+    factor = 1.0 if scaling.factor is None else scaling.factor
+    return inv_freq(rotary_dim, base, fraction=fraction, factor=factor), 1.0
+
+
+register(
+    Method(
+        "proportional", _frequencies, keys=frozenset({"factor"}), reads_partial_rotary_factor=True
+    )
+)
