@@ -20,6 +20,11 @@ TORCH_CPU = "torch==2.13.0"
 TRANSFORMERS = "transformers==5.23.0"
 # NVRTC of the CUDA 13 toolkit that nvcc comes from; CuPy compiles rope.cu with NVRTC.
 NVRTC = "nvidia-cuda-nvrtc==13.5.37"
+# The GPU sessions: PyPI's torch (built for one CUDA major version) and the CuPy of that
+# same major version, with the toolkit wheels (NVRTC included) from its `ctk` extra.
+TORCH_GPU = "torch==2.13.0"
+CUPY = {"12": "cupy-cuda12x[ctk]==14.2.0", "13": "cupy-cuda13x[ctk]==14.2.0"}
+CUPY_WITHOUT_TORCH = CUPY["13"]
 
 
 def _pytest(session: nox.Session, *args: str) -> None:
@@ -141,14 +146,19 @@ def tests_hf(session: nox.Session) -> None:
 @nox.session(name="tests-torch-cuda", default=False)
 def tests_torch_cuda(session: nox.Session) -> None:
     """PyTorch on a CUDA device (needs a GPU machine); CuPy compiles the kernel path."""
-    session.install("-e", ".[test]", "torch", "cupy-cuda12x")
+    session.install("-e", ".[test]", TORCH_GPU)
+    cuda = session.run("python", "-c", "import torch; print(torch.version.cuda or '')", silent=True)
+    major = str(cuda).strip().split(".")[0]
+    if major not in CUPY:
+        session.error(f"{TORCH_GPU} is built for CUDA {cuda!r}; no pinned CuPy matches it")
+    session.install(CUPY[major])
     _pytest(session, "--backend", "torch-cuda", "--backend", "numpy-cpu")
 
 
 @nox.session(name="tests-cupy", default=False)
 def tests_cupy(session: nox.Session) -> None:
     """CuPy on a CUDA device (needs a GPU machine)."""
-    session.install("-e", ".[test]", "cupy-cuda12x")
+    session.install("-e", ".[test]", CUPY_WITHOUT_TORCH)
     _pytest(session, "--backend", "cupy-cuda", "--backend", "numpy-cpu")
 
 

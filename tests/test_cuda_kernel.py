@@ -302,3 +302,25 @@ def _torch_cuda() -> bool:
     import torch
 
     return bool(torch.cuda.is_available())
+
+
+def test_a_broken_cupy_is_warned_about_once_and_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CuPy installed but unable to compile (no libnvrtc of its CUDA version): the path
+    says why, once, and ``impl="auto"`` moves on instead of raising."""
+    from anyrope._paths import cuda
+    from anyrope._paths.cuda import _module
+
+    def no_nvrtc(*args: object, **kwargs: object) -> None:
+        raise OSError("libnvrtc.so.12: cannot open shared object file\nmore detail")
+
+    monkeypatch.setattr(_module, "get_kernel", no_nvrtc)
+    cuda.unusable.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match=r"CUDA path cannot run.*libnvrtc\.so\.12"):
+            reason = cuda.unusable(0)
+        assert reason is not None
+        assert "OSError: libnvrtc.so.12: cannot open shared object file)" in reason
+        assert "more detail" not in reason
+        assert cuda.unusable(0) == reason  # tried once: no second warning (errors here)
+    finally:
+        cuda.unusable.cache_clear()

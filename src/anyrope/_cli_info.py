@@ -39,8 +39,10 @@ def _cupy_version(module: str) -> str | None:
     """CuPy's wheels are named per CUDA version (cupy-cuda12x); ask the module."""
     if importlib.util.find_spec(module) is None:
         return None
-    import cupy
-
+    try:
+        import cupy
+    except Exception as error:  # a broken install is reported, not raised
+        return f"installed, but import fails ({type(error).__name__})"
     return str(cupy.__version__)
 
 

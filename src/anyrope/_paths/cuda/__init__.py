@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import warnings
 
 import array_api_compat
 
@@ -42,13 +43,49 @@ def rejects(plan: Plan) -> str | None:
         )
         return f"needs CuPy arrays or PyTorch CUDA tensors; got {kinds}"
     if not _cupy_installed():
-        return "needs CuPy (pip install cupy-cuda12x), which is not installed"
+        return "needs CuPy (pip install 'cupy-cuda13x[ctk]'), which is not installed"
+    broken = unusable(_device_id(plan.arrays[0]))
+    if broken is not None:
+        return broken
     if len(plan.where) > 1:
         return (
             "takes one position stream; M-RoPE and axial positions (several streams) "
             "go through impl='array_api'"
         )
     return None
+
+
+@functools.cache
+def unusable(device_id: int) -> str | None:
+    """Why the kernel cannot run on CUDA device ``device_id``, or ``None`` when it can.
+
+    Tried once per process and device: CuPy is imported and the float32 kernels are
+    compiled with NVRTC (what the first call does anyway; CuPy caches the result on
+    disk). A CuPy that is installed but cannot import or compile (a CUDA major version
+    that does not match the driver's, a missing ``libnvrtc``) is warned about once, and
+    ``impl="auto"`` goes on to the next path.
+    """
+    try:
+        from ._module import get_kernel
+
+        get_kernel(device_id, "float32", vector=True, interleaved=False, position_itemsize=8)
+    except Exception as error:  # whatever breaks, the kernel is not usable here
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        reason = f"cannot run: CuPy failed to import or compile the kernel ({type(error).__name__}"
+        reason += f": {detail})" if detail else ")"
+        warnings.warn(
+            f"anyrope: the CUDA path {reason}; impl='auto' takes the next path for CUDA arrays",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return reason
+    return None
+
+
+def _device_id(x: Array) -> int:
+    if array_api_compat.is_torch_array(x):
+        return int(x.device.index)
+    return int(x.device.id)
 
 
 def run(plan: Plan) -> tuple[Array, ...]:
