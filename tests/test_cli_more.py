@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from anyrope._cli_plot import describe_plot
@@ -245,3 +246,51 @@ def test_plot_labels_the_length_of_length_dependent_methods():
     )
     content = describe_plot(settings, 8192)
     assert [label for _, label, _ in content.curves] == ["unscaled", "dynamic, seq_len=8192"]
+
+
+GEMMA4 = {
+    "model_type": "gemma4_text",
+    "hidden_size": 2304,
+    "num_attention_heads": 8,
+    "head_dim": 256,
+    "global_head_dim": 512,
+    "layer_types": ["sliding_attention"] * 5 + ["full_attention"],
+    "rope_parameters": {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        "full_attention": {
+            "rope_type": "proportional",
+            "partial_rotary_factor": 0.25,
+            "rope_theta": 1e6,
+        },
+    },
+    "max_position_embeddings": 131072,
+}
+
+
+def test_plot_a_config_with_layer_types(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(GEMMA4))
+    result = anyrope_cli("plot", "--config", str(path), "--output", str(tmp_path))
+    assert result.returncode == 2
+    assert "pass --layer-type, one of: sliding_attention, full_attention" in result.stderr
+    result = anyrope_cli(
+        "plot", "--config", str(path), "--output", str(tmp_path), "--layer-type", "full_attention"
+    )
+    if not HAS_MATPLOTLIB:
+        assert result.returncode == 3
+        return
+    assert result.returncode == 0, result.stderr
+    assert "Warning" not in result.stderr
+    png = tmp_path / "frequencies-full_attention.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_proportional_leaves_out_the_pairs_that_do_not_turn():
+    settings = from_hf_config(GEMMA4, layer_type="full_attention")
+    content = describe_plot(settings, None)
+    assert "head_dim=512, rotary_dim=512, base=1e+06, proportional" in content.title
+    (_, plain_label, _), (scaled, label, _) = content.curves
+    assert plain_label == "unscaled"
+    assert label == "proportional (192 pairs from 64 on do not turn)"
+    assert np.isnan(scaled[64:]).all()
+    assert np.all(scaled[:64] > 0)

@@ -15,7 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .scaling import HFRopeConfig, RopeScaling, from_hf_config
+from .scaling.hf import layer_types
 
 #: Exit code when an optional package the subcommand needs is missing.
 MISSING_PACKAGE = 3
@@ -33,8 +36,16 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"cannot read --config {args.config}: {error.strerror}", 2)
     except json.JSONDecodeError as error:
         return _fail(f"--config {args.config} is not valid JSON: {error}", 2)
+    kinds = layer_types(config) if isinstance(config, dict) else None
+    if kinds is not None and args.layer_type is None:
+        names = ", ".join(kinds)
+        return _fail(
+            f"--config {args.config} gives RoPE settings per layer type; pass --layer-type, "
+            f"one of: {names}",
+            2,
+        )
     try:
-        settings = from_hf_config(config)
+        settings = from_hf_config(config, layer_type=args.layer_type)
     except (TypeError, ValueError) as error:
         return _fail(f"--config {args.config}: {error}", 2)
     if args.seq_len is not None and args.seq_len <= 0:
@@ -48,7 +59,6 @@ def run(args: argparse.Namespace) -> int:
         )
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
 
     content = describe_plot(settings, args.seq_len)
     pairs = np.arange(settings.rotary_dim // 2)
@@ -75,10 +85,15 @@ def run(args: argparse.Namespace) -> int:
     bottom.set_xlabel("pair index i")
     top.legend(fontsize=9, loc="lower left")
     bottom.legend(fontsize=9, loc="upper left")
-    fig.suptitle(f"{Path(args.config).name}\n{content.title}")
+    name = Path(args.config).name
+    if args.layer_type is not None:
+        name += f" [{args.layer_type}]"
+    fig.suptitle(f"{name}\n{content.title}")
     output = Path(args.output)
     output.mkdir(parents=True, exist_ok=True)
-    target = output / "frequencies.png"
+    target = output / (
+        "frequencies.png" if args.layer_type is None else f"frequencies-{args.layer_type}.png"
+    )
     fig.savefig(target, dpi=110)
     plt.close(fig)
     print(f"wrote {target}")
@@ -109,6 +124,11 @@ def describe_plot(settings: HFRopeConfig, seq_len: int | None) -> PlotContent:
     curves: list[tuple[Any, str, str]] = [(plain, "unscaled", "0.5")]
     if scaling.rope_type != "default":
         label = f"{method}, seq_len={length}" if scaling.depends_on_length else method
+        still = int(np.count_nonzero(scaled == 0.0))
+        if still:
+            # Pairs of frequency 0 do not turn: no point on a log axis, no wavelength.
+            label += f" ({still} pairs from {len(scaled) - still} on do not turn)"
+            scaled = np.where(scaled == 0.0, np.nan, scaled)
         curves.append((scaled, label, "tab:blue"))
     sections = _sections(scaling, rotary)
     title = f"head_dim={settings.head_dim}, rotary_dim={rotary}, base={base:g}, {method}"
@@ -180,7 +200,18 @@ def register(commands: Any) -> None:
         ),
     )
     parser.add_argument("--config", required=True, help="path to a Hugging Face config.json")
-    parser.add_argument("--output", default=".", help="folder for frequencies.png (default: .)")
+    parser.add_argument(
+        "--output",
+        default=".",
+        help="folder for frequencies.png (frequencies-LAYER_TYPE.png with --layer-type; "
+        "default: .)",
+    )
+    parser.add_argument(
+        "--layer-type",
+        default=None,
+        help="the layer type to draw, for configs with RoPE settings per layer type "
+        "(Gemma 3 and 4: full_attention, sliding_attention)",
+    )
     parser.add_argument(
         "--seq-len",
         type=int,
