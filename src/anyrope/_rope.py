@@ -497,7 +497,7 @@ class RoPE:
             from ._lazy.dask import rotate_dask
 
             return rotate_dask(
-                self._source,
+                (self._source,) * len(arrays),
                 arrays,
                 names,
                 positions,
