@@ -125,7 +125,7 @@ def rotate_each(
         "cu_seqlens": cu_seqlens,
     }
     if len(arrays) > 1:
-        _check_together(sources[0], arrays, names, positions, impl, options)
+        _check_together(sources[0], arrays, names, positions, impl=impl, options=options)
     return tuple(
         rotate(source, (x,), (name,), positions, impl=impl, **options)[0]  # type: ignore[arg-type]
         for source, x, name in zip(sources, arrays, names, strict=True)
@@ -137,6 +137,7 @@ def _check_together(
     arrays: tuple[Array, ...],
     names: tuple[str, ...],
     positions: object,
+    *,
     impl: str,
     options: dict[str, object],
 ) -> None:

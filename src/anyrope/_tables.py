@@ -504,9 +504,7 @@ SHARED_SOURCES = 8
 """Unpickled table sources kept per process, so that the blocks of one dask graph that a
 worker unpickles one by one share their tables."""
 
-_shared: OrderedDict[tuple[RopeScaling, int, float, Amplitude | None], TableSource] = (
-    OrderedDict()
-)
+_shared: OrderedDict[tuple[RopeScaling, int, float, Amplitude | None], TableSource] = OrderedDict()
 _shared_lock = threading.Lock()
 
 

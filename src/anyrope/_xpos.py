@@ -25,7 +25,7 @@ MAX_SCALE_BASE = 2**40
 
 
 class XPos:
-    """xPos: rotary embedding with a per-pair amplitude that decays with the distance.
+    """Rotary embedding with xPos amplitudes: a per-pair decay with the distance.
 
     Sun et al. 2022 (arXiv 2212.10554), as rotary-embedding-torch
     (``RotaryEmbedding(dim, use_xpos=True, xpos_scale_base=...)``) and flash-attn
