@@ -18,6 +18,9 @@ nox.options.error_on_missing_interpreters = True
 TORCH_CPU = "torch==2.13.0"
 # The scaling formulas are pinned to this release (tests/test_transformers_parity.py).
 TRANSFORMERS = "transformers==5.23.0"
+# xPos's peer oracle (tests/test_xpos.py), pure Python; installed beside the pinned CPU torch,
+# which satisfies its torch requirement.
+XPOS_PEER = ("rotary-embedding-torch==0.9.1", "einops==0.8.2")
 # NVRTC of the CUDA 13 toolkit that nvcc comes from; CuPy compiles rope.cu with NVRTC.
 NVRTC = "nvidia-cuda-nvrtc==13.5.37"
 # The GPU sessions: PyPI's torch (built for one CUDA major version) and the CuPy of that
@@ -41,8 +44,8 @@ def tests_numpy(session: nox.Session) -> None:
 @nox.session(name="tests-torch")
 def tests_torch(session: nox.Session) -> None:
     """PyTorch on the CPU with numba (the compiled CPU path), compared bitwise with the
-    golden files and with NumPy."""
-    session.install("-e", ".[test,numba]", TORCH_CPU)
+    golden files and with NumPy; xPos against rotary-embedding-torch."""
+    session.install("-e", ".[test,numba]", TORCH_CPU, *XPOS_PEER)
     _pytest(session, "--backend", "torch-cpu", "--backend", "numpy-cpu")
 
 
@@ -57,14 +60,26 @@ def tests_strict(session: nox.Session) -> None:
 def tests_jax(session: nox.Session) -> None:
     """JAX on the CPU: eager bits equal the golden files, ``jax.jit`` within one ulp."""
     session.install("-e", ".[test,jax,numba]")
-    _pytest(session, "tests/test_jax.py", "tests/test_check.py", "tests/test_examples.py")
+    _pytest(
+        session,
+        "tests/test_jax.py",
+        "tests/test_xpos.py",
+        "tests/test_check.py",
+        "tests/test_examples.py",
+    )
 
 
 @nox.session(name="tests-dask")
 def tests_dask(session: nox.Session) -> None:
     """dask arrays, lazily and on a two-process ``distributed.LocalCluster``."""
     session.install("-e", ".[test,dask,numba]")
-    _pytest(session, "tests/test_dask.py", "tests/test_check.py", "tests/test_examples.py")
+    _pytest(
+        session,
+        "tests/test_dask.py",
+        "tests/test_xpos.py",
+        "tests/test_check.py",
+        "tests/test_examples.py",
+    )
 
 
 # Prints the SIMD features NumPy dispatches to on this CPU, beyond its baseline.
@@ -194,6 +209,7 @@ PUBLIC_MODULES = (
     "src/anyrope/linear_attention.py",
     "src/anyrope/sinusoidal.py",
     "src/anyrope/_weights.py",
+    "src/anyrope/_xpos.py",
     "src/anyrope/check.py",
     "src/anyrope/scaling/__init__.py",
     "src/anyrope/scaling/axial.py",

@@ -93,6 +93,68 @@ def rotate(
     )
 
 
+def rotate_each(
+    sources: tuple[TableSource, ...],
+    arrays: tuple[Array, ...],
+    names: tuple[str, ...],
+    positions: object,
+    *,
+    head_dim: int,
+    interleaved: bool,
+    layout: str,
+    inverse: bool,
+    inplace: bool,
+    impl: str,
+    xp: Namespace | None,
+    cu_seqlens: object = None,
+) -> tuple[Array, ...]:
+    """Rotate ``arrays[j]`` with the tables of ``sources[j]`` (xPos: queries and keys
+    have amplitudes of their own), the arguments checked together as :func:`rotate`
+    checks them (same dtype, device and tokens; in place, separate memory).
+
+    Each array then takes :func:`rotate` with its own source, so every path, and its
+    plan cache, serves it unchanged. A geometry checked before is checked again only
+    where values matter (the positions, and memory overlap in place).
+    """
+    options = {
+        "head_dim": head_dim,
+        "interleaved": interleaved,
+        "layout": layout,
+        "inverse": inverse,
+        "inplace": inplace,
+        "xp": xp,
+        "cu_seqlens": cu_seqlens,
+    }
+    if len(arrays) > 1:
+        _check_together(sources[0], arrays, names, positions, impl=impl, options=options)
+    return tuple(
+        rotate(source, (x,), (name,), positions, impl=impl, **options)[0]  # type: ignore[arg-type]
+        for source, x, name in zip(sources, arrays, names, strict=True)
+    )
+
+
+def _check_together(
+    source: TableSource,
+    arrays: tuple[Array, ...],
+    names: tuple[str, ...],
+    positions: object,
+    *,
+    impl: str,
+    options: dict[str, object],
+) -> None:
+    """What :func:`make_plan` checks of several arrays, remembered by geometry as
+    :func:`rotate` remembers its plans."""
+    geometry = _geometry(arrays, positions, *options.values(), impl)
+    key = None if geometry is None else ("together", geometry)
+    known = None if key is None else source.plans.get(key)
+    if known is not None:
+        known.for_call(arrays, positions)
+        return
+    plan = make_plan(source, arrays, names, positions, **options)  # type: ignore[arg-type]
+    if key is not None and len(plan.where) == 1:
+        source.remember(key, plan.template())
+
+
 def _run(path: ModuleType, plan: Plan) -> tuple[Array, ...]:
     return path.run(plan)  # type: ignore[no-any-return]
 

@@ -658,7 +658,7 @@ class RoPE:
             # Lazy libraries sit above the pipeline: dask calls it once per block.
             from ._lazy.dask import rotate_dask
 
-            return rotate_dask(self._source, arrays, names, positions, **options)
+            return rotate_dask((self._source,) * len(arrays), arrays, names, positions, **options)
         return _pipeline.rotate(self._source, arrays, names, positions, **options)
 
     def tables(

@@ -1,8 +1,9 @@
 """cos/sin tables: float64 on the host, rounded once, moved to a device once and cached.
 
 numerics.md, section 2: ``angle = float64(m) * theta``; ``cos``/``sin`` of it times the
-attention factor, all in float64 with :func:`anyrope._hostmath.sincos` (the same bits on
-every machine), then one rounding to the table dtype.
+attention factor (and, for xPos, the amplitude of :mod:`anyrope._amplitude`), all in
+float64 with :mod:`anyrope._hostmath` (the same bits on every machine), then one
+rounding to the table dtype.
 Every entry depends only on its own position, so a table grown later, a slice of it
 and a table built directly for a few positions hold the same bits.
 """
@@ -17,6 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ._amplitude import Amplitude
 from ._hostmath import sincos
 from ._mrope import join_sections
 from ._namespace import Array, Namespace, to_host
@@ -54,11 +56,13 @@ def host_tables(
     *,
     attention_factor: float,
     dtype: np.dtype[Any],
+    amplitude: Amplitude | None = None,
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """Return ``(cos, sin)`` of shape ``positions.shape + inv_freq.shape`` in ``dtype``.
 
     ``positions`` are non-negative integers below 2**53, so converting them to
-    float64 is exact; the products and the attention factor are float64 too.
+    float64 is exact; the products, the attention factor and the ``amplitude`` of each
+    position and pair (xPos) are float64 too.
     """
     flat = positions.reshape(-1).astype(np.float64)
     cos = np.empty((flat.size, inv_freq.size), dtype=dtype)
@@ -70,8 +74,18 @@ def host_tables(
         if attention_factor != 1.0:
             s *= attention_factor
             c *= attention_factor
-        cos[block] = c
-        sin[block] = s
+        if amplitude is None:
+            cos[block] = c
+            sin[block] = s
+            continue
+        scale = amplitude(flat[block])
+        # Far from the center an xPos amplitude leaves the float range (inf or 0, as in
+        # the peers' tables); cached rows beyond a call's positions may hold such values.
+        with np.errstate(over="ignore", invalid="ignore"):
+            s *= scale
+            c *= scale
+            cos[block] = c
+            sin[block] = s
     shape = (*positions.shape, inv_freq.size)
     return cos.reshape(shape), sin.reshape(shape)
 
@@ -151,9 +165,11 @@ class TableCache:
         attention_factor: float,
         *,
         seed: tuple[int, FloatArray, FloatArray] | None = None,
+        amplitude: Amplitude | None = None,
     ) -> None:
         self.inv_freq = inv_freq
         self.attention_factor = attention_factor
+        self.amplitude = amplitude
         self._seed = seed
         self.first = 0 if seed is None else seed[0]
         """The position of row 0 of the cached tables."""
@@ -197,7 +213,11 @@ class TableCache:
             cos, sin = cos.reshape(shape), sin.reshape(shape)
         else:
             cos, sin = host_tables(
-                self.inv_freq, positions, attention_factor=self.attention_factor, dtype=dtype
+                self.inv_freq,
+                positions,
+                attention_factor=self.attention_factor,
+                dtype=dtype,
+                amplitude=self.amplitude,
             )
         return xp.asarray(cos, device=device), xp.asarray(sin, device=device)
 
@@ -293,7 +313,11 @@ class TableCache:
 
         def build(host: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], ...]:
             return host_tables(
-                self.inv_freq, host, attention_factor=self.attention_factor, dtype=dtype
+                self.inv_freq,
+                host,
+                attention_factor=self.attention_factor,
+                dtype=dtype,
+                amplitude=self.amplitude,
             )
 
         return host_callback(build, positions, (*positions.shape, self.inv_freq.size), dtype)
@@ -304,11 +328,15 @@ class TableCache:
             "inv_freq": self.inv_freq,
             "attention_factor": self.attention_factor,
             "seed": self._seed,
+            "amplitude": self.amplitude,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(  # type: ignore[misc]
-            state["inv_freq"], state["attention_factor"], seed=state["seed"]
+            state["inv_freq"],
+            state["attention_factor"],
+            seed=state["seed"],
+            amplitude=state["amplitude"],
         )
 
 
@@ -320,17 +348,33 @@ class TableSource:
     sequence reaching a given position uses. Length-dependent scaling (dynamic NTK,
     LongRoPE) keeps one :class:`TableCache` per length bucket, at most
     :data:`MAX_LENGTH_BUCKETS`. Pickles and deep-copies without its tables.
+
+    ``amplitude`` (xPos) multiplies the tables of each position and pair; it takes
+    frequencies that do not depend on the length.
     """
 
-    def __init__(self, scaling: RopeScaling, *, rotary_dim: int, base: float) -> None:
+    def __init__(
+        self,
+        scaling: RopeScaling,
+        *,
+        rotary_dim: int,
+        base: float,
+        amplitude: Amplitude | None = None,
+    ) -> None:
+        if amplitude is not None and scaling.depends_on_length:
+            raise ValueError(
+                "an xPos amplitude takes frequencies that do not depend on the length; "
+                f"got rope_type={scaling.rope_type!r}"
+            )
         self.scaling = scaling
+        self.amplitude = amplitude
         self.rotary_dim = rotary_dim
         self.base = base
         self.sections = scaling.sections(rotary_dim)
         self.axial = scaling.rope_type == "axial"
         self.depends_on_length = scaling.depends_on_length
         self._default_bucket = scaling.length_bucket(None)
-        self.default = TableCache(*self.frequencies(None))
+        self.default = TableCache(*self.frequencies(None), amplitude=amplitude)
         self._buckets: OrderedDict[int, TableCache] = OrderedDict()
         self._ahead: OrderedDict[int, tuple[FloatArray, FloatArray, FloatArray, float]] = (
             OrderedDict()
@@ -453,24 +497,28 @@ class TableSource:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled as its settings; see shared_source.
-        return (shared_source, (self.scaling, self.rotary_dim, self.base))
+        return (shared_source, (self.scaling, self.rotary_dim, self.base, self.amplitude))
 
 
 SHARED_SOURCES = 8
 """Unpickled table sources kept per process, so that the blocks of one dask graph that a
 worker unpickles one by one share their tables."""
 
-_shared: OrderedDict[tuple[RopeScaling, int, float], TableSource] = OrderedDict()
+_shared: OrderedDict[tuple[RopeScaling, int, float, Amplitude | None], TableSource] = OrderedDict()
 _shared_lock = threading.Lock()
 
 
-def shared_source(scaling: RopeScaling, rotary_dim: int, base: float) -> TableSource:
+def shared_source(
+    scaling: RopeScaling, rotary_dim: int, base: float, amplitude: Amplitude | None = None
+) -> TableSource:
     """The :class:`TableSource` of these settings that this process keeps for unpickling."""
-    key = (scaling, rotary_dim, base)
+    key = (scaling, rotary_dim, base, amplitude)
     with _shared_lock:
         source = _shared.get(key)
         if source is None:
-            source = _shared[key] = TableSource(scaling, rotary_dim=rotary_dim, base=base)
+            source = _shared[key] = TableSource(
+                scaling, rotary_dim=rotary_dim, base=base, amplitude=amplitude
+            )
             if len(_shared) > SHARED_SOURCES:
                 _shared.popitem(last=False)
         else:

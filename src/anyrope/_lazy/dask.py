@@ -29,7 +29,7 @@ from .._validation import describe
 
 
 def rotate_dask(
-    source: TableSource,
+    sources: tuple[TableSource, ...],
     arrays: tuple[Array, ...],
     names: tuple[str, ...],
     positions: object,
@@ -43,7 +43,9 @@ def rotate_dask(
     xp: Any,
     cu_seqlens: object,
 ) -> tuple[Array, ...]:
-    """Lazy rotations of the dask ``arrays`` (which share batch and sequence axes).
+    """Lazy rotations of the dask ``arrays`` (which share batch and sequence axes),
+    ``arrays[j]`` with the tables of ``sources[j]`` (the same settings but for an xPos
+    amplitude).
 
     Everything that can be checked without computing is checked now, as for any other
     array: shapes, dtypes, the flags and concrete positions (a NumPy array's values too).
@@ -55,6 +57,7 @@ def rotate_dask(
         )
     if layout == "thd" or cu_seqlens is not None:
         raise ValueError("dask arrays take layouts 'bshd', 'bhsd' and 'sbhd'; got layout='thd'")
+    source = sources[0]
     if source.sections is not None or source.depends_on_length:
         raise ValueError(
             "dask arrays take RoPE with fixed frequencies; got "
@@ -92,15 +95,18 @@ def rotate_dask(
         xp=None,
         **options,
     )
-    task = BlockRotation(source, impl=impl, **options)
+    tasks = [BlockRotation(source, impl=impl, **options) for source in sources]
     where = plan.where[0]
     if where.array is None:
-        return tuple(_map(task.by_offset, x, offset=where.offset) for x in arrays)
+        return tuple(
+            _map(task.by_offset, x, offset=where.offset)
+            for task, x in zip(tasks, arrays, strict=True)
+        )
     # Offsets were made into an array of positions by make_plan; a dask array of
     # positions stood in as zeros there, so it is spread itself.
     offsets = isinstance(positions, Offsets)
     spread = _spread_positions(where.array if offsets else positions, plan.axes, arrays[0].ndim)
-    return tuple(_map(task.by_positions, x, spread) for x in arrays)
+    return tuple(_map(task.by_positions, x, spread) for task, x in zip(tasks, arrays, strict=True))
 
 
 def _stand_in(x: Array) -> np.ndarray[Any, Any]:
