@@ -4,7 +4,7 @@ Everything here is float64 NumPy on the host and never touches an accelerator: o
 small module per method (:mod:`~anyrope.scaling.default`, :mod:`~anyrope.scaling.linear`,
 :mod:`~anyrope.scaling.ntk`, :mod:`~anyrope.scaling.dynamic`, :mod:`~anyrope.scaling.yarn`,
 :mod:`~anyrope.scaling.longrope`, :mod:`~anyrope.scaling.llama3`, and
-:mod:`~anyrope.scaling.axial` for image patches), a validated
+:mod:`~anyrope.scaling.axial` for image patches and video grids), a validated
 :class:`RopeScaling` parsed from a ``rope_scaling`` dict, and :func:`from_hf_config`
 reading a whole model config.
 
