@@ -18,9 +18,9 @@ nox.options.error_on_missing_interpreters = True
 TORCH_CPU = "torch==2.13.0"
 # The scaling formulas are pinned to this release (tests/test_transformers_parity.py).
 TRANSFORMERS = "transformers==5.23.0"
-# xPos's peer oracle (tests/test_xpos.py), pure Python; installed beside the pinned CPU torch,
-# which satisfies its torch requirement.
-XPOS_PEER = ("rotary-embedding-torch==0.9.1", "einops==0.8.2")
+# A peer checked against (tests/test_xpos.py, tests/test_axial.py, tests/test_peer_features.py);
+# pure Python, installed with the CPU torch above, so it never pulls a CUDA build.
+ROTARY_EMBEDDING_TORCH = ("rotary-embedding-torch==0.9.1", "einops==0.8.2")
 # NVRTC of the CUDA 13 toolkit that nvcc comes from; CuPy compiles rope.cu with NVRTC.
 NVRTC = "nvidia-cuda-nvrtc==13.5.37"
 # The GPU sessions: PyPI's torch (built for one CUDA major version) and the CuPy of that
@@ -44,8 +44,8 @@ def tests_numpy(session: nox.Session) -> None:
 @nox.session(name="tests-torch")
 def tests_torch(session: nox.Session) -> None:
     """PyTorch on the CPU with numba (the compiled CPU path), compared bitwise with the
-    golden files and with NumPy; xPos against rotary-embedding-torch."""
-    session.install("-e", ".[test,numba]", TORCH_CPU, *XPOS_PEER)
+    golden files and with NumPy, and against rotary-embedding-torch."""
+    session.install("-e", ".[test,numba]", TORCH_CPU, *ROTARY_EMBEDDING_TORCH)
     _pytest(session, "--backend", "torch-cpu", "--backend", "numpy-cpu")
 
 

@@ -3,6 +3,8 @@
 - :func:`dense_rotation`: the block-diagonal rotation matrix ``R_m`` applied as a matmul.
 - :func:`complex_rotation`: Meta Llama's form, pairs viewed as complex numbers times
   ``exp(i m theta)``.
+- :func:`axial_rotation`: the complex form on a grid of ``n`` axes, each axis's pairs
+  with the frequencies of a RoPE as wide as its section (positions ``(..., seq, n)``).
 Both take ``x`` of shape ``(..., seq, heads, d)`` (bshd) and positions of shape
 ``(..., seq)``.
 """
@@ -46,11 +48,26 @@ def dense_rotation(x, positions, *, rotary_dim, base=10000.0, interleaved=False)
 
 
 def complex_rotation(x, positions, *, rotary_dim, base=10000.0, interleaved=False):
-    x = np.asarray(x, dtype=np.float64)
     theta = frequencies(rotary_dim, base)
+    angles = np.asarray(positions, dtype=np.float64)[..., None] * theta
+    return _turn_pairs(x, angles, rotary_dim=rotary_dim, interleaved=interleaved)
+
+
+def axial_rotation(x, positions, *, sections, base=10000.0, interleaved=False):
+    """Axial RoPE on ``len(sections)`` axes, positions ``(..., seq, n)``: the pairs of
+    axis ``a`` (``sections[a]`` of them, in axis order) turn by coordinate ``a`` times the
+    frequencies of a RoPE ``2 * sections[a]`` wide."""
+    theta = np.concatenate([frequencies(2 * pairs, base) for pairs in sections])
+    axis_of_pair = np.repeat(np.arange(len(sections)), sections)
+    angles = np.asarray(positions, dtype=np.float64)[..., axis_of_pair] * theta
+    return _turn_pairs(x, angles, rotary_dim=2 * sum(sections), interleaved=interleaved)
+
+
+def _turn_pairs(x, angles, *, rotary_dim, interleaved):
+    """Pairs as complex numbers times ``exp(i angle)``; ``angles`` is ``(..., seq, r/2)``."""
+    x = np.asarray(x, dtype=np.float64)
     first, second = pair_index(rotary_dim, interleaved)
     z = x[..., first] + 1j * x[..., second]
-    angles = np.asarray(positions, dtype=np.float64)[..., None] * theta
     rotated = z * np.exp(1j * angles)[..., None, :]
     y = x.copy()
     y[..., first] = rotated.real

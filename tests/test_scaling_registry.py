@@ -99,7 +99,9 @@ def test_the_registry_is_consulted_at_call_time() -> None:
 
 
 def test_a_method_with_sections_takes_no_mrope_section() -> None:
-    axial_like = Method("toy", _toy_frequencies, sections=lambda rotary_dim: (rotary_dim // 2,))
+    axial_like = Method(
+        "toy", _toy_frequencies, sections=lambda scaling, rotary_dim: (rotary_dim // 2,)
+    )
     register(axial_like)
     try:
         assert RopeScaling("toy").sections(12) == (6,)

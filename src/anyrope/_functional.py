@@ -233,7 +233,8 @@ def rotate(
     scaling : dict or RopeScaling, optional
         Context-extension scaling, a Hugging Face ``rope_scaling`` dict (``linear``,
         ``ntk``, ``dynamic``, ``yarn``, ``longrope``, ``llama3``; ``mrope_section`` for
-        M-RoPE positions ``(3, *batch, seq)``); see :class:`RoPE` and :doc:`/scaling`.
+        M-RoPE positions ``(3, *batch, seq)``; ``axial``, with ``axial_sections``, for
+        positions ``(*batch, seq, n)`` on a grid); see :class:`RoPE` and :doc:`/scaling`.
     max_position_embeddings : int, optional
         The model's trained context, for the scaling methods that need it.
     cu_seqlens : array of int, optional

@@ -1,4 +1,4 @@
-"""Positions with several streams: M-RoPE (Qwen2-VL) and 2D axial RoPE (image patches).
+"""Positions with several streams: M-RoPE (Qwen2-VL) and axial RoPE (image patches, video).
 
 Both split the ``rotary_dim // 2`` frequency pairs into contiguous sections and give
 each section its own position stream:
@@ -7,9 +7,10 @@ each section its own position stream:
   height, width) and ``mrope_section`` (e.g. ``[16, 24, 24]``, summing to the number
   of pairs): pair ``i`` takes its angle from the stream whose section contains ``i``.
   Text tokens carry three equal streams, which is ordinary RoPE.
-- **2D axial** (``rope_type="axial"``: EVA-02, Qwen2-VL's vision tower, FLUX-style image
-  tokens): positions ``(*batch, seq, 2)`` (row, column); the first half of the pairs
-  follows the row, the second half the column (frequencies in
+- **axial** (``rope_type="axial"``: EVA-02, Qwen2-VL's vision tower, FLUX-style image
+  tokens; video DiTs with ``axial_sections``): positions ``(*batch, seq, n)``, one
+  coordinate per axis; section ``a`` follows coordinate ``a`` (by default ``n = 2``, the
+  first half of the pairs following the row and the second the column; frequencies in
   :mod:`anyrope.scaling.axial`).
 
 Tables are gathered per stream (each entry exactly the one ordinary RoPE would use
@@ -45,12 +46,15 @@ def resolve_streams(
     and device, broadcastable to ``(*batch, seq)``, within ``[0, 2**53)``).
     """
     expected = (
-        f"({count}, *batch, seq) or ({count}, seq)" if kind == "mrope" else "(*batch, seq, 2)"
+        f"({count}, *batch, seq) or ({count}, seq)"
+        if kind == "mrope"
+        else f"(*batch, seq, {count})"
     )
+    name = "M-RoPE" if kind == "mrope" else _axial_name(count)
     if positions is None or not hasattr(positions, "shape") or isinstance(positions, (list, tuple)):
         raise TypeError(
-            f"`positions` must be an integer array of shape {expected} for "
-            f"{'M-RoPE' if kind == 'mrope' else '2D axial RoPE'}; got {type(positions).__name__}"
+            f"`positions` must be an integer array of shape {expected} for {name}; "
+            f"got {type(positions).__name__}"
         )
     p_xp = namespace_of(positions, argument="positions")
     if library_name(p_xp) != library_name(xp):
@@ -70,10 +74,22 @@ def resolve_streams(
     else:
         if len(shape) < 2 or shape[-1] != count:
             raise ValueError(
-                f"2D axial `positions` must have shape {expected} (row, column); got shape {shape}"
+                f"{count}D axial `positions` must have shape {expected} ({_coordinates(count)}); "
+                f"got shape {shape}"
             )
         streams = [array[..., index] for index in range(count)]
     return [resolve_positions(stream, xp, x, batch, seq) for stream in streams]
+
+
+def _axial_name(count: int) -> str:
+    return f"{count}D axial RoPE"
+
+
+def _coordinates(count: int) -> str:
+    """What the last axis of axial positions holds."""
+    if count == 2:
+        return "row, column"
+    return f"one coordinate per axis, in the order of the {count} axial_sections"
 
 
 def split_host_streams(
@@ -83,10 +99,10 @@ def split_host_streams(
     count = len(sections)
     axis = -1 if axial else 0
     if host.ndim < 1 or host.shape[axis] != count:
-        expected = "(..., 2)" if axial else f"({count}, ...)"
+        expected = f"(..., {count})" if axial else f"({count}, ...)"
         raise ValueError(
             f"`positions` must have shape {expected} for "
-            f"{'2D axial RoPE' if axial else 'M-RoPE'}; got shape {host.shape}"
+            f"{_axial_name(count) if axial else 'M-RoPE'}; got shape {host.shape}"
         )
     return [np.take(host, index, axis=axis) for index in range(count)]
 

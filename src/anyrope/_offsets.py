@@ -8,7 +8,9 @@ from ._namespace import Array
 
 
 class Offsets:
-    """Per-row offsets: the tokens of batch row ``b`` sit at ``values[b] + 0 .. seq-1``.
+    """Per-row offsets: row ``b`` of a batch starts at position ``values[b]``.
+
+    The tokens of row ``b`` sit at ``values[b], values[b] + 1, ..., values[b] + seq - 1``.
 
     Pass it as ``positions`` when each row of a batch continues its own KV cache
     (flash-attn's ``seqlen_offsets`` of shape ``(batch,)``, vLLM's per-request context

@@ -46,7 +46,8 @@ class RoPE:
         Context-extension scaling as in a Hugging Face ``rope_scaling`` /
         ``rope_parameters`` dict (``rope_type`` or ``type``: ``default``, ``linear``,
         ``ntk``, ``dynamic``, ``yarn``, ``longrope``, ``llama3``; ``mrope_section`` for
-        M-RoPE; ``axial`` for 2D image patches), or a :class:`anyrope.scaling.RopeScaling`.
+        M-RoPE; ``axial`` for image patches, with ``axial_sections`` for ``n``-D grids such
+        as video), or a :class:`anyrope.scaling.RopeScaling`.
         See :doc:`/scaling`.
     max_position_embeddings : int, optional
         The model's trained context ``L_max`` (needed by ``dynamic``; the default
@@ -71,9 +72,10 @@ class RoPE:
     scaling : RopeScaling
         The parsed scaling description.
     sections : tuple of int or None
-        Pairs per position stream for M-RoPE and 2D axial RoPE, else ``None``.
+        Pairs per position stream for M-RoPE and axial RoPE (one per axis), else ``None``.
     axial : bool
-        Whether this is 2D axial RoPE (``rope_type="axial"``): positions ``(..., 2)``.
+        Whether this is axial RoPE (``rope_type="axial"``): positions ``(..., n)``, one
+        coordinate per axis, ``n = len(sections)`` (2 without ``axial_sections``).
 
     Examples
     --------
@@ -689,8 +691,9 @@ class RoPE:
         cos, sin : arrays
             Shape ``positions.shape + (rotary_dim // 2,)``; the attention factor is applied.
             For M-RoPE, an array of positions has the stream axis first and the tables
-            have shape ``positions.shape[1:] + (rotary_dim // 2,)``; for 2D axial RoPE it
-            is last and the tables have shape ``positions.shape[:-1] + (rotary_dim // 2,)``.
+            have shape ``positions.shape[1:] + (rotary_dim // 2,)``; for axial RoPE the
+            ``n`` coordinates are last and the tables have shape
+            ``positions.shape[:-1] + (rotary_dim // 2,)``.
             Length-dependent scaling uses the frequencies for ``max(positions) + 1``.
 
         Examples

@@ -58,13 +58,17 @@ def rotate_dask(
     if layout == "thd" or cu_seqlens is not None:
         raise ValueError("dask arrays take layouts 'bshd', 'bhsd' and 'sbhd'; got layout='thd'")
     source = sources[0]
-    if source.sections is not None or source.depends_on_length:
+    if source.sections is not None:
+        raise ValueError(
+            "dask arrays take RoPE with one position stream; got "
+            f"rope_type={source.scaling.rope_type!r} with {len(source.sections)} streams "
+            "(M-RoPE or axial): rotate the computed array, or each block with its own call"
+        )
+    if source.depends_on_length:
         raise ValueError(
             "dask arrays take RoPE with fixed frequencies; got "
-            f"rope_type={source.scaling.rope_type!r}"
-            + (", with several position streams (M-RoPE or axial)" if source.sections else "")
-            + ": its frequencies depend on all positions at once, so rotate the computed "
-            "array, or each block with its own call"
+            f"rope_type={source.scaling.rope_type!r}: its frequencies depend on all positions "
+            "at once, so rotate the computed array, or each block with its own call"
         )
     if xp is not None:
         check_namespace(xp)

@@ -5,7 +5,7 @@ small module per method (:mod:`~anyrope.scaling.default`, :mod:`~anyrope.scaling
 :mod:`~anyrope.scaling.ntk`, :mod:`~anyrope.scaling.dynamic`, :mod:`~anyrope.scaling.yarn`,
 :mod:`~anyrope.scaling.longrope`, :mod:`~anyrope.scaling.llama3`,
 :mod:`~anyrope.scaling.proportional` (Gemma 4), and :mod:`~anyrope.scaling.axial` for
-image patches), a validated
+image patches and video grids), a validated
 :class:`RopeScaling` parsed from a ``rope_scaling`` dict, and :func:`from_hf_config`
 reading a whole model config.
 

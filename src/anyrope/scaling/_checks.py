@@ -9,7 +9,7 @@ import math
 import numbers
 from collections.abc import Sequence
 
-__all__ = ["factor_list", "positive_int", "real"]
+__all__ = ["factor_list", "positive_int", "positive_int_list", "real"]
 
 
 def real(value: object, key: str) -> float:
@@ -105,3 +105,31 @@ def factor_list(value: object, key: str) -> tuple[float, ...]:
             f"`{key}` entries must be positive; got {factors[bad[0]]!r} at index {bad[0]}"
         )
     return factors
+
+
+def positive_int_list(value: object, key: str) -> tuple[int, ...]:
+    """Return ``value`` as a tuple of positive ``int``.
+
+    Parameters
+    ----------
+    value : object
+        The list to check (any sequence but a string), such as ``mrope_section``.
+    key : str
+        The name of the key, quoted in the error message; a bad entry is named
+        ``key[index]``.
+
+    Returns
+    -------
+    tuple of int
+        The entries as built-in ``int``, in their order.
+
+    Raises
+    ------
+    TypeError
+        If ``value`` is not a sequence of integers (a string is not one here).
+    ValueError
+        If an entry is zero or negative.
+    """
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise TypeError(f"`{key}` must be a list of integers; got {value!r}")
+    return tuple(positive_int(item, f"{key}[{index}]") for index, item in enumerate(value))

@@ -67,6 +67,8 @@ class ScalingFields(Protocol):
     def long_factor(self) -> tuple[float, ...] | None: ...
     @property
     def partial_rotary_factor(self) -> float | None: ...
+    @property
+    def axial_sections(self) -> tuple[int, ...] | None: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,8 +110,8 @@ class Method:
         ``softmax_scale(scaling) -> float``: multiplier of the attention softmax scale;
         ``None`` means 1.0.
     sections : callable, optional
-        ``sections(rotary_dim) -> tuple of int``: pairs per position stream for a method
-        that lays out several streams itself (axial); such a method takes no
+        ``sections(scaling, rotary_dim) -> tuple of int``: pairs per position stream for a
+        method that lays out several streams itself (axial); such a method takes no
         ``mrope_section``.
     reads_partial_rotary_factor : bool
         Whether the method reads ``partial_rotary_factor`` itself (``proportional``):
@@ -145,7 +147,7 @@ class Method:
     check_rotary_dim: Callable[[ScalingFields, int], None] | None = None
     length_bucket: Callable[[ScalingFields, int | None], int] | None = None
     softmax_scale: Callable[[ScalingFields], float] | None = None
-    sections: Callable[[int], tuple[int, ...]] | None = None
+    sections: Callable[[ScalingFields, int], tuple[int, ...]] | None = None
     reads_partial_rotary_factor: bool = False
     frequencies_per_length: Callable[[ScalingFields, int, float, IntArray], FloatArray] | None = (
         None

@@ -1,12 +1,23 @@
-"""2D axial RoPE for image patches (EVA-02, Qwen2-VL's vision tower, FLUX-style tokens).
+"""Axial RoPE: positions on a grid of ``n`` axes (image patches, video frames).
 
-Positions are ``(row, column)``. The first half of the ``d/2`` pairs follows the row and
-the second half the column; each half has the frequencies of a ``d/2``-wide RoPE,
-``base ** (-2j / (d/2))`` for ``j = 0 .. d/4 - 1``. The score between two patches then
-depends only on their 2D offset. transformers calls this ``rope_type="axial"``.
+Positions are ``(coordinate_0, ..., coordinate_{n-1})``. The ``d/2`` pairs are cut into
+``n`` contiguous sections, one per axis in axis order; a section of ``p`` pairs has the
+frequencies of a ``2p``-wide RoPE, ``base ** (-2j / (2p))`` for ``j = 0 .. p - 1``, and
+takes its angles from its own coordinate. The score between two tokens then depends
+only on their ``n``-dimensional offset.
+
+Without ``axial_sections`` the grid is 2D with equal halves, ``(row, column)``: EVA-02,
+Qwen2-VL's vision tower, FLUX-style tokens; transformers calls this
+``rope_type="axial"``. ``axial_sections`` gives the pairs per axis of any other grid,
+e.g. ``[t, h, w]`` for video: Wan 2.1 splits a head of ``d`` features into
+``d - 4 (d // 6)`` for time and ``2 (d // 6)`` each for height and width, and
+rotary-embedding-torch's ``get_axial_freqs`` gives each of ``n`` axes the frequencies of
+a ``D``-wide RoPE (``axial_sections=[D // 2] * n``).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -19,81 +30,113 @@ __all__ = ["ATTENTION_FACTOR", "inv_freq", "sections"]
 ATTENTION_FACTOR = 1.0
 
 
-def sections(rotary_dim: int) -> tuple[int, int]:
-    """Return the pairs per axis, ``(row, column)``.
+def sections(rotary_dim: int, *, axial_sections: Sequence[int] | None = None) -> tuple[int, ...]:
+    """Return the pairs per axis.
 
     Parameters
     ----------
     rotary_dim : int
-        The rotated width ``d``, a multiple of 4 for axial RoPE (checked by
+        The rotated width ``d``: a multiple of 4 without ``axial_sections`` (checked by
         :func:`inv_freq`, not here).
+    axial_sections : sequence of int, optional
+        The pairs of each axis, in axis order; default ``None``, two equal halves.
 
     Returns
     -------
     tuple of int
-        ``(d // 4, d // 4)``: the pairs that follow the row, then those that follow the
-        column.
+        ``axial_sections`` as given, or ``(d // 4, d // 4)``: the pairs that follow the
+        row, then those that follow the column.
 
     Examples
     --------
     >>> from anyrope.scaling import axial
     >>> axial.sections(64)
     (16, 16)
+    >>> axial.sections(64, axial_sections=[12, 10, 10])
+    (12, 10, 10)
     """
-    return (rotary_dim // 4, rotary_dim // 4)
+    if axial_sections is None:
+        return (rotary_dim // 4, rotary_dim // 4)
+    return tuple(int(pairs) for pairs in axial_sections)
 
 
-def inv_freq(rotary_dim: int, base: float) -> FloatArray:
-    """Return the frequencies of a ``rotary_dim / 2`` RoPE, once for each axis.
+def inv_freq(
+    rotary_dim: int, base: float, *, axial_sections: Sequence[int] | None = None
+) -> FloatArray:
+    """Return each axis's frequencies, those of a RoPE as wide as its section, in axis order.
 
     Parameters
     ----------
     rotary_dim : int
-        The rotated width ``d``: positive and a multiple of 4.
+        The rotated width ``d``: positive, and a multiple of 4 without ``axial_sections``.
     base : float
-        The base of each axis's frequencies ``base ** (-2j / (d/2))``: finite and > 1.
+        The base of each axis's frequencies ``base ** (-2j / (2p))`` for an axis of ``p``
+        pairs: finite and > 1.
+    axial_sections : sequence of int, optional
+        The pairs of each axis, summing to ``d // 2``; default ``None``, two equal halves.
 
     Returns
     -------
     numpy.ndarray
-        The float64 inverse frequencies, shape ``(d // 2,)``: the ``d/4`` row frequencies,
-        then the same ``d/4`` values for the column.
+        The float64 inverse frequencies, shape ``(d // 2,)``: the ``p_0`` of the first
+        axis, then the ``p_1`` of the second, and so on.
 
     Raises
     ------
     ValueError
-        If ``rotary_dim`` is not a multiple of 4.
+        If ``rotary_dim`` is not a multiple of 4 (two equal halves), or if
+        ``axial_sections`` does not sum to ``rotary_dim // 2``.
 
     Examples
     --------
     >>> from anyrope.scaling import axial
     >>> axial.inv_freq(8, 10000.0).tolist()
     [1.0, 0.01, 1.0, 0.01]
+    >>> axial.inv_freq(8, 10000.0, axial_sections=[2, 1, 1]).tolist()
+    [1.0, 0.01, 1.0, 1.0]
     """
-    if rotary_dim % 4:
-        raise ValueError(
-            "2D axial RoPE splits the pairs between two axes: `rotary_dim` must be a "
-            f"multiple of 4; got {rotary_dim}"
-        )
-    half = default.inv_freq(rotary_dim // 2, base)
-    result: FloatArray = np.concatenate([half, half])
+    _check_sections(rotary_dim, axial_sections, "axial RoPE")
+    pairs = sections(rotary_dim, axial_sections=axial_sections)
+    result: FloatArray = np.concatenate([default.inv_freq(2 * p, base) for p in pairs])
     return result
+
+
+def _check_sections(rotary_dim: int, axial_sections: Sequence[int] | None, name: str) -> None:
+    if axial_sections is None:
+        if rotary_dim % 4:
+            raise ValueError(
+                f"{name} without `axial_sections` splits the pairs between two axes: "
+                f"`rotary_dim` must be a multiple of 4; got {rotary_dim}"
+            )
+    elif sum(axial_sections) != rotary_dim // 2:
+        raise ValueError(
+            f"`axial_sections` must sum to rotary_dim // 2 = {rotary_dim // 2}; got "
+            f"{list(axial_sections)} (sum {sum(axial_sections)})"
+        )
 
 
 def _check_rotary_dim(scaling: ScalingFields, rotary_dim: int) -> None:
     # RoPE calls this when it is built, so a bad width fails before any table, naming the
     # config's rope_type.
-    if rotary_dim % 4:
-        raise ValueError(
-            "rope_type='axial' splits the pairs between two axes: `rotary_dim` must be a "
-            f"multiple of 4; got {rotary_dim}"
-        )
+    _check_sections(rotary_dim, scaling.axial_sections, "rope_type='axial'")
+
+
+def _sections(scaling: ScalingFields, rotary_dim: int) -> tuple[int, ...]:
+    return sections(rotary_dim, axial_sections=scaling.axial_sections)
 
 
 def _frequencies(
     scaling: ScalingFields, rotary_dim: int, base: float, seq_len: int | None
 ) -> tuple[FloatArray, float]:
-    return inv_freq(rotary_dim, base), ATTENTION_FACTOR
+    return inv_freq(rotary_dim, base, axial_sections=scaling.axial_sections), ATTENTION_FACTOR
 
 
-register(Method("axial", _frequencies, check_rotary_dim=_check_rotary_dim, sections=sections))
+register(
+    Method(
+        "axial",
+        _frequencies,
+        keys=frozenset({"axial_sections"}),
+        check_rotary_dim=_check_rotary_dim,
+        sections=_sections,
+    )
+)

@@ -10,12 +10,12 @@ default that would change the model.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from .._validation import check_base
 from . import _registry
-from ._checks import factor_list, positive_int, real
+from ._checks import factor_list, positive_int, positive_int_list, real
 from ._types import FloatArray, IntArray
 
 # isort: off
@@ -96,6 +96,7 @@ class RopeScaling:
     short_factor: tuple[float, ...] | None = None
     long_factor: tuple[float, ...] | None = None
     mrope_section: tuple[int, ...] | None = None
+    axial_sections: tuple[int, ...] | None = None
     rope_theta: float | None = None
     partial_rotary_factor: float | None = None
 
@@ -124,13 +125,20 @@ class RopeScaling:
             and real(self.attention_factor, "attention_factor") <= 0
         ):
             raise ValueError(f"`attention_factor` must be positive; got {self.attention_factor!r}")
+        for key in ("mrope_section", "axial_sections"):
+            value = getattr(self, key)
+            if value is not None:
+                # A list given directly becomes a tuple: the description is hashed as a key.
+                object.__setattr__(self, key, positive_int_list(value, key))
         if method.validate is not None:
             method.validate(self)
-        if self.mrope_section is not None:
-            if method.sections is not None:
-                raise ValueError(f"`mrope_section` does not apply to rope_type={kind!r}")
-            for index, size in enumerate(self.mrope_section):
-                positive_int(size, f"mrope_section[{index}]")
+        if self.mrope_section is not None and method.sections is not None:
+            raise ValueError(f"`mrope_section` does not apply to rope_type={kind!r}")
+        if self.axial_sections is not None and "axial_sections" not in method.keys:
+            raise ValueError(
+                f"`axial_sections` does not apply to rope_type={kind!r} (it is a key of "
+                "rope_type='axial')"
+            )
         if self.rope_theta is not None:
             check_base(self.rope_theta)
         if self.partial_rotary_factor is not None:
@@ -153,13 +161,14 @@ class RopeScaling:
         return f"RopeScaling({', '.join(parts)})"
 
     def sections(self, rotary_dim: int) -> tuple[int, ...] | None:
-        """Return the pairs per position stream (M-RoPE's ``mrope_section``, axial's halves).
+        """Return the pairs per position stream (M-RoPE's ``mrope_section``, axial's axes).
 
         Parameters
         ----------
         rotary_dim : int
             The rotated width ``d``; a method that lays out its own streams (axial) splits
-            its ``d // 2`` pairs from it, while ``mrope_section`` is returned as given.
+            its ``d // 2`` pairs from it (``axial_sections``, else two halves), while
+            ``mrope_section`` is returned as given.
 
         Returns
         -------
@@ -172,9 +181,11 @@ class RopeScaling:
         >>> from anyrope.scaling import RopeScaling
         >>> RopeScaling("axial").sections(64), RopeScaling().sections(64)
         ((16, 16), None)
+        >>> RopeScaling("axial", axial_sections=(12, 10, 10)).sections(64)
+        (12, 10, 10)
         """
         sections = _method(self.rope_type).sections
-        return self.mrope_section if sections is None else sections(rotary_dim)
+        return self.mrope_section if sections is None else sections(self, rotary_dim)
 
     @property
     def partial_rotary_factor_sets_width(self) -> bool:
@@ -269,8 +280,9 @@ class RopeScaling:
         ------
         ValueError
             If the method cannot use ``rotary_dim`` (``ntk`` and ``dynamic`` need more
-            than 2, ``axial`` a multiple of 4), or if ``short_factor``, ``long_factor`` or
-            ``mrope_section`` does not fit ``rotary_dim // 2`` pairs.
+            than 2, ``axial`` a multiple of 4 without ``axial_sections``), or if
+            ``short_factor``, ``long_factor``, ``mrope_section`` or ``axial_sections`` does
+            not fit ``rotary_dim // 2`` pairs.
         """
         pairs = rotary_dim // 2
         check = _method(self.rope_type).check_rotary_dim
@@ -476,13 +488,9 @@ def parse_rope_scaling(
     for key in ("short_factor", "long_factor"):
         if key in given:
             fields[key] = factor_list(given[key], key)
-    if "mrope_section" in given:
-        section = given["mrope_section"]
-        if isinstance(section, (str, bytes)) or not isinstance(section, Sequence):
-            raise TypeError(f"`mrope_section` must be a list of integers; got {section!r}")
-        fields["mrope_section"] = tuple(
-            positive_int(size, f"mrope_section[{index}]") for index, size in enumerate(section)
-        )
+    for key in ("mrope_section", "axial_sections"):
+        if key in given:
+            fields[key] = positive_int_list(given[key], key)
     inner = given.get("original_max_position_embeddings")
     if inner is not None:
         inner = positive_int(inner, "original_max_position_embeddings")

@@ -44,15 +44,13 @@ def rejects(plan: Plan) -> str | None:
         return f"needs CuPy arrays or PyTorch CUDA tensors; got {kinds}"
     if not _cupy_installed():
         return "needs CuPy (pip install 'cupy-cuda13x[ctk]'), which is not installed"
-    broken = unusable(_device_id(plan.arrays[0]))
-    if broken is not None:
-        return broken
     if len(plan.where) > 1:
         return (
             "takes one position stream; M-RoPE and axial positions (several streams) "
             "go through impl='array_api'"
         )
-    return None
+    # Last: the first call on a device compiles the kernels.
+    return unusable(_device_id(plan.arrays[0]))
 
 
 @functools.cache
