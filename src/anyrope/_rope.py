@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numbers
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,6 +11,7 @@ import array_api_compat
 import numpy as np
 
 from . import _mrope, _pipeline
+from ._lazy import torch_op
 from ._namespace import Array, Namespace, device_of, is_real_floating, namespace_of, to_host
 from ._qkv import join_qkv, split_qkv
 from ._tables import TableSource
@@ -125,6 +127,8 @@ class RoPE:
         self.axial = self.scaling.rope_type == "axial"
         self.sections = self.scaling.sections(self.rotary_dim)
         self._source = TableSource(self.scaling, rotary_dim=self.rotary_dim, base=self.base)
+        # Names the table source to the torch custom op that torch.compile traces.
+        self._op_key = torch_op.register(self._source)
         self.inv_freq = self._source.default.inv_freq
         self.attention_factor = self._source.default.attention_factor
 
@@ -535,6 +539,9 @@ class RoPE:
         )
         if inplace:
             return qkv
+        if torch_op.compiling(qkv):
+            # Dynamo traces torch's own stack and concat (which take ``axis``).
+            return join_qkv(fused, q, k, sys.modules["torch"])
         return join_qkv(fused, q, k, namespace_of(qkv, xp=xp, argument="qkv"))
 
     def path(
@@ -614,6 +621,17 @@ class RoPE:
         )
 
     def _rotate(self, *arrays: Array, positions: object, **options: Any) -> tuple[Array, ...]:
+        if torch_op.compiling(arrays[0]):
+            # torch.compile traces this call: one custom op, run by the pipeline.
+            return torch_op.rotate(
+                self._op_key,
+                arrays,
+                positions,
+                head_dim=self.head_dim,
+                interleaved=self.interleaved,
+                start=self.start_index,
+                **options,
+            )
         names = _NAMES[len(arrays)]
         if self.start_index and all(map(array_api_compat.is_array_api_obj, arrays)):
             return self._rotate_from(arrays, names, positions, options)
