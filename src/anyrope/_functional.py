@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import _tables
+from ._lazy import torch_op
 from ._namespace import Array, Namespace, namespace_of
 from ._rope import RoPE
 from ._validation import check_base, check_bool, check_int, check_rotary_dim, describe
@@ -24,6 +25,9 @@ CACHE_ENTRIES = 64
 _ropes: OrderedDict[tuple[Any, ...], RoPE] = OrderedDict()
 _known: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 """The arguments of earlier calls as given, mapped to their validated settings."""
+_pinned: dict[int, RoPE] = {}
+"""The RoPEs that code compiled by torch.compile calls, by their op key: kept for the life of the
+process (the compiled code names their tables by key), their tables freed by clear_cache."""
 _lock = threading.Lock()
 _measured = -1
 
@@ -48,6 +52,8 @@ def clear_cache() -> None:
     with _lock:
         _ropes.clear()
         _known.clear()
+        for rope in _pinned.values():
+            rope.clear_cache()
 
 
 def cache_nbytes() -> int:
@@ -68,7 +74,8 @@ def cache_nbytes() -> int:
     65536
     """
     with _lock:
-        return sum(rope.cache_nbytes for rope in _ropes.values())
+        held = {rope._op_key: rope for rope in _ropes.values()} | _pinned
+        return sum(rope.cache_nbytes for rope in held.values())
 
 
 def _rope_for_input(
@@ -147,6 +154,83 @@ def _rope_for_input(
                 _known.clear()
             _known[key] = settings
     return rope
+
+
+def _rope_for_call(
+    x: Array,
+    name: str,
+    rotary_dim: int | None,
+    base: float,
+    interleaved: bool,
+    *,
+    scaling: Mapping[str, Any] | RopeScaling | None,
+    max_position_embeddings: int | None,
+    start_index: int,
+) -> tuple[RoPE, bool]:
+    """The cached :class:`RoPE` for a call, and whether torch.compile traces the call."""
+    if torch_op.compiling(x):
+        key = _compiled_rope(
+            tuple(x.shape),
+            x.dtype,
+            name,
+            rotary_dim,
+            base,
+            interleaved,
+            scaling,
+            max_position_embeddings,
+            start_index,
+        )
+        # A lookup Dynamo can guard (the RoPE itself cannot be a constant of the graph).
+        return _pinned[key], True
+    rope = _rope_for_input(
+        x,
+        name,
+        rotary_dim,
+        base,
+        interleaved,
+        scaling=scaling,
+        max_position_embeddings=max_position_embeddings,
+        start_index=start_index,
+    )
+    return rope, False
+
+
+def _compiled_rope(  # noqa: PLR0917 - Dynamo passes the arguments as they are
+    shape: tuple[int, ...],
+    dtype: Any,
+    name: str,
+    rotary_dim: int | None,
+    base: float,
+    interleaved: bool,
+    scaling: Mapping[str, Any] | RopeScaling | None,
+    max_position_embeddings: int | None,
+    start_index: int,
+) -> int:
+    """The op key of the RoPE of a call that torch.compile traces, pinned in :data:`_pinned`.
+
+    Dynamo runs this for real when it traces the call, and takes the key as a constant
+    of the compiled code (rather than tracing the cache and its lock).
+    """
+    import torch
+
+    rope = _rope_for_input(
+        # Shape and dtype are all the settings' checks read (and their errors name).
+        torch.empty(shape, dtype=dtype, device="meta"),
+        name,
+        rotary_dim,
+        base,
+        interleaved,
+        scaling=scaling,
+        max_position_embeddings=max_position_embeddings,
+        start_index=start_index,
+    )
+    with _lock:
+        _pinned[rope._op_key] = rope
+    return rope._op_key
+
+
+# What torch._dynamo.assume_constant_result marks, set without importing torch.
+_compiled_rope._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
 def _keep_within_bounds() -> None:
@@ -264,7 +348,7 @@ def rotate(
     >>> bool(np.allclose(anyrope.rotate(y, inverse=True), x, atol=1e-6))
     True
     """
-    rope = _rope_for_input(
+    rope, compiled = _rope_for_call(
         x,
         "x",
         rotary_dim,
@@ -284,7 +368,8 @@ def rotate(
         xp=xp,
         cu_seqlens=cu_seqlens,
     )
-    _keep_within_bounds()
+    if not compiled:
+        _keep_within_bounds()
     return y
 
 
@@ -369,7 +454,7 @@ def rotate_qk(
     """
     if not hasattr(q, "shape") or not hasattr(k, "shape"):
         namespace_of(q, k, argument="q and k")
-    rope = _rope_for_input(
+    rope, compiled = _rope_for_call(
         q,
         "q",
         rotary_dim,
@@ -390,7 +475,8 @@ def rotate_qk(
         xp=xp,
         cu_seqlens=cu_seqlens,
     )
-    _keep_within_bounds()
+    if not compiled:
+        _keep_within_bounds()
     return q2, k2
 
 
@@ -468,7 +554,7 @@ def rotate_qkv(
     >>> bool((out[:, :, 1] == k2).all() and (out[:, :, 2] == qkv[:, :, 2]).all())
     True
     """
-    rope = _rope_for_input(
+    rope, compiled = _rope_for_call(
         qkv,
         "qkv",
         rotary_dim,
@@ -489,5 +575,6 @@ def rotate_qkv(
         xp=xp,
         cu_seqlens=cu_seqlens,
     )
-    _keep_within_bounds()
+    if not compiled:
+        _keep_within_bounds()
     return y
