@@ -74,7 +74,7 @@ def cache_nbytes() -> int:
     65536
     """
     with _lock:
-        held = {rope._op_key: rope for rope in _ropes.values()} | _pinned
+        held = {rope._op_target.key: rope for rope in _ropes.values()} | _pinned
         return sum(rope.cache_nbytes for rope in held.values())
 
 
@@ -156,7 +156,7 @@ def _rope_for_input(
     return rope
 
 
-def _rope_for_call(
+def _compiled_target(
     x: Array,
     name: str,
     rotary_dim: int | None,
@@ -166,33 +166,23 @@ def _rope_for_call(
     scaling: Mapping[str, Any] | RopeScaling | None,
     max_position_embeddings: int | None,
     start_index: int,
-) -> tuple[RoPE, bool]:
-    """The cached :class:`RoPE` for a call, and whether torch.compile traces the call."""
-    if torch_op.compiling(x):
-        key = _compiled_rope(
-            tuple(x.shape),
-            x.dtype,
-            name,
-            rotary_dim,
-            base,
-            interleaved,
-            scaling,
-            max_position_embeddings,
-            start_index,
-        )
-        # A lookup Dynamo can guard (the RoPE itself cannot be a constant of the graph).
-        return _pinned[key], True
-    rope = _rope_for_input(
-        x,
+) -> torch_op.Target | None:
+    """The op target of a call that torch.compile traces (see :func:`_compiled_rope`);
+    ``None`` for every other call."""
+    if not torch_op.compiling(x):
+        return None
+    found = _compiled_rope(
+        tuple(x.shape),
+        x.dtype,
         name,
         rotary_dim,
         base,
         interleaved,
-        scaling=scaling,
-        max_position_embeddings=max_position_embeddings,
-        start_index=start_index,
+        scaling,
+        max_position_embeddings,
+        start_index,
     )
-    return rope, False
+    return torch_op.Target(*found)
 
 
 def _compiled_rope(  # noqa: PLR0917 - Dynamo passes the arguments as they are
@@ -205,16 +195,16 @@ def _compiled_rope(  # noqa: PLR0917 - Dynamo passes the arguments as they are
     scaling: Mapping[str, Any] | RopeScaling | None,
     max_position_embeddings: int | None,
     start_index: int,
-) -> int:
-    """The op key of the RoPE of a call that torch.compile traces, pinned in :data:`_pinned`.
+) -> tuple[int, int, bool, int]:
+    """The op target of the cached RoPE for these settings, which it pins in :data:`_pinned`.
 
-    Dynamo runs this for real when it traces the call, and takes the key as a constant
-    of the compiled code (rather than tracing the cache and its lock).
+    Dynamo runs this for real when it traces a call, and takes the result (plain
+    constants) into the compiled code, rather than tracing the cache and its lock.
     """
     import torch
 
     rope = _rope_for_input(
-        # Shape and dtype are all the settings' checks read (and their errors name).
+        # Shape and dtype are all that the settings' checks read (and their errors name).
         torch.empty(shape, dtype=dtype, device="meta"),
         name,
         rotary_dim,
@@ -225,8 +215,8 @@ def _compiled_rope(  # noqa: PLR0917 - Dynamo passes the arguments as they are
         start_index=start_index,
     )
     with _lock:
-        _pinned[rope._op_key] = rope
-    return rope._op_key
+        _pinned[rope._op_target.key] = rope
+    return tuple(rope._op_target)  # type: ignore[return-value]
 
 
 # What torch._dynamo.assume_constant_result marks, set without importing torch.
@@ -348,16 +338,26 @@ def rotate(
     >>> bool(np.allclose(anyrope.rotate(y, inverse=True), x, atol=1e-6))
     True
     """
-    rope, compiled = _rope_for_call(
-        x,
-        "x",
-        rotary_dim,
-        base,
-        interleaved,
-        scaling=scaling,
-        max_position_embeddings=max_position_embeddings,
-        start_index=start_index,
-    )
+    settings = {
+        "scaling": scaling,
+        "max_position_embeddings": max_position_embeddings,
+        "start_index": start_index,
+    }
+    target = _compiled_target(x, "x", rotary_dim, base, interleaved, **settings)
+    if target is not None:
+        (y,) = torch_op.rotate(
+            target,
+            (x,),
+            positions,
+            layout=layout,
+            inverse=inverse,
+            inplace=inplace,
+            impl=impl,
+            xp=xp,
+            cu_seqlens=cu_seqlens,
+        )
+        return y
+    rope = _rope_for_input(x, "x", rotary_dim, base, interleaved, **settings)
     y = rope.rotate(
         x,
         positions,
@@ -368,8 +368,7 @@ def rotate(
         xp=xp,
         cu_seqlens=cu_seqlens,
     )
-    if not compiled:
-        _keep_within_bounds()
+    _keep_within_bounds()
     return y
 
 
@@ -454,16 +453,26 @@ def rotate_qk(
     """
     if not hasattr(q, "shape") or not hasattr(k, "shape"):
         namespace_of(q, k, argument="q and k")
-    rope, compiled = _rope_for_call(
-        q,
-        "q",
-        rotary_dim,
-        base,
-        interleaved,
-        scaling=scaling,
-        max_position_embeddings=max_position_embeddings,
-        start_index=start_index,
-    )
+    settings = {
+        "scaling": scaling,
+        "max_position_embeddings": max_position_embeddings,
+        "start_index": start_index,
+    }
+    target = _compiled_target(q, "q", rotary_dim, base, interleaved, **settings)
+    if target is not None:
+        q2, k2 = torch_op.rotate(
+            target,
+            (q, k),
+            positions,
+            layout=layout,
+            inverse=inverse,
+            inplace=inplace,
+            impl=impl,
+            xp=xp,
+            cu_seqlens=cu_seqlens,
+        )
+        return q2, k2
+    rope = _rope_for_input(q, "q", rotary_dim, base, interleaved, **settings)
     q2, k2 = rope(
         q,
         k,
@@ -475,8 +484,7 @@ def rotate_qk(
         xp=xp,
         cu_seqlens=cu_seqlens,
     )
-    if not compiled:
-        _keep_within_bounds()
+    _keep_within_bounds()
     return q2, k2
 
 
@@ -554,16 +562,26 @@ def rotate_qkv(
     >>> bool((out[:, :, 1] == k2).all() and (out[:, :, 2] == qkv[:, :, 2]).all())
     True
     """
-    rope, compiled = _rope_for_call(
-        qkv,
-        "qkv",
-        rotary_dim,
-        base,
-        interleaved,
-        scaling=scaling,
-        max_position_embeddings=max_position_embeddings,
-        start_index=start_index,
-    )
+    settings = {
+        "scaling": scaling,
+        "max_position_embeddings": max_position_embeddings,
+        "start_index": start_index,
+    }
+    target = _compiled_target(qkv, "qkv", rotary_dim, base, interleaved, **settings)
+    if target is not None:
+        return torch_op.rotate_qkv(
+            target,
+            qkv,
+            positions,
+            num_heads_q=num_heads_q,
+            layout=layout,
+            inverse=inverse,
+            inplace=inplace,
+            impl=impl,
+            xp=xp,
+            cu_seqlens=cu_seqlens,
+        )
+    rope = _rope_for_input(qkv, "qkv", rotary_dim, base, interleaved, **settings)
     y = rope.rotate_qkv(
         qkv,
         positions,
@@ -575,6 +593,5 @@ def rotate_qkv(
         xp=xp,
         cu_seqlens=cu_seqlens,
     )
-    if not compiled:
-        _keep_within_bounds()
+    _keep_within_bounds()
     return y

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numbers
-import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -128,7 +127,9 @@ class RoPE:
         self.sections = self.scaling.sections(self.rotary_dim)
         self._source = TableSource(self.scaling, rotary_dim=self.rotary_dim, base=self.base)
         # Names the table source to the torch custom op that torch.compile traces.
-        self._op_key = torch_op.register(self._source)
+        self._op_target = torch_op.Target(
+            torch_op.register(self._source), self.head_dim, self.interleaved, self.start_index
+        )
         self.inv_freq = self._source.default.inv_freq
         self.attention_factor = self._source.default.attention_factor
 
@@ -525,6 +526,19 @@ class RoPE:
         >>> rope.rotate_qkv(grouped, num_heads_q=4).shape   # 4 query, 1 key, 1 value head
         (2, 4, 6, 8)
         """
+        if torch_op.compiling(qkv):
+            return torch_op.rotate_qkv(
+                self._op_target,
+                qkv,
+                positions,
+                num_heads_q=num_heads_q,
+                layout=layout,
+                inverse=inverse,
+                inplace=inplace,
+                impl=impl,
+                xp=xp,
+                cu_seqlens=cu_seqlens,
+            )
         fused = split_qkv(qkv, layout, num_heads_q)
         q, k = self._rotate(
             fused.q,
@@ -539,9 +553,6 @@ class RoPE:
         )
         if inplace:
             return qkv
-        if torch_op.compiling(qkv):
-            # Dynamo traces torch's own stack and concat (which take ``axis``).
-            return join_qkv(fused, q, k, sys.modules["torch"])
         return join_qkv(fused, q, k, namespace_of(qkv, xp=xp, argument="qkv"))
 
     def path(
@@ -623,15 +634,7 @@ class RoPE:
     def _rotate(self, *arrays: Array, positions: object, **options: Any) -> tuple[Array, ...]:
         if torch_op.compiling(arrays[0]):
             # torch.compile traces this call: one custom op, run by the pipeline.
-            return torch_op.rotate(
-                self._op_key,
-                arrays,
-                positions,
-                head_dim=self.head_dim,
-                interleaved=self.interleaved,
-                start=self.start_index,
-                **options,
-            )
+            return torch_op.rotate(self._op_target, arrays, positions, **options)
         names = _NAMES[len(arrays)]
         if self.start_index and all(map(array_api_compat.is_array_api_obj, arrays)):
             return self._rotate_from(arrays, names, positions, options)

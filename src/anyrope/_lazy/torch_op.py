@@ -24,19 +24,30 @@ import itertools
 import sys
 import threading
 import weakref
-from typing import Any
+from typing import Any, NamedTuple
 
 from .._namespace import Array
 from .._offsets import Offsets
+from .._qkv import join_qkv, split_qkv
 from .._tables import TableSource
 
-__all__ = ["compiling", "pipeline_inverse", "register", "rotate"]
+__all__ = ["Target", "compiling", "pipeline_inverse", "register", "rotate", "rotate_qkv"]
 
 _sources: weakref.WeakValueDictionary[int, TableSource] = weakref.WeakValueDictionary()
 _keys = itertools.count()
 _lock = threading.Lock()
 
 _NAMES = {1: ("x",), 2: ("q", "k")}
+
+
+class Target(NamedTuple):
+    """What the op needs of a RoPE: the key of its table source and its geometry."""
+
+    key: int
+    head_dim: int
+    interleaved: bool
+    start: int
+    """``start_index``: the features before it are kept."""
 
 
 def register(source: TableSource) -> int:
@@ -82,13 +93,10 @@ def pipeline_inverse(inverse: bool, adjoint: bool) -> bool:
 
 
 def rotate(
-    key: int,
+    target: Target,
     arrays: tuple[Array, ...],
     positions: object,
     *,
-    head_dim: int,
-    interleaved: bool,
-    start: int,
     layout: str,
     inverse: bool,
     inplace: bool,
@@ -99,10 +107,11 @@ def rotate(
     """Rotate torch tensors through the custom op; the code Dynamo traces.
 
     Plain attribute access and torch calls only, so that Dynamo traces it without a
-    graph break. The features before ``start`` (``start_index``) are kept, as eagerly.
+    graph break. The features before ``target.start`` are kept, as eagerly.
     """
     import torch
 
+    key, head_dim, interleaved, start = target
     names = _NAMES[len(arrays)]
     if xp is not None:
         raise ValueError(
@@ -144,6 +153,27 @@ def rotate(
             torch.cat((x[..., :start], y), dim=-1) for x, y in zip(whole, rotated, strict=True)
         )
     return tuple(rotated)
+
+
+def rotate_qkv(
+    target: Target,
+    qkv: Array,
+    positions: object,
+    *,
+    num_heads_q: int | None,
+    layout: str,
+    inplace: bool,
+    **options: Any,
+) -> Array:
+    """:meth:`anyrope.RoPE.rotate_qkv` through the custom op, for Dynamo to trace."""
+    import torch
+
+    fused = split_qkv(qkv, layout, num_heads_q)
+    q, k = rotate(
+        target, (fused.q, fused.k), positions, layout=layout, inplace=inplace, **options
+    )
+    # torch's own stack and concat take ``axis``, as the array API's do.
+    return qkv if inplace else join_qkv(fused, q, k, torch)
 
 
 def _positions(positions: object) -> tuple[Array | None, int, bool]:
