@@ -30,7 +30,7 @@ with warnings.catch_warnings():
     # torch's own modules warn while inductor is imported (deprecations inside torch);
     # imported here, once, so that only anyrope's part of a compile runs under "error".
     warnings.simplefilter("ignore")
-    import torch._inductor.compile_fx  # noqa: F401
+    import torch._inductor.compile_fx
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
@@ -58,7 +58,8 @@ def _compiled(fn, backend: str = "aot_eager"):
 
 def _assert_equal(got, expected) -> None:
     for a, b in zip(got, expected, strict=True):
-        assert a.dtype == b.dtype and a.shape == b.shape
+        assert a.dtype == b.dtype
+        assert a.shape == b.shape
         assert torch.equal(a, b)
 
 
@@ -113,7 +114,7 @@ def test_forward_and_backward_equal_eager(dtype: str, positions: str) -> None:
 def test_no_graph_break_reported() -> None:
     rope = anyrope.RoPE(16)
     q, k = _qk(torch.float32)
-    explained = torch._dynamo.explain(lambda q, k, p: rope(q, k, p))(q, k, torch.arange(5))
+    explained = torch._dynamo.explain(rope)(q, k, torch.arange(5))
     assert explained.graph_break_count == 0
     assert explained.graph_count == 1
 
@@ -200,7 +201,9 @@ def test_opcheck(case: str) -> None:
     rotary_dim=st.sampled_from([None, 4, 8]),
     per_row=st.booleans(),
 )
-def test_op_kernel_equals_eager(batch, seq, offset, interleaved, rotary_dim, per_row) -> None:
+def test_op_kernel_equals_eager(  # noqa: PLR0917 - hypothesis's arguments
+    batch, seq, offset, interleaved, rotary_dim, per_row
+) -> None:
     """The op's kernel (what compiled code runs) against an eager call: the same bits."""
     torch_op._define_ops()
     rope = anyrope.RoPE(8, rotary_dim=rotary_dim, interleaved=interleaved)
@@ -273,7 +276,7 @@ def test_mrope_positions_compile() -> None:
     rope = anyrope.RoPE(16, scaling={"rope_type": "default", "mrope_section": [2, 3, 3]})
     q, k = _qk(torch.float32)
     positions = torch.stack([torch.arange(5).expand(2, 5) + i for i in range(3)])
-    compiled, _ = _compiled(lambda q, k, p: rope(q, k, p))
+    compiled, _ = _compiled(rope)
     _assert_equal(compiled(q, k, positions), rope(q, k, positions))
 
 
@@ -281,7 +284,7 @@ def test_decode_offsets_compile_at_most_twice() -> None:
     """A decode loop's int offset becomes dynamic after one recompile, not one per token."""
     rope = anyrope.RoPE(16)
     q, k = _qk(torch.float32, seq=1)
-    compiled, counter = _compiled(lambda q, k, p: rope(q, k, p))
+    compiled, counter = _compiled(rope)
     for position in range(100, 106):
         _assert_equal(compiled(q, k, position), rope(q, k, position))
     assert counter.frame_count <= 2
@@ -290,7 +293,7 @@ def test_decode_offsets_compile_at_most_twice() -> None:
 def test_errors_under_compile() -> None:
     rope = anyrope.RoPE(16)
     q, k = _qk(torch.float32)
-    negative, _ = _compiled(lambda q, k, p: rope(q, k, p))
+    negative, _ = _compiled(rope)
     with pytest.raises(ValueError, match="positions"):  # checked when the op runs
         negative(q, k, torch.tensor([0, 1, -2, 3, 4]))
     narrow = anyrope.RoPE(8)

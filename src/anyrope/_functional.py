@@ -338,12 +338,16 @@ def rotate(
     >>> bool(np.allclose(anyrope.rotate(y, inverse=True), x, atol=1e-6))
     True
     """
-    settings = {
-        "scaling": scaling,
-        "max_position_embeddings": max_position_embeddings,
-        "start_index": start_index,
-    }
-    target = _compiled_target(x, "x", rotary_dim, base, interleaved, **settings)
+    target = _compiled_target(
+        x,
+        "x",
+        rotary_dim,
+        base,
+        interleaved,
+        scaling=scaling,
+        max_position_embeddings=max_position_embeddings,
+        start_index=start_index,
+    )
     if target is not None:
         (y,) = torch_op.rotate(
             target,
@@ -357,7 +361,16 @@ def rotate(
             cu_seqlens=cu_seqlens,
         )
         return y
-    rope = _rope_for_input(x, "x", rotary_dim, base, interleaved, **settings)
+    rope = _rope_for_input(
+        x,
+        "x",
+        rotary_dim,
+        base,
+        interleaved,
+        scaling=scaling,
+        max_position_embeddings=max_position_embeddings,
+        start_index=start_index,
+    )
     y = rope.rotate(
         x,
         positions,
@@ -453,12 +466,16 @@ def rotate_qk(
     """
     if not hasattr(q, "shape") or not hasattr(k, "shape"):
         namespace_of(q, k, argument="q and k")
-    settings = {
-        "scaling": scaling,
-        "max_position_embeddings": max_position_embeddings,
-        "start_index": start_index,
-    }
-    target = _compiled_target(q, "q", rotary_dim, base, interleaved, **settings)
+    target = _compiled_target(
+        q,
+        "q",
+        rotary_dim,
+        base,
+        interleaved,
+        scaling=scaling,
+        max_position_embeddings=max_position_embeddings,
+        start_index=start_index,
+    )
     if target is not None:
         q2, k2 = torch_op.rotate(
             target,
@@ -472,7 +489,16 @@ def rotate_qk(
             cu_seqlens=cu_seqlens,
         )
         return q2, k2
-    rope = _rope_for_input(q, "q", rotary_dim, base, interleaved, **settings)
+    rope = _rope_for_input(
+        q,
+        "q",
+        rotary_dim,
+        base,
+        interleaved,
+        scaling=scaling,
+        max_position_embeddings=max_position_embeddings,
+        start_index=start_index,
+    )
     q2, k2 = rope(
         q,
         k,
@@ -562,12 +588,16 @@ def rotate_qkv(
     >>> bool((out[:, :, 1] == k2).all() and (out[:, :, 2] == qkv[:, :, 2]).all())
     True
     """
-    settings = {
-        "scaling": scaling,
-        "max_position_embeddings": max_position_embeddings,
-        "start_index": start_index,
-    }
-    target = _compiled_target(qkv, "qkv", rotary_dim, base, interleaved, **settings)
+    target = _compiled_target(
+        qkv,
+        "qkv",
+        rotary_dim,
+        base,
+        interleaved,
+        scaling=scaling,
+        max_position_embeddings=max_position_embeddings,
+        start_index=start_index,
+    )
     if target is not None:
         return torch_op.rotate_qkv(
             target,
@@ -581,7 +611,16 @@ def rotate_qkv(
             xp=xp,
             cu_seqlens=cu_seqlens,
         )
-    rope = _rope_for_input(qkv, "qkv", rotary_dim, base, interleaved, **settings)
+    rope = _rope_for_input(
+        qkv,
+        "qkv",
+        rotary_dim,
+        base,
+        interleaved,
+        scaling=scaling,
+        max_position_embeddings=max_position_embeddings,
+        start_index=start_index,
+    )
     y = rope.rotate_qkv(
         qkv,
         positions,

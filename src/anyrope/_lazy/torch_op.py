@@ -169,9 +169,7 @@ def rotate_qkv(
     import torch
 
     fused = split_qkv(qkv, layout, num_heads_q)
-    q, k = rotate(
-        target, (fused.q, fused.k), positions, layout=layout, inplace=inplace, **options
-    )
+    q, k = rotate(target, (fused.q, fused.k), positions, layout=layout, inplace=inplace, **options)
     # torch's own stack and concat take ``axis``, as the array API's do.
     return qkv if inplace else join_qkv(fused, q, k, torch)
 
@@ -230,8 +228,8 @@ def _schema(arrays: str, returns: str, *, adjoint: bool = False) -> str:
 
 
 def _define(torch: Any) -> None:
-    """Define ``anyrope::rotate`` and ``anyrope::rotate_``."""
-
+    """Define ``anyrope::rotate`` and ``anyrope::rotate_`` (keyword-only arguments: those
+    of :func:`_schema`)."""
     from .. import _pipeline
     from .._paths import choose
     from .._plan import make_plan
@@ -244,107 +242,45 @@ def _define(torch: Any) -> None:
         key: int,
         offset: int,
         per_row: bool,
-        head_dim: int,
-        interleaved: bool,
-        layout: str,
         inverse: bool,
-        inplace: bool,
-        impl: str,
+        adjoint: bool = False,
+        **options: Any,
     ) -> tuple[Array, ...]:
-        return _pipeline.rotate(  # type: ignore[no-any-return]
+        return _pipeline.rotate(
             _source(key),
             tuple(arrays),
             _NAMES[len(arrays)],
             _pipeline_positions(positions, offset, per_row),
-            head_dim=head_dim,
-            interleaved=interleaved,
-            layout=layout,
-            inverse=inverse,
-            inplace=inplace,
-            impl=impl,
+            inverse=pipeline_inverse(inverse, adjoint),
             xp=None,
             cu_seqlens=cu_seqlens,
+            **options,
         )
 
-    @torch.library.custom_op("anyrope::rotate", mutates_args=(), schema=_schema("Tensor[]", "Tensor[]", adjoint=True))
-    def rotate_op(
-        arrays: list[Array],
-        positions: Array | None,
-        cu_seqlens: Array | None,
-        *,
-        key: int,
-        offset: int,
-        per_row: bool,
-        head_dim: int,
-        interleaved: bool,
-        layout: str,
-        inverse: bool,
-        adjoint: bool,
-        impl: str,
-    ) -> list[Array]:
-        rotated = run(
-            arrays,
-            positions,
-            cu_seqlens,
-            key=key,
-            offset=offset,
-            per_row=per_row,
-            head_dim=head_dim,
-            interleaved=interleaved,
-            layout=layout,
-            inverse=pipeline_inverse(inverse, adjoint),
-            inplace=False,
-            impl=impl,
-        )
+    def rotate_kernel(arrays: list[Array], *args: Any, **options: Any) -> list[Array]:
+        rotated = run(arrays, *args, inplace=False, **options)
         # The fake kernel promises empty_like's strides; a path may lay its result out
         # otherwise (the reference concatenates into a contiguous array).
         outputs = []
         for x, y in zip(arrays, rotated, strict=True):
             like = torch.empty_like(x)
-            if like.stride() != y.stride():
-                y = like.copy_(y)
-            outputs.append(y)
+            outputs.append(y if like.stride() == y.stride() else like.copy_(y))
         return outputs
 
-    @torch.library.custom_op(
-        "anyrope::rotate_", mutates_args=("arrays",), schema=_schema("Tensor(a!)[]", "()")
-    )
-    def rotate_inplace_op(
+    def rotate_inplace_kernel(arrays: list[Array], *args: Any, **options: Any) -> None:
+        run(arrays, *args, inplace=True, **options)
+
+    def check(
         arrays: list[Array],
         positions: Array | None,
         cu_seqlens: Array | None,
         *,
         key: int,
-        offset: int,
-        per_row: bool,
-        head_dim: int,
-        interleaved: bool,
-        layout: str,
-        inverse: bool,
-        impl: str,
-    ) -> None:
-        run(
-            arrays,
-            positions,
-            cu_seqlens,
-            key=key,
-            offset=offset,
-            per_row=per_row,
-            head_dim=head_dim,
-            interleaved=interleaved,
-            layout=layout,
-            inverse=inverse,
-            inplace=True,
-            impl=impl,
-        )
-
-    def check(
-        arrays: list[Array],
-        key: int,
         head_dim: int,
         interleaved: bool,
         layout: str,
         impl: str,
+        **values: Any,
     ) -> None:
         """What shapes, dtypes and devices tell: the checks of an eager call that do not
         read values (the positions and ``cu_seqlens`` are checked when the op runs)."""
@@ -363,43 +299,13 @@ def _define(torch: Any) -> None:
         )
         choose(impl, plan)
 
-    @rotate_op.register_fake
-    def _(
-        arrays: list[Array],
-        positions: Array | None,
-        cu_seqlens: Array | None,
-        *,
-        key: int,
-        offset: int,
-        per_row: bool,
-        head_dim: int,
-        interleaved: bool,
-        layout: str,
-        inverse: bool,
-        adjoint: bool,
-        impl: str,
-    ) -> list[Array]:
-        check(arrays, key, head_dim, interleaved, layout, impl)
+    def rotate_fake(arrays: list[Array], *args: Any, **options: Any) -> list[Array]:
+        check(arrays, *args, **options)
         return [torch.empty_like(x) for x in arrays]
 
-    @rotate_inplace_op.register_fake
-    def _(
-        arrays: list[Array],
-        positions: Array | None,
-        cu_seqlens: Array | None,
-        *,
-        key: int,
-        offset: int,
-        per_row: bool,
-        head_dim: int,
-        interleaved: bool,
-        layout: str,
-        inverse: bool,
-        impl: str,
+    def setup_context(
+        ctx: Any, inputs: tuple[Any, ...], keyword_only_inputs: dict[str, Any], output: Any
     ) -> None:
-        check(arrays, key, head_dim, interleaved, layout, impl)
-
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], keyword_only_inputs: dict[str, Any], output: Any) -> None:
         _, positions, cu_seqlens = inputs
         ctx.save_for_backward(positions, cu_seqlens)
         ctx.options = keyword_only_inputs
@@ -409,4 +315,18 @@ def _define(torch: Any) -> None:
         options = {**ctx.options, "adjoint": not ctx.options["adjoint"]}
         return torch.ops.anyrope.rotate(list(grads), positions, cu_seqlens, **options), None, None
 
-    rotate_op.register_autograd(backward, setup_context=setup_context)
+    rotate = torch.library.custom_op(
+        "anyrope::rotate",
+        rotate_kernel,
+        mutates_args=(),
+        schema=_schema("Tensor[]", "Tensor[]", adjoint=True),
+    )
+    rotate.register_fake(rotate_fake)
+    rotate.register_autograd(backward, setup_context=setup_context)
+    rotate_inplace = torch.library.custom_op(
+        "anyrope::rotate_",
+        rotate_inplace_kernel,
+        mutates_args=("arrays",),
+        schema=_schema("Tensor(a!)[]", "()"),
+    )
+    rotate_inplace.register_fake(check)
