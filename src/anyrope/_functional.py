@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -172,7 +173,9 @@ def _compiled_target(
     if not torch_op.compiling(x):
         return None
     found = _compiled_rope(
-        tuple(x.shape),
+        # operator.index: Dynamo specializes a symbolic head width (dynamic shapes) to
+        # the constant it is, guarded, which int() would leave symbolic.
+        operator.index(x.shape[-1]) if x.ndim else 0,
         x.dtype,
         name,
         rotary_dim,
@@ -186,7 +189,7 @@ def _compiled_target(
 
 
 def _compiled_rope(  # noqa: PLR0917 - Dynamo passes the arguments as they are
-    shape: tuple[int, ...],
+    head_dim: int,
     dtype: Any,
     name: str,
     rotary_dim: int | None,
@@ -204,8 +207,8 @@ def _compiled_rope(  # noqa: PLR0917 - Dynamo passes the arguments as they are
     import torch
 
     rope = _rope_for_input(
-        # Shape and dtype are all that the settings' checks read (and their errors name).
-        torch.empty(shape, dtype=dtype, device="meta"),
+        # The head width is all that the settings' checks read of the input.
+        torch.empty((head_dim,), dtype=dtype, device="meta"),
         name,
         rotary_dim,
         base,
