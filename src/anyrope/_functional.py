@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
 from . import _tables
+from ._lazy import torch_op
 from ._namespace import Array, Namespace, namespace_of
 from ._rope import RoPE
 from ._validation import check_base, check_bool, check_int, check_rotary_dim, describe
@@ -24,6 +26,9 @@ CACHE_ENTRIES = 64
 _ropes: OrderedDict[tuple[Any, ...], RoPE] = OrderedDict()
 _known: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 """The arguments of earlier calls as given, mapped to their validated settings."""
+_pinned: dict[int, RoPE] = {}
+"""The RoPEs that code compiled by torch.compile calls, by their op key: kept for the life of the
+process (the compiled code names their tables by key), their tables freed by clear_cache."""
 _lock = threading.Lock()
 _measured = -1
 
@@ -48,6 +53,8 @@ def clear_cache() -> None:
     with _lock:
         _ropes.clear()
         _known.clear()
+        for rope in _pinned.values():
+            rope.clear_cache()
 
 
 def cache_nbytes() -> int:
@@ -68,7 +75,8 @@ def cache_nbytes() -> int:
     65536
     """
     with _lock:
-        return sum(rope.cache_nbytes for rope in _ropes.values())
+        held = {rope._op_target.key: rope for rope in _ropes.values()} | _pinned
+        return sum(rope.cache_nbytes for rope in held.values())
 
 
 def _rope_for_input(
@@ -147,6 +155,75 @@ def _rope_for_input(
                 _known.clear()
             _known[key] = settings
     return rope
+
+
+def _compiled_target(
+    x: Array,
+    name: str,
+    rotary_dim: int | None,
+    base: float,
+    interleaved: bool,
+    *,
+    scaling: Mapping[str, Any] | RopeScaling | None,
+    max_position_embeddings: int | None,
+    start_index: int,
+) -> torch_op.Target | None:
+    """The op target of a call that torch.compile traces (see :func:`_compiled_rope`);
+    ``None`` for every other call."""
+    if not torch_op.compiling(x):
+        return None
+    found = _compiled_rope(
+        # operator.index: Dynamo specializes a symbolic head width (dynamic shapes) to
+        # the constant it is, guarded, which int() would leave symbolic.
+        operator.index(x.shape[-1]) if x.ndim else 0,
+        x.dtype,
+        name,
+        rotary_dim,
+        base,
+        interleaved,
+        scaling,
+        max_position_embeddings,
+        start_index,
+    )
+    return torch_op.Target(*found)
+
+
+def _compiled_rope(  # noqa: PLR0917 - Dynamo passes the arguments as they are
+    head_dim: int,
+    dtype: Any,
+    name: str,
+    rotary_dim: int | None,
+    base: float,
+    interleaved: bool,
+    scaling: Mapping[str, Any] | RopeScaling | None,
+    max_position_embeddings: int | None,
+    start_index: int,
+) -> tuple[int, int, bool, int]:
+    """The op target of the cached RoPE for these settings, which it pins in :data:`_pinned`.
+
+    Dynamo runs this for real when it traces a call, and takes the result (plain
+    constants) into the compiled code, rather than tracing the cache and its lock.
+    """
+    import torch
+
+    rope = _rope_for_input(
+        # The head width is all that the settings' checks read of the input.
+        torch.empty((head_dim,), dtype=dtype, device="meta"),
+        name,
+        rotary_dim,
+        base,
+        interleaved,
+        scaling=scaling,
+        max_position_embeddings=max_position_embeddings,
+        start_index=start_index,
+    )
+    with _lock:
+        _pinned[rope._op_target.key] = rope
+    return tuple(rope._op_target)  # type: ignore[return-value]
+
+
+# What torch._dynamo.assume_constant_result marks, set without importing torch.
+_compiled_rope._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
 def _keep_within_bounds() -> None:
@@ -265,6 +342,29 @@ def rotate(
     >>> bool(np.allclose(anyrope.rotate(y, inverse=True), x, atol=1e-6))
     True
     """
+    target = _compiled_target(
+        x,
+        "x",
+        rotary_dim,
+        base,
+        interleaved,
+        scaling=scaling,
+        max_position_embeddings=max_position_embeddings,
+        start_index=start_index,
+    )
+    if target is not None:
+        (y,) = torch_op.rotate(
+            target,
+            (x,),
+            positions,
+            layout=layout,
+            inverse=inverse,
+            inplace=inplace,
+            impl=impl,
+            xp=xp,
+            cu_seqlens=cu_seqlens,
+        )
+        return y
     rope = _rope_for_input(
         x,
         "x",
@@ -370,6 +470,29 @@ def rotate_qk(
     """
     if not hasattr(q, "shape") or not hasattr(k, "shape"):
         namespace_of(q, k, argument="q and k")
+    target = _compiled_target(
+        q,
+        "q",
+        rotary_dim,
+        base,
+        interleaved,
+        scaling=scaling,
+        max_position_embeddings=max_position_embeddings,
+        start_index=start_index,
+    )
+    if target is not None:
+        q2, k2 = torch_op.rotate(
+            target,
+            (q, k),
+            positions,
+            layout=layout,
+            inverse=inverse,
+            inplace=inplace,
+            impl=impl,
+            xp=xp,
+            cu_seqlens=cu_seqlens,
+        )
+        return q2, k2
     rope = _rope_for_input(
         q,
         "q",
@@ -469,6 +592,29 @@ def rotate_qkv(
     >>> bool((out[:, :, 1] == k2).all() and (out[:, :, 2] == qkv[:, :, 2]).all())
     True
     """
+    target = _compiled_target(
+        qkv,
+        "qkv",
+        rotary_dim,
+        base,
+        interleaved,
+        scaling=scaling,
+        max_position_embeddings=max_position_embeddings,
+        start_index=start_index,
+    )
+    if target is not None:
+        return torch_op.rotate_qkv(
+            target,
+            qkv,
+            positions,
+            num_heads_q=num_heads_q,
+            layout=layout,
+            inverse=inverse,
+            inplace=inplace,
+            impl=impl,
+            xp=xp,
+            cu_seqlens=cu_seqlens,
+        )
     rope = _rope_for_input(
         qkv,
         "qkv",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import array_api_compat
 
 from ._namespace import Array
@@ -46,6 +48,12 @@ class Offsets:
     values: Array
 
     def __init__(self, values: Array) -> None:
+        # A torch tensor is taken without array_api_compat, which torch.compile (when it
+        # traces a model that builds Offsets) cannot trace without warnings.
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(values, torch.Tensor):
+            self.values = values
+            return
         if not array_api_compat.is_array_api_obj(values) or isinstance(values, (list, tuple)):
             raise TypeError(
                 "`Offsets` takes an integer array of the input's library (one offset per "

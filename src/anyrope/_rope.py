@@ -10,6 +10,7 @@ import array_api_compat
 import numpy as np
 
 from . import _mrope, _pipeline
+from ._lazy import torch_op
 from ._namespace import Array, Namespace, device_of, is_real_floating, namespace_of, to_host
 from ._qkv import join_qkv, split_qkv
 from ._tables import TableSource
@@ -127,6 +128,10 @@ class RoPE:
         self.axial = self.scaling.rope_type == "axial"
         self.sections = self.scaling.sections(self.rotary_dim)
         self._source = TableSource(self.scaling, rotary_dim=self.rotary_dim, base=self.base)
+        # Names the table source to the torch custom op that torch.compile traces.
+        self._op_target = torch_op.Target(
+            torch_op.register(self._source), self.head_dim, self.interleaved, self.start_index
+        )
         self.inv_freq = self._source.default.inv_freq
         self.attention_factor = self._source.default.attention_factor
 
@@ -523,6 +528,19 @@ class RoPE:
         >>> rope.rotate_qkv(grouped, num_heads_q=4).shape   # 4 query, 1 key, 1 value head
         (2, 4, 6, 8)
         """
+        if torch_op.compiling(qkv):
+            return torch_op.rotate_qkv(
+                self._op_target,
+                qkv,
+                positions,
+                num_heads_q=num_heads_q,
+                layout=layout,
+                inverse=inverse,
+                inplace=inplace,
+                impl=impl,
+                xp=xp,
+                cu_seqlens=cu_seqlens,
+            )
         fused = split_qkv(qkv, layout, num_heads_q)
         q, k = self._rotate(
             fused.q,
@@ -616,6 +634,9 @@ class RoPE:
         )
 
     def _rotate(self, *arrays: Array, positions: object, **options: Any) -> tuple[Array, ...]:
+        if torch_op.compiling(arrays[0]):
+            # torch.compile traces this call: one custom op, run by the pipeline.
+            return torch_op.rotate(self._op_target, arrays, positions, **options)
         names = _NAMES[len(arrays)]
         if self.start_index and all(map(array_api_compat.is_array_api_obj, arrays)):
             return self._rotate_from(arrays, names, positions, options)

@@ -1,0 +1,333 @@
+"""The rotation as a torch custom op, for code that ``torch.compile`` traces.
+
+Dynamo cannot trace the pipeline (array_api_compat's helpers, NumPy host math, locks,
+raw pointers), and must not: the tables' bits come from host math it would rewrite.
+So under ``torch.compiler.is_compiling()``, :class:`anyrope.RoPE` hands torch tensors to
+the custom op ``anyrope::rotate`` (``anyrope::rotate_`` in place), which Dynamo puts in
+the graph as one opaque node:
+
+- its real kernel calls :func:`anyrope._pipeline.rotate` on the real tensors, so every
+  path, every check and every bit are those of an eager call;
+- its fake kernel gives outputs shaped like the inputs (after checking what shapes,
+  dtypes and devices can tell);
+- its backward is the op again with ``adjoint`` set (see :func:`pipeline_inverse`).
+
+The op takes tensors and primitives only; the table source of a RoPE is named by an
+integer key into a process-wide registry of weak references (:func:`register`), given
+to each RoPE when it is made. Nothing here imports torch until the op is first needed.
+Eager calls never come here.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import threading
+import weakref
+from typing import Any, NamedTuple
+
+from .._namespace import Array
+from .._offsets import Offsets
+from .._qkv import join_qkv, split_qkv
+from .._tables import TableSource
+
+__all__ = ["Target", "compiling", "pipeline_inverse", "register", "rotate", "rotate_qkv"]
+
+_sources: weakref.WeakValueDictionary[int, TableSource] = weakref.WeakValueDictionary()
+_keys = itertools.count()
+_lock = threading.Lock()
+
+_NAMES = {1: ("x",), 2: ("q", "k")}
+
+
+class Target(NamedTuple):
+    """What the op needs of a RoPE: the key of its table source and its geometry."""
+
+    key: int
+    head_dim: int
+    interleaved: bool
+    start: int
+    """``start_index``: the features before it are kept."""
+
+
+def register(source: TableSource) -> int:
+    """A key naming ``source`` to the op, for as long as ``source`` lives."""
+    with _lock:
+        key = next(_keys)
+        _sources[key] = source
+    return key
+
+
+def _source(key: int) -> TableSource:
+    source = _sources.get(key)
+    if source is None:
+        raise RuntimeError(
+            f"the RoPE (key {key}) that this compiled code was traced with no longer exists; "
+            "keep the RoPE alive as long as the compiled code that calls it"
+        )
+    return source
+
+
+def compiling(x: object) -> bool:
+    """Whether ``torch.compile`` is tracing a call on the torch tensor ``x``.
+
+    Never imports torch. Eagerly it costs a dictionary lookup and an ``isinstance`` for
+    other arrays, and one call of ``torch.compiler.is_compiling`` more for tensors
+    (about 0.15 microseconds).
+    """
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor) and torch.compiler.is_compiling()
+
+
+def pipeline_inverse(inverse: bool, adjoint: bool) -> bool:
+    """The pipeline's ``inverse`` for the op's ``inverse`` and ``adjoint`` flags.
+
+    The op rotates by ``M = a * R(s * angle)`` (``a`` the attention factor, ``s = -1``
+    when ``inverse``); ``adjoint`` asks for ``M^T = a * R(-s * angle)``, the backward
+    pass. The pipeline's ``inverse`` rotates by ``a * R(-angle)`` (the same tables with
+    the sign of sin flipped), so today the adjoint is the other ``inverse``. Should
+    ``inverse`` come to divide by ``a`` (a true inverse), this is the one place to change
+    (the CUDA path's own autograd, ``_paths/cuda/autograd.py``, too);
+    tests/test_torch_compile.py checks ``<M x, g> == <x, M^T g>`` with ``a != 1``.
+    """
+    return inverse != adjoint
+
+
+def rotate(
+    target: Target,
+    arrays: tuple[Array, ...],
+    positions: object,
+    *,
+    layout: str,
+    inverse: bool,
+    inplace: bool,
+    impl: str,
+    xp: object,
+    cu_seqlens: Array | None,
+) -> tuple[Array, ...]:
+    """Rotate torch tensors through the custom op; the code Dynamo traces.
+
+    Plain attribute access and torch calls only, so that Dynamo traces it without a
+    graph break. The features before ``target.start`` are kept, as eagerly.
+    """
+    import torch
+
+    key, head_dim, interleaved, start = target
+    names = _NAMES[len(arrays)]
+    if xp is not None:
+        raise ValueError(
+            "`xp` is inferred under torch.compile (the arrays are torch tensors); got "
+            f"xp={xp!r}, pass xp=None"
+        )
+    values, offset, per_row = _positions(positions)
+    if start:
+        for x, name in zip(arrays, names, strict=True):
+            if x.ndim == 0 or x.shape[-1] != head_dim:
+                raise ValueError(
+                    f"`{name}` must have head_dim={head_dim} in its last axis; "
+                    f"got shape {tuple(x.shape)}"
+                )
+        whole, arrays = arrays, tuple(x[..., start:] for x in arrays)
+    options = {
+        "key": key,
+        "offset": offset,
+        "per_row": per_row,
+        "head_dim": head_dim - start,
+        "interleaved": interleaved,
+        "layout": layout,
+        "inverse": inverse,
+        "impl": impl,
+    }
+    _define_ops()
+    ops = torch.ops.anyrope
+    if inplace and not (torch.is_grad_enabled() and any(x.requires_grad for x in arrays)):
+        ops.rotate_(list(arrays), values, cu_seqlens, **options)
+        return whole if start else arrays
+    rotated = ops.rotate(list(arrays), values, cu_seqlens, adjoint=False, **options)
+    if inplace:
+        # Autograd records the copy, as it records the eager reference path's write.
+        for x, y in zip(arrays, rotated, strict=True):
+            x.copy_(y)
+        return whole if start else arrays
+    if start:
+        return tuple(
+            torch.cat((x[..., :start], y), dim=-1) for x, y in zip(whole, rotated, strict=True)
+        )
+    return tuple(rotated)
+
+
+def rotate_qkv(
+    target: Target,
+    qkv: Array,
+    positions: object,
+    *,
+    num_heads_q: int | None,
+    layout: str,
+    inplace: bool,
+    **options: Any,
+) -> Array:
+    """:meth:`anyrope.RoPE.rotate_qkv` through the custom op, for Dynamo to trace."""
+    import torch
+
+    fused = split_qkv(qkv, layout, num_heads_q)
+    q, k = rotate(target, (fused.q, fused.k), positions, layout=layout, inplace=inplace, **options)
+    # torch's own stack and concat take ``axis``, as the array API's do.
+    return qkv if inplace else join_qkv(fused, q, k, torch)
+
+
+def _positions(positions: object) -> tuple[Array | None, int, bool]:
+    """``positions`` as the op takes them: ``(tensor or None, offset, per_row)``."""
+    if positions is None:
+        return None, 0, False
+    if type(positions) is int:
+        return None, positions, False
+    if isinstance(positions, Offsets):
+        return positions.values, 0, True
+    torch = sys.modules["torch"]
+    if isinstance(positions, torch.Tensor):
+        return positions, 0, False
+    raise TypeError(
+        "under torch.compile, `positions` must be None, an int, an integer tensor or "
+        f"Offsets of an integer tensor; got {type(positions).__name__}"
+    )
+
+
+def _pipeline_positions(values: Array | None, offset: int, per_row: bool) -> object:
+    if values is None:
+        return offset
+    return Offsets(values) if per_row else values
+
+
+def _define_ops() -> None:
+    """Define ``anyrope::rotate`` and ``anyrope::rotate_`` on first use (torch is
+    imported only then)."""
+    import torch
+
+    with _lock:
+        if not _defined:
+            _define(torch)
+            _defined.append(True)
+
+
+_defined: list[bool] = []
+
+# Dynamo calls _define_ops() for real when it traces rotate(), rather than tracing the
+# definitions: what torch._dynamo.assume_constant_result marks, set without importing torch.
+_define_ops._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
+def _schema(arrays: str, returns: str, *, adjoint: bool = False) -> str:
+    # Written out: the annotations of this module are strings (``from __future__``),
+    # which torch cannot read to infer a schema. ``offset`` is a SymInt: a decode step's
+    # offset may be dynamic under torch.compile.
+    flag = "bool adjoint, " if adjoint else ""
+    return (
+        f"({arrays} arrays, Tensor? positions, Tensor? cu_seqlens, *, int key, SymInt offset, "
+        f"bool per_row, int head_dim, bool interleaved, str layout, bool inverse, {flag}"
+        f"str impl) -> {returns}"
+    )
+
+
+def _define(torch: Any) -> None:
+    """Define ``anyrope::rotate`` and ``anyrope::rotate_`` (keyword-only arguments: those
+    of :func:`_schema`)."""
+    from .. import _pipeline
+    from .._paths import choose
+    from .._plan import make_plan
+
+    def run(
+        arrays: list[Array],
+        positions: Array | None,
+        cu_seqlens: Array | None,
+        *,
+        key: int,
+        offset: int,
+        per_row: bool,
+        inverse: bool,
+        adjoint: bool = False,
+        **options: Any,
+    ) -> tuple[Array, ...]:
+        return _pipeline.rotate(
+            _source(key),
+            tuple(arrays),
+            _NAMES[len(arrays)],
+            _pipeline_positions(positions, offset, per_row),
+            inverse=pipeline_inverse(inverse, adjoint),
+            xp=None,
+            cu_seqlens=cu_seqlens,
+            **options,
+        )
+
+    def rotate_kernel(arrays: list[Array], *args: Any, **options: Any) -> list[Array]:
+        rotated = run(arrays, *args, inplace=False, **options)
+        # The fake kernel promises empty_like's strides; a path may lay its result out
+        # otherwise (the reference concatenates into a contiguous array).
+        outputs = []
+        for x, y in zip(arrays, rotated, strict=True):
+            like = torch.empty_like(x)
+            outputs.append(y if like.stride() == y.stride() else like.copy_(y))
+        return outputs
+
+    def rotate_inplace_kernel(arrays: list[Array], *args: Any, **options: Any) -> None:
+        run(arrays, *args, inplace=True, **options)
+
+    def check(
+        arrays: list[Array],
+        positions: Array | None,
+        cu_seqlens: Array | None,
+        *,
+        key: int,
+        head_dim: int,
+        interleaved: bool,
+        layout: str,
+        impl: str,
+        **values: Any,
+    ) -> None:
+        """What shapes, dtypes and devices tell: the checks of an eager call that do not
+        read values (the positions and ``cu_seqlens`` are checked when the op runs)."""
+        plan = make_plan(
+            _source(key),
+            tuple(arrays),
+            _NAMES[len(arrays)],
+            None,
+            head_dim=head_dim,
+            interleaved=interleaved,
+            # A packed (total_tokens, heads, head_dim) array reads as one bshd sequence.
+            layout="bshd" if layout == "thd" else layout,
+            inverse=False,
+            inplace=False,
+            xp=None,
+        )
+        choose(impl, plan)
+
+    def rotate_fake(arrays: list[Array], *args: Any, **options: Any) -> list[Array]:
+        check(arrays, *args, **options)
+        return [torch.empty_like(x) for x in arrays]
+
+    def setup_context(
+        ctx: Any, inputs: tuple[Any, ...], keyword_only_inputs: dict[str, Any], output: Any
+    ) -> None:
+        _, positions, cu_seqlens = inputs
+        ctx.save_for_backward(positions, cu_seqlens)
+        ctx.options = keyword_only_inputs
+
+    def backward(ctx: Any, grads: list[Array]) -> tuple[Any, ...]:
+        positions, cu_seqlens = ctx.saved_tensors
+        options = {**ctx.options, "adjoint": not ctx.options["adjoint"]}
+        return torch.ops.anyrope.rotate(list(grads), positions, cu_seqlens, **options), None, None
+
+    rotate = torch.library.custom_op(
+        "anyrope::rotate",
+        rotate_kernel,
+        mutates_args=(),
+        schema=_schema("Tensor[]", "Tensor[]", adjoint=True),
+    )
+    rotate.register_fake(rotate_fake)
+    rotate.register_autograd(backward, setup_context=setup_context)
+    rotate_inplace = torch.library.custom_op(
+        "anyrope::rotate_",
+        rotate_inplace_kernel,
+        mutates_args=("arrays",),
+        schema=_schema("Tensor(a!)[]", "()"),
+    )
+    rotate_inplace.register_fake(check)
