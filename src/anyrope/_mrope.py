@@ -68,7 +68,9 @@ def resolve_streams(
         if len(shape) < 2 or shape[0] != count:
             raise ValueError(
                 f"M-RoPE `positions` must have shape {expected} (one stream per mrope_section "
-                f"entry); got shape {shape}"
+                f"entry); got shape {shape}. Text tokens have the same position in every "
+                f"stream: pass {count} copies stacked on a new first axis (transformers does "
+                "this with a 2-D position_ids), or an int offset for consecutive positions"
             )
         streams = [array[index, ...] for index in range(count)]
     else:
