@@ -441,7 +441,8 @@ def _scenario(
         spec["positions"] = rng.integers(0, 3000, size=(*batch, seq)).astype(np.int64)
         half = rotary // 2
         spec["width"] = max(
-            w for w in (16 // dtype.itemsize, 8 // dtype.itemsize, 4 // dtype.itemsize, 1)
+            w
+            for w in (16 // dtype.itemsize, 8 // dtype.itemsize, 4 // dtype.itemsize, 1)
             if w >= 1 and half % w == 0 and (w == 1 or w * dtype.itemsize >= 4)
         )
     elif name == "shifted-8-bytes":
@@ -524,6 +525,43 @@ def test_harness_matches_array_api(
             assert y is x
         else:
             _assert_bits(x, old)
+
+
+@pytest.mark.parametrize("scenario", ["contiguous-qk", "head-80-rotary-20", "misaligned"])
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float64"])
+def test_harness_64_bit_indices(
+    harness: Any, dtype_name: str, scenario: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Offsets past 2**31 need more memory than a test has: with the limit at 0, every
+    # launch takes the long long variants, which must give the same bits.
+    from anyrope._paths.cuda import launch as cuda_launch
+    from anyrope._paths.cuda import launches as cuda_launches
+
+    monkeypatch.setattr(cuda_launches, "_INT32_LIMIT", 0)
+    monkeypatch.setattr(cuda_launch, "_templates", {})
+    dtype = _dtype(dtype_name)
+    rng = np.random.default_rng(zlib.crc32(f"wide-{dtype_name}-{scenario}".encode()))
+    spec = _scenario(scenario, "bshd", dtype, rng)
+    common = {"rotary_dim": spec["rotary_dim"], "interleaved": False, "layout": "bshd"}
+    expected = [_expected(x, spec["positions"], **common) for x in spec["arrays"]]
+
+    outputs, launches = _run(harness, spec["arrays"], spec["positions"], **common)
+
+    assert [launch.wide_index for launch in launches] == [True]
+    for y, want in zip(outputs, expected, strict=True):
+        _assert_bits(y, want)
+
+
+def test_harness_binds_each_call_to_its_own_memory(harness: Any) -> None:
+    # The second call of a geometry reuses the first call's launch templates: only the
+    # addresses and the offset change, and the results must be those of its own inputs.
+    rng = np.random.default_rng(11)
+    common = {"rotary_dim": 20, "interleaved": True, "layout": "bhsd"}
+    for offset in (3, 900):
+        x = _data(rng, (2, 3, 5, 80), np.dtype(np.float32))
+        (y,), launches = _run(harness, (x,), offset, **common)
+        _assert_bits(y, _expected(x, offset, **common))
+        assert [launch.args[7] for launch in launches] == [offset]
 
 
 @settings(

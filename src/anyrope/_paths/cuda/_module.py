@@ -13,8 +13,8 @@ from typing import Any
 
 __all__ = [
     "COMPILE_OPTIONS",
-    "KERNEL_TYPES",
     "INDEX_TYPES",
+    "KERNEL_TYPES",
     "get_kernel",
     "kernel_name",
     "kernel_names",

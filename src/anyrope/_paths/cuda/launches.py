@@ -94,8 +94,9 @@ class LaunchTemplate:
         """The launch for operands at ``pointers`` (q_in, q_out, k_in, k_out, cos, sin,
         positions; 0 for an absent one) and table ``offset``."""
         index = np.int64 if self.wide_index else np.int32
+        shifts = self.shifts
         packed = (
-            *(np.uint64(p + d if p else 0) for p, d in zip(pointers, self.shifts, strict=True)),
+            *[np.uint64(p + shifts[i] if p else 0) for i, p in enumerate(pointers)],
             index(offset),
             *self.constants,
         )
@@ -255,7 +256,9 @@ def launch_templates(
     )
 
     table_itemsize = 8 if itemsize == 8 else 4
-    width = _width(operands, itemsize, half, table_itemsize, cos_ptr, sin_ptr)
+    width = _width(
+        operands, itemsize, half, table_itemsize=table_itemsize, cos_ptr=cos_ptr, sin_ptr=sin_ptr
+    )
     tail_elems = _tail_elements(operands, itemsize, half, tail) if width > 1 else 1
     units = half // width + (tail // tail_elems if tail else 0)
     q_heads = q_in.shape[h_axis]
@@ -269,13 +272,10 @@ def launch_templates(
     outer = batch[:-1]
     inner_size, inner_strides = batch[-1] if batch else (1, [0] * len(strided))
     block = _block(units, heads, seq)
-    grid = tuple(
-        min(n, cap)
-        for n, cap in zip(
-            (math.ceil(seq / block[2]), inner_size, math.ceil(heads / block[1])),
-            _MAX_GRID,
-            strict=True,
-        )
+    grid = (
+        min(math.ceil(seq / block[2]), _MAX_GRID[0]),
+        min(inner_size, _MAX_GRID[1]),
+        min(math.ceil(heads / block[1]), _MAX_GRID[2]),
     )
     index = np.int64 if wide else np.int32
     templates = []
@@ -288,7 +288,7 @@ def launch_templates(
         for n, (t_in, t_out) in enumerate(tensors):
             for m, op in enumerate((t_in, t_out)):
                 j = 2 * n + m
-                strides += [inner_strides[j], op.strides[s_axis], op.strides[h_axis], op.strides[-1]]
+                strides += [inner_strides[j], *(op.strides[a] for a in (s_axis, h_axis, -1))]
         strides += [0] * (16 - len(strides))
         pos_strides = [0, 0] if pos is None else [inner_strides[-1], pos.strides[-1]]
         byte_shifts = [shift[j] * itemsize for j in range(len(operands))]
@@ -304,9 +304,7 @@ def launch_templates(
         if units * heads * seq * inner_size == 0:
             continue
         templates.append(
-            LaunchTemplate(
-                width, interleaved, wide, grid, block, tuple(byte_shifts), constants
-            )
+            LaunchTemplate(width, interleaved, wide, grid, block, tuple(byte_shifts), constants)
         )
     return templates
 
@@ -315,6 +313,7 @@ def _width(
     operands: list[Operand],
     itemsize: int,
     half: int,
+    *,
     table_itemsize: int,
     cos_ptr: int,
     sin_ptr: int,
@@ -327,9 +326,7 @@ def _width(
             half % width == 0
             and cos_ptr % table_bytes == 0
             and sin_ptr % table_bytes == 0
-            and all(
-                op.strides[-1] == 1 and _aligned(op, itemsize, x_bytes) for op in operands
-            )
+            and all(op.strides[-1] == 1 and _aligned(op, itemsize, x_bytes) for op in operands)
         ):
             return width
     return 1
