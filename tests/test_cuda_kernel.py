@@ -50,9 +50,9 @@ def launches(monkeypatch: pytest.MonkeyPatch) -> list[Launch]:
     seen: list[Launch] = []
     run = cuda_launch.launch_on_device
 
-    def counting(first: Any, name: str, launch: Launch, position_itemsize: int) -> None:
+    def counting(first: Any, name: str, launch: Launch) -> None:
         seen.append(launch)
-        run(first, name, launch, position_itemsize)
+        run(first, name, launch)
 
     monkeypatch.setattr(cuda_launch, "launch_on_device", counting)
     return seen

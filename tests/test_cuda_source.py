@@ -98,17 +98,33 @@ def test_kernel_compiles(arch: str, instantiations: Path, tmp_path: Path) -> Non
     (ptx_file,) = tmp_path.glob("*.ptx")
     ptx = ptx_file.read_text()
     entries = re.split(r"\.entry\s+", ptx)[1:]
-    assert len(entries) == 4 * len(_module.kernel_names("float32"))
+    assert len(entries) == sum(len(_module.kernel_names(d)) for d in _module.KERNEL_TYPES)
     # numerics.md: no fused multiply-add anywhere, only separately rounded operations.
     assert re.search(r"\bfma\.", ptx) is None
     assert "mul.rn.f32" in ptx
     assert "sub.rn.f64" in ptx
-    # The vector variants (V = 16 / sizeof(T) > 1) move both halves of a pair in 16 bytes.
-    vector_entries = [e for e in entries if re.match(r"_Z12anyrope_ropeI\w+?Li(8|4|2)E", e)]
-    assert len(vector_entries) == 16
-    for entry in vector_entries:
-        assert "ld.global.v4.u32" in entry
-        assert "st.global.v4.u32" in entry
+    # Each variant moves x in accesses of its width: V * sizeof(T) bytes (16, 8 or 4).
+    mangled = {"float16": "6__half", "bfloat16": "13__nv_bfloat16", "float32": "f", "float64": "d"}
+    access = {16: "v4.u32", 8: "v2.u32", 4: "u32"}
+    seen = 0
+    for dtype, code in mangled.items():
+        itemsize = np.dtype(dtype if dtype != "bfloat16" else "float16").itemsize
+        for width in _module.vector_widths(itemsize)[:-1]:
+            prefix = f"_Z12anyrope_ropeI{code}Li{width}E"
+            variants = [e for e in entries if e.startswith(prefix)]
+            assert len(variants) == 4, prefix  # pair layouts x index types
+            for entry in variants:
+                seen += 1
+                kind = access[width * itemsize]
+                assert f"ld.global.{kind}" in entry
+                assert f"st.global.{kind}" in entry
+                # x is read before the position selects the table rows (ld.global.nc).
+                assert entry.index(f"ld.global.{kind}") < entry.index("ld.global.nc")
+    assert seen == 4 * (3 + 3 + 2 + 1)
+    # The grid walks (token, head, unit) without dividing: no integer division or
+    # remainder anywhere (the old flat grid had three 64-bit divisions per unit).
+    for entry in entries:
+        assert re.search(r"\b(div|rem)\.[su](32|64)", entry) is None
 
 
 def _nvrtc_library() -> ctypes.CDLL:
@@ -251,8 +267,8 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Any:
         ctypes.c_int,
         ctypes.c_int,
         ctypes.c_int,
-        ctypes.c_longlong,
-        ctypes.c_longlong,
+        ctypes.POINTER(ctypes.c_uint),
+        ctypes.POINTER(ctypes.c_uint),
         ctypes.POINTER(ctypes.c_longlong),
         ctypes.c_int,
     ]
@@ -273,17 +289,17 @@ def _data(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype[Any]
 def _harness_launcher(harness: Any, launches: list[Launch], grid_cap: int | None = None) -> Any:
     """A launcher for anyrope._paths.cuda.launch that runs each launch in the host harness."""
 
-    def launcher(x: Any, name: str, launch: Launch, position_itemsize: int) -> None:
+    def launcher(x: Any, name: str, launch: Launch) -> None:
         launches.append(launch)
-        grid = launch.grid if grid_cap is None else min(grid_cap, launch.grid)
+        grid = launch.grid if grid_cap is None else tuple(min(grid_cap, n) for n in launch.grid)
         args = (ctypes.c_longlong * len(launch.args))(*launch.args)
         code = harness.anyrope_harness_run(
             DTYPE_CODES[name],
-            int(launch.vector),
+            launch.width,
             int(launch.interleaved),
-            position_itemsize,
-            grid,
-            launch.block,
+            int(launch.wide_index),
+            (ctypes.c_uint * 3)(*grid),
+            (ctypes.c_uint * 3)(*launch.block),
             args,
             len(launch.args),
         )
@@ -369,7 +385,8 @@ def _scenario(
     spec: dict[str, Any] = {
         "rotary_dim": dim,
         "positions": None,
-        "vector": True,
+        # Pairs per access: 16 bytes of x for a rotated half of 16.
+        "width": 16 // dtype.itemsize,
         "launches": 1,
         "options": {},
     }
@@ -404,16 +421,36 @@ def _scenario(
         shape = _shape(layout, batch, seq, 3, dim)
         flat = _data(rng, (int(np.prod(shape)) + 1,), dtype)
         spec["arrays"] = (flat[1:].reshape(shape),)
-        spec["vector"] = False
+        spec["width"] = 1
     elif name == "strided-last-axis":
         wide = _data(rng, _shape(layout, batch, seq, 3, 2 * dim), dtype)
         spec["arrays"] = (wide[..., ::2],)
         spec["rotary_dim"] = 24
-        spec["vector"] = False
+        spec["width"] = 1
     elif name == "odd-width":
+        # A rotated half of 10: two pairs per access (4 bytes of float16, 16 of float64).
         spec["arrays"] = (_data(rng, _shape(layout, batch, seq, 3, 24), dtype),)
         spec["rotary_dim"] = 20
-        spec["vector"] = dtype.itemsize == 8
+        spec["width"] = 2
+    elif name in ("head-96-rotary-24", "head-80-rotary-20", "head-128-rotary-64"):
+        dim, rotary = (int(n) for n in name.split("-")[1::2])
+        q = _data(rng, _shape(layout, batch, seq, 4, dim), dtype)
+        k = _data(rng, _shape(layout, batch, seq, 2, dim), dtype)
+        spec["arrays"] = (q, k)
+        spec["rotary_dim"] = rotary
+        spec["positions"] = rng.integers(0, 3000, size=(*batch, seq)).astype(np.int64)
+        half = rotary // 2
+        spec["width"] = max(
+            w
+            for w in (16 // dtype.itemsize, 8 // dtype.itemsize, 4 // dtype.itemsize, 1)
+            if w >= 1 and half % w == 0 and (w == 1 or w * dtype.itemsize >= 4)
+        )
+    elif name == "shifted-8-bytes":
+        # Rows 8 bytes off a 16-byte boundary: the 8-byte variant (float64: scalar).
+        shape = _shape(layout, batch, seq, 3, dim)
+        flat = _data(rng, (int(np.prod(shape)) + 8 // dtype.itemsize,), dtype)
+        spec["arrays"] = (flat[8 // dtype.itemsize :].reshape(shape),)
+        spec["width"] = max(1, 8 // dtype.itemsize) if dtype.itemsize < 8 else 1
     elif name == "noncollapsible-batch":
         # batch (2, 3) whose strides cannot be merged into one: one launch per outer index.
         base = _data(rng, _shape(layout, (3, 2), seq, 2, dim), dtype)
@@ -446,6 +483,10 @@ SCENARIOS = [
     "misaligned",
     "strided-last-axis",
     "odd-width",
+    "head-96-rotary-24",
+    "head-80-rotary-20",
+    "head-128-rotary-64",
+    "shifted-8-bytes",
     "noncollapsible-batch",
     "large-positions",
     "large-offset",
@@ -477,13 +518,50 @@ def test_harness_matches_array_api(
     )
 
     assert len(launches) == spec["launches"]
-    assert all(launch.vector == spec["vector"] for launch in launches)
+    assert [launch.width for launch in launches] == [spec["width"]] * spec["launches"]
     for x, y, want, old in zip(arrays, outputs, expected, before, strict=True):
         _assert_bits(y, want)
         if options.get("inplace"):
             assert y is x
         else:
             _assert_bits(x, old)
+
+
+@pytest.mark.parametrize("scenario", ["contiguous-qk", "head-80-rotary-20", "misaligned"])
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float64"])
+def test_harness_64_bit_indices(
+    harness: Any, dtype_name: str, scenario: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Offsets past 2**31 need more memory than a test has: with the limit at 0, every
+    # launch takes the long long variants, which must give the same bits.
+    from anyrope._paths.cuda import launch as cuda_launch
+    from anyrope._paths.cuda import launches as cuda_launches
+
+    monkeypatch.setattr(cuda_launches, "_INT32_LIMIT", 0)
+    monkeypatch.setattr(cuda_launch, "_templates", {})
+    dtype = _dtype(dtype_name)
+    rng = np.random.default_rng(zlib.crc32(f"wide-{dtype_name}-{scenario}".encode()))
+    spec = _scenario(scenario, "bshd", dtype, rng)
+    common = {"rotary_dim": spec["rotary_dim"], "interleaved": False, "layout": "bshd"}
+    expected = [_expected(x, spec["positions"], **common) for x in spec["arrays"]]
+
+    outputs, launches = _run(harness, spec["arrays"], spec["positions"], **common)
+
+    assert [launch.wide_index for launch in launches] == [True]
+    for y, want in zip(outputs, expected, strict=True):
+        _assert_bits(y, want)
+
+
+def test_harness_binds_each_call_to_its_own_memory(harness: Any) -> None:
+    # The second call of a geometry reuses the first call's launch templates: only the
+    # addresses and the offset change, and the results must be those of its own inputs.
+    rng = np.random.default_rng(11)
+    common = {"rotary_dim": 20, "interleaved": True, "layout": "bhsd"}
+    for offset in (3, 900):
+        x = _data(rng, (2, 3, 5, 80), np.dtype(np.float32))
+        (y,), launches = _run(harness, (x,), offset, **common)
+        _assert_bits(y, _expected(x, offset, **common))
+        assert [launch.args[7] for launch in launches] == [offset]
 
 
 @settings(
@@ -692,15 +770,18 @@ def test_plan_packs_q_and_k_into_one_launch() -> None:
         cos_ptr=512,
         sin_ptr=1024,
     )
-    assert launch.vector
+    assert launch.width == 8
+    assert not launch.wide_index
     args = launch.device_args()
-    assert len(args) == 34
-    assert [type(a) for a in args].count(np.uint64) == len(Launch.pointer_args)
-    assert isinstance(args[-1], np.int32)
-    # q: 2 * 7 * 8 rows of 64 pairs in units of 8; k: 2 * 7 * 2 rows.
-    assert launch.args[11] == 2 * 7 * 8 * 8
-    assert launch.args[23] == 2 * 7 * 2 * 8
-    assert launch.grid * launch.block >= launch.args[11] + launch.args[23]
+    assert len(args) == 35
+    assert [type(a) for a in args[:7]] == [np.uint64] * 7
+    assert all(isinstance(a, np.int32) for a in args[7:])
+    assert launch.args[:7] == (4096, 2 << 20, 1 << 20, 3 << 20, 512, 1024, 0)
+    # batch 2, seq 7, 8 q heads of 10, 64 pairs in 8 units of 8, no tail.
+    assert launch.args[26:33] == (2, 7, 8, 10, 64, 8, 16 // 2)
+    # A block holds whole rows: 8 units x 10 heads x 3 tokens; the grid covers the rest.
+    assert launch.block == (8, 10, 3)
+    assert launch.grid == (3, 2, 1)
 
 
 def test_plan_in_place_leaves_the_tail_alone() -> None:
@@ -722,15 +803,15 @@ def test_plan_in_place_leaves_the_tail_alone() -> None:
         cos_ptr=512,
         sin_ptr=1024,
     )
-    assert launch.args[32] == 0  # tail
-    assert launch.args[11] == 3 * 4 * (16 // 4)
-    assert launch.args[23] == 0
+    assert launch.args[7] == 5  # offset
+    assert launch.args[31] == 16 // 4  # units: the rotated ones only, no copies
+    assert launch.args[29] == launch.args[28] == 4  # heads: q's only
     assert launch.args[-1] == 1
 
 
 def test_plan_vectors_need_aligned_tables() -> None:
-    # The vector variant reads cos/sin rows with 16-byte loads too: a table that is not
-    # 16-byte aligned must get the scalar variant, never a misaligned vector load.
+    # The vector variants read cos/sin rows with vector loads too: a table that is not
+    # aligned for them must get a narrower variant, never a misaligned vector load.
     q = _contiguous(4096, (3, 4, 64))
     common: dict[str, Any] = {
         "layout": "bshd",
@@ -746,9 +827,10 @@ def test_plan_vectors_need_aligned_tables() -> None:
     (aligned,) = plan_launches(q, q, None, None, cos_ptr=512, sin_ptr=1024, **common)
     (shifted_cos,) = plan_launches(q, q, None, None, cos_ptr=516, sin_ptr=1024, **common)
     (shifted_sin,) = plan_launches(q, q, None, None, cos_ptr=512, sin_ptr=1032, **common)
-    assert aligned.vector
-    assert not shifted_cos.vector
-    assert not shifted_sin.vector
+    # float32 tables are read 4 x 4 bytes for 16-byte x accesses, 2 x 4 for 8-byte ones.
+    assert aligned.width == 4
+    assert shifted_cos.width == 1
+    assert shifted_sin.width == 2
 
 
 def test_plan_rejects_unknown_layout() -> None:
@@ -836,18 +918,18 @@ def test_kernels_compile_once_per_device_and_dtype(monkeypatch: pytest.MonkeyPat
     monkeypatch.setitem(sys.modules, "cupy", fake)
     monkeypatch.setattr(_module, "_kernels", {})
     variants = [
-        (device, dtype, vector, interleaved, size)
+        (device, dtype, width, interleaved, wide)
         for device in (0, 1)
         for dtype in ("float16", "float32")
-        for vector in (True, False)
+        for width in _module.vector_widths(2 if dtype == "float16" else 4)
         for interleaved in (False, True)
-        for size in (4, 8)
+        for wide in (False, True)
     ]
 
-    def fetch(variant: tuple[int, str, bool, bool, int]) -> Any:
-        device, dtype, vector, interleaved, size = variant
+    def fetch(variant: tuple[int, str, int, bool, bool]) -> Any:
+        device, dtype, width, interleaved, wide = variant
         return _module.get_kernel(
-            device, dtype, vector=vector, interleaved=interleaved, position_itemsize=size
+            device, dtype, width=width, interleaved=interleaved, wide_index=wide
         )
 
     with ThreadPoolExecutor(8) as pool:
@@ -863,9 +945,7 @@ def test_kernels_compile_once_per_device_and_dtype(monkeypatch: pytest.MonkeyPat
     # Every kernel is looked up once, on its own device, and then served from the cache.
     assert len(fake.lookups) == len(variants)
     for variant, kernel in zip(variants, again, strict=True):
-        device, dtype, vector, interleaved, size = variant
-        name = _module.kernel_name(
-            dtype, vector=vector, interleaved=interleaved, position_itemsize=size
-        )
+        device, dtype, width, interleaved, wide = variant
+        name = _module.kernel_name(dtype, width=width, interleaved=interleaved, wide_index=wide)
         assert kernel == (device, name)
     assert first == again * 4

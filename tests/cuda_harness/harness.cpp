@@ -3,7 +3,7 @@
 // Built by tests/test_cuda_source.py as a shared library with g++ -ffp-contract=off
 // against src/anyrope/_paths/cuda/rope_math.cuh, the header that rope.cu includes, and called
 // through ctypes in place of the CuPy launch: the very same index mapping and rounding,
-// run for every (blockIdx.x, threadIdx.x) in order on host memory, with the arguments
+// run for every (blockIdx, threadIdx) of the 3-D grid in order on host memory, with the arguments
 // that anyrope._paths.cuda.launch packed for the device (pointers are host addresses here).
 #include <cfloat>
 #include <cstdint>
@@ -17,53 +17,65 @@
 
 namespace {
 
-constexpr int kParams = 34;
+constexpr int kParams = 35;
 
 template <typename T> T* ptr(long long address) {
   return reinterpret_cast<T*>(static_cast<std::uintptr_t>(address));
 }
 
-template <typename T, int V, bool INTERLEAVED, typename P>
-void run(const long long* a, long long grid, long long block) {
+// Every thread of every block, in order: blocks (x fastest), then threads (x fastest).
+template <typename T, int V, bool INTERLEAVED, typename I>
+void run(const long long* a, const unsigned* grid, const unsigned* block) {
   using C = typename anyrope::compute_of<T>::type;
-  for (long long b = 0; b < grid; ++b) {
-    for (long long t = 0; t < block; ++t) {
-      anyrope::rope_entry<T, V, INTERLEAVED, P>(
-          ptr<const T>(a[0]), ptr<T>(a[1]), a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10],
-          a[11], ptr<const T>(a[12]), ptr<T>(a[13]), a[14], a[15], a[16], a[17], a[18], a[19],
-          a[20], a[21], a[22], a[23], ptr<const C>(a[24]), ptr<const C>(a[25]),
-          ptr<const P>(a[26]), a[27], a[28], a[29], a[30], a[31], a[32], static_cast<int>(a[33]),
-          b, t, block, grid);
-    }
-  }
+  const uint3 grid_dim{grid[0], grid[1], grid[2]};
+  const uint3 block_dim{block[0], block[1], block[2]};
+  const auto i = [a](int n) { return static_cast<I>(a[n]); };
+  for (unsigned bz = 0; bz < grid[2]; ++bz)
+    for (unsigned by = 0; by < grid[1]; ++by)
+      for (unsigned bx = 0; bx < grid[0]; ++bx)
+        for (unsigned tz = 0; tz < block[2]; ++tz)
+          for (unsigned ty = 0; ty < block[1]; ++ty)
+            for (unsigned tx = 0; tx < block[0]; ++tx) {
+              anyrope::rope_entry<T, V, INTERLEAVED, I>(
+                  ptr<const T>(a[0]), ptr<T>(a[1]), ptr<const T>(a[2]), ptr<T>(a[3]),
+                  ptr<const C>(a[4]), ptr<const C>(a[5]), ptr<const void>(a[6]), i(7), i(8),
+                  i(9), i(10), i(11), i(12), i(13), i(14), i(15), i(16), i(17), i(18), i(19),
+                  i(20), i(21), i(22), i(23), i(24), i(25), i(26), i(27), i(28), i(29), i(30),
+                  i(31), i(32), static_cast<int>(a[33]), static_cast<int>(a[34]),
+                  uint3{bx, by, bz}, uint3{tx, ty, tz}, block_dim, grid_dim);
+            }
 }
 
-template <typename T, bool INTERLEAVED, typename P>
-void run_width(bool vector, const long long* a, long long grid, long long block) {
-  if (vector) {
-    run<T, 16 / sizeof(T), INTERLEAVED, P>(a, grid, block);
-  } else {
-    run<T, 1, INTERLEAVED, P>(a, grid, block);
-  }
-}
-
-template <typename T, typename P>
-void run_pairs(bool vector, bool interleaved, const long long* a, long long grid, long long block) {
-  if (interleaved) {
-    run_width<T, true, P>(vector, a, grid, block);
-  } else {
-    run_width<T, false, P>(vector, a, grid, block);
+template <typename T, bool INTERLEAVED, typename I>
+int run_width(int width, const long long* a, const unsigned* grid, const unsigned* block) {
+  switch (width) {
+    case 1: run<T, 1, INTERLEAVED, I>(a, grid, block); return 0;
+    case 2: run<T, 2, INTERLEAVED, I>(a, grid, block); return 0;
+    case 4:
+      if constexpr (sizeof(T) <= 4) {
+        run<T, 4, INTERLEAVED, I>(a, grid, block);
+        return 0;
+      }
+      return 2;
+    case 8:
+      if constexpr (sizeof(T) == 2) {
+        run<T, 8, INTERLEAVED, I>(a, grid, block);
+        return 0;
+      }
+      return 2;
+    default: return 2;
   }
 }
 
 template <typename T>
-int run_positions(int position_itemsize, bool vector, bool interleaved, const long long* a,
-                  long long grid, long long block) {
-  switch (position_itemsize) {
-    case 4: run_pairs<T, int>(vector, interleaved, a, grid, block); return 0;
-    case 8: run_pairs<T, long long>(vector, interleaved, a, grid, block); return 0;
-    default: return 2;
+int run_variant(int width, bool interleaved, bool wide, const long long* a, const unsigned* grid,
+                const unsigned* block) {
+  if (interleaved) {
+    return wide ? run_width<T, true, long long>(width, a, grid, block)
+                : run_width<T, true, int>(width, a, grid, block);
   }
+  return wide ? run_width<T, false, long long>(width, a, grid, block)
+              : run_width<T, false, int>(width, a, grid, block);
 }
 
 // SSE arithmetic keeps subnormals unless the thread's MXCSR has FTZ or DAZ set, which a
@@ -77,20 +89,18 @@ bool keeps_subnormals() {
 }  // namespace
 
 // dtype: 0 float16, 1 bfloat16, 2 float32, 3 float64.  Returns 0 on success, 1 for a wrong
-// argument count, 2 for an unknown position type, 3 for an unknown dtype, 4 when this
-// thread flushes subnormals to zero.
-extern "C" int anyrope_harness_run(int dtype, int vector, int interleaved, int position_itemsize,
-                                   long long grid, long long block, const long long* args,
-                                   int n_args) {
+// argument count, 2 for a width the dtype has no variant of, 3 for an unknown dtype, 4 when
+// this thread flushes subnormals to zero.
+extern "C" int anyrope_harness_run(int dtype, int width, int interleaved, int wide_index,
+                                   const unsigned* grid, const unsigned* block,
+                                   const long long* args, int n_args) {
   if (n_args != kParams) return 1;
   if (!keeps_subnormals()) return 4;
   switch (dtype) {
-    case 0: return run_positions<__half>(position_itemsize, vector, interleaved, args, grid, block);
-    case 1:
-      return run_positions<__nv_bfloat16>(position_itemsize, vector, interleaved, args, grid,
-                                          block);
-    case 2: return run_positions<float>(position_itemsize, vector, interleaved, args, grid, block);
-    case 3: return run_positions<double>(position_itemsize, vector, interleaved, args, grid, block);
+    case 0: return run_variant<__half>(width, interleaved, wide_index, args, grid, block);
+    case 1: return run_variant<__nv_bfloat16>(width, interleaved, wide_index, args, grid, block);
+    case 2: return run_variant<float>(width, interleaved, wide_index, args, grid, block);
+    case 3: return run_variant<double>(width, interleaved, wide_index, args, grid, block);
     default: return 3;
   }
 }

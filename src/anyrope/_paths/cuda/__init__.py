@@ -66,7 +66,7 @@ def unusable(device_id: int) -> str | None:
     try:
         from ._module import get_kernel
 
-        get_kernel(device_id, "float32", vector=True, interleaved=False, position_itemsize=8)
+        get_kernel(device_id, "float32", width=4, interleaved=False, wide_index=False)
     except Exception as error:  # whatever breaks, the kernel is not usable here
         detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
         reason = f"cannot run: CuPy failed to import or compile the kernel ({type(error).__name__}"

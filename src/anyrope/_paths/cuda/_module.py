@@ -13,14 +13,14 @@ from typing import Any
 
 __all__ = [
     "COMPILE_OPTIONS",
+    "INDEX_TYPES",
     "KERNEL_TYPES",
-    "POSITION_TYPES",
     "get_kernel",
     "kernel_name",
     "kernel_names",
     "kernel_source",
     "source_dir",
-    "vector_width",
+    "vector_widths",
 ]
 
 #: C++ element type of the kernel for each supported dtype name.
@@ -33,8 +33,8 @@ KERNEL_TYPES: dict[str, str] = {
 
 _ITEMSIZE: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 
-#: C++ type of the positions for each integer itemsize.
-POSITION_TYPES: dict[int, str] = {4: "int", 8: "long long"}
+#: C++ index type of the kernel: 32-bit when every offset of a launch fits, else 64-bit.
+INDEX_TYPES: dict[bool, str] = {False: "int", True: "long long"}
 
 #: ``--fmad=false`` is the contract of numerics.md section 3 (no FMA contraction). The
 #: float32 arithmetic is inline PTX with explicit rounding, never contracted and never
@@ -42,35 +42,40 @@ POSITION_TYPES: dict[int, str] = {4: "int", 8: "long long"}
 COMPILE_OPTIONS: tuple[str, ...] = ("--std=c++17", "--fmad=false")
 
 
-def vector_width(dtype_name: str) -> int:
-    """Pairs per work unit of the 16-byte vector variant for ``dtype_name``."""
-    return 16 // _ITEMSIZE[dtype_name]
+def vector_widths(itemsize: int) -> tuple[int, ...]:
+    """Pairs per work unit of each variant for elements of ``itemsize`` bytes, widest first.
+
+    16-, 8- and 4-byte accesses of x where they hold two elements or more, then 1, the
+    scalar variant (any strides and alignment).
+    """
+    return (*(size // itemsize for size in (16, 8, 4) if size // itemsize >= 2), 1)
 
 
-def kernel_name(dtype_name: str, *, vector: bool, interleaved: bool, position_itemsize: int) -> str:
+def kernel_name(dtype_name: str, *, width: int, interleaved: bool, wide_index: bool) -> str:
     """The template instantiation of ``anyrope_rope`` for one variant."""
-    width = vector_width(dtype_name) if vector else 1
+    if width not in vector_widths(_ITEMSIZE[dtype_name]):
+        raise ValueError(f"no variant of width {width} for {dtype_name}")
     return (
         f"anyrope_rope<{KERNEL_TYPES[dtype_name]}, {width}, "
-        f"{'true' if interleaved else 'false'}, {POSITION_TYPES[position_itemsize]}>"
+        f"{'true' if interleaved else 'false'}, {INDEX_TYPES[wide_index]}>"
     )
 
 
-def _variants() -> list[tuple[bool, bool, int]]:
-    """(vector, interleaved, position itemsize) of every variant compiled for a dtype."""
+def _variants(dtype_name: str) -> list[tuple[int, bool, bool]]:
+    """(width, interleaved, wide index) of every variant compiled for a dtype."""
     return [
-        (vector, interleaved, size)
-        for vector in (True, False)
+        (width, interleaved, wide)
+        for width in vector_widths(_ITEMSIZE[dtype_name])
         for interleaved in (False, True)
-        for size in sorted(POSITION_TYPES)
+        for wide in (False, True)
     ]
 
 
 def kernel_names(dtype_name: str) -> list[str]:
-    """Every variant compiled for one dtype: vector/scalar x pair layout x position type."""
+    """Every variant compiled for one dtype: width x pair layout x index type."""
     return [
-        kernel_name(dtype_name, vector=vector, interleaved=interleaved, position_itemsize=size)
-        for vector, interleaved, size in _variants()
+        kernel_name(dtype_name, width=width, interleaved=interleaved, wide_index=wide)
+        for width, interleaved, wide in _variants(dtype_name)
     ]
 
 
@@ -97,17 +102,17 @@ def kernel_source() -> str:
 
 
 _lock = threading.Lock()
-#: (device, dtype name, vector, interleaved, position itemsize) -> ``cupy.RawKernel``.
-_kernels: dict[tuple[int, str, bool, bool, int], Any] = {}
+#: (device, dtype name, width, interleaved, wide index) -> ``cupy.RawKernel``.
+_kernels: dict[tuple[int, str, int, bool, bool], Any] = {}
 
 
 def get_kernel(
     device_id: int,
     dtype_name: str,
     *,
-    vector: bool,
+    width: int,
     interleaved: bool,
-    position_itemsize: int,
+    wide_index: bool,
 ) -> Any:
     """The compiled ``cupy.RawKernel`` of one variant on ``device_id``.
 
@@ -117,7 +122,7 @@ def get_kernel(
     ``RawModule.get_function`` builds a new ``RawKernel`` and looks the function up in
     the driver each time it is called).
     """
-    key = (device_id, dtype_name, vector, interleaved, position_itemsize)
+    key = (device_id, dtype_name, width, interleaved, wide_index)
     kernel = _kernels.get(key)
     if kernel is not None:
         return kernel
@@ -140,7 +145,7 @@ def _compile(device_id: int, dtype_name: str) -> None:
         )
         module.compile()
         # Looked up on the kernel's own device: CuPy loads a module per current device.
-        for (vector, interleaved, size), name in zip(
-            _variants(), kernel_names(dtype_name), strict=True
+        for (width, interleaved, wide), name in zip(
+            _variants(dtype_name), kernel_names(dtype_name), strict=True
         ):
-            _kernels[device_id, dtype_name, vector, interleaved, size] = module.get_function(name)
+            _kernels[device_id, dtype_name, width, interleaved, wide] = module.get_function(name)

@@ -11,19 +11,23 @@ anything here runs; the kernel never reads a table row that does not exist.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import array_api_compat
 
 from ..._namespace import Array, dtype_name
 from ..._plan import Plan
-from .launches import Launch, Operand, plan_launches
+from .launches import Launch, LaunchTemplate, Operand, launch_templates
 
 __all__ = ["Launcher", "launch_on_device", "rotate_raw"]
 
-Launcher = Callable[[Array, str, Launch, int], None]
-"""``launcher(first_array, dtype_name, launch, position_itemsize)`` runs one launch."""
+Launcher = Callable[[Array, str, Launch], None]
+"""``launcher(first_array, dtype_name, launch)`` runs one launch."""
+
+# Launch templates per geometry (see _geometry); a call binds its addresses to them.
+_templates: dict[Hashable, list[LaunchTemplate]] = {}
+_MAX_TEMPLATES = 512
 
 
 def rotate_raw(
@@ -39,6 +43,8 @@ def rotate_raw(
 
     ``launcher`` is the CuPy launch for device arrays; the CPU tests pass the host
     harness, which runs the same kernel body on NumPy arrays with these same arguments.
+    The launches are planned once per geometry (shapes, strides, dtypes, options and
+    pointer alignments); a call after the first only binds its addresses.
     """
     xp, device, first = plan.xp, plan.device, arrays[0]
     rows = plan.tables.rows(plan.where[0], xp, device, plan.table_dtype)
@@ -50,30 +56,63 @@ def rotate_raw(
         if inplace
         else tuple(xp.empty(x.shape, dtype=x.dtype, device=device) for x in arrays)
     )
-    ins = [_operand(x) for x in arrays]
-    outs = [_operand(y) for y in outputs]
-    launches = plan_launches(
-        ins[0],
-        outs[0],
-        ins[1] if len(ins) > 1 else None,
-        outs[1] if len(outs) > 1 else None,
-        layout=plan.axes.layout,
-        itemsize=_itemsize(first),
-        rotary_dim=plan.rotary_dim,
-        interleaved=plan.interleaved,
-        inverse=inverse,
-        inplace=inplace,
-        positions=None if positions is None else _operand(positions),
-        position_itemsize=0 if positions is None else _itemsize(positions),
-        offset=rows.offset,
-        cos_ptr=_operand(rows.cos).ptr,
-        sin_ptr=_operand(rows.sin).ptr,
+    operands = [_operand(x) for pair in zip(arrays, outputs, strict=True) for x in pair]
+    pos = None if positions is None else _operand(positions)
+    cos, sin = _operand(rows.cos), _operand(rows.sin)
+    itemsize = _itemsize(first)
+    position_itemsize = 0 if positions is None else _itemsize(positions)
+    key = (
+        itemsize,
+        plan.axes.layout,
+        plan.rotary_dim,
+        plan.interleaved,
+        inverse,
+        inplace,
+        *(_geometry(op) for op in operands),
+        None if pos is None else _geometry(pos),
+        position_itemsize,
+        cos.ptr % _ALIGN,
+        sin.ptr % _ALIGN,
+        cos.shape[0],
     )
+    templates = _templates.get(key)
+    if templates is None:
+        templates = launch_templates(
+            operands[0],
+            operands[1],
+            operands[2] if len(operands) > 2 else None,
+            operands[3] if len(operands) > 2 else None,
+            layout=plan.axes.layout,
+            itemsize=itemsize,
+            rotary_dim=plan.rotary_dim,
+            interleaved=plan.interleaved,
+            inverse=inverse,
+            inplace=inplace,
+            positions=pos,
+            position_itemsize=position_itemsize,
+            cos_ptr=cos.ptr,
+            sin_ptr=sin.ptr,
+            table_rows=cos.shape[0],
+        )
+        if len(_templates) >= _MAX_TEMPLATES:
+            _templates.clear()
+        _templates[key] = templates
+    pointers = [op.ptr for op in operands]
+    pointers += [0] * (4 - len(pointers))
+    pointers += [cos.ptr, sin.ptr, 0 if pos is None else pos.ptr]
+    offset = rows.offset if pos is None else 0
     name = dtype_name(first.dtype)
-    position_itemsize = 8 if positions is None else _itemsize(positions)
-    for launch in launches:
-        launcher(first, name, launch, position_itemsize)
+    for template in templates:
+        launcher(first, name, template.bind(pointers, offset))
     return outputs
+
+
+# Alignment that the choice of a variant reads from a pointer (its widest access).
+_ALIGN = 16
+
+
+def _geometry(op: Operand) -> tuple[object, ...]:
+    return op.shape, op.strides, op.ptr % _ALIGN
 
 
 def _itemsize(x: Array) -> int:
@@ -84,8 +123,8 @@ def _itemsize(x: Array) -> int:
 
 def _operand(x: Array) -> Operand:
     """Address, shape and element strides of ``x`` without any conversion."""
-    if array_api_compat.is_torch_array(x):
-        return Operand(int(x.data_ptr()), tuple(x.shape), tuple(int(s) for s in x.stride()))
+    if type(x).__module__.startswith("torch"):  # the hot case, asked first and cheaply
+        return Operand(x.data_ptr(), x.shape, x.stride())
     itemsize = int(x.dtype.itemsize)
     if array_api_compat.is_cupy_array(x):
         ptr = int(x.data.ptr)
@@ -98,7 +137,7 @@ _stream_lock = threading.Lock()
 _external_streams: dict[tuple[int, int], Any] = {}
 
 
-def launch_on_device(first: Array, name: str, launch: Launch, position_itemsize: int) -> None:
+def launch_on_device(first: Array, name: str, launch: Launch) -> None:
     import cupy
 
     from ._module import get_kernel
@@ -116,12 +155,12 @@ def launch_on_device(first: Array, name: str, launch: Launch, position_itemsize:
     kernel = get_kernel(
         device_id,
         name,
-        vector=launch.vector,
+        width=launch.width,
         interleaved=launch.interleaved,
-        position_itemsize=position_itemsize,
+        wide_index=launch.wide_index,
     )
     with cupy.cuda.Device(device_id), stream:
-        kernel((launch.grid,), (launch.block,), launch.device_args())
+        kernel(launch.grid, launch.block, launch.device_args())
 
 
 def _torch_stream(cupy: Any, device_id: int, handle: int) -> Any:

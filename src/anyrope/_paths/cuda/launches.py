@@ -1,7 +1,8 @@
 """From array geometry to kernel launches: pure Python, no CuPy, no device.
 
 Everything the kernel needs to know about shapes, strides and layouts is computed
-here, as the flat argument tuple of ``ANYROPE_PARAMS`` (``rope_math.cuh``). The CPU
+here, as the flat argument tuple of ``ANYROPE_PARAMS`` (``rope_math.cuh``), once per
+geometry (:func:`launch_templates`); a call only binds its addresses. The CPU
 harness (tests/cuda_harness) runs the kernel body on exactly these arguments, so a
 wrong stride, layout permutation or batch collapse is caught without a GPU.
 """
@@ -15,14 +16,19 @@ from itertools import product
 
 import numpy as np
 
-__all__ = ["BLOCK", "Launch", "Operand", "plan_launches"]
+from ._module import vector_widths
 
-#: Threads per block (the kernel declares ``__launch_bounds__(256)``).
+__all__ = ["BLOCK", "Launch", "LaunchTemplate", "Operand", "launch_templates", "plan_launches"]
+
+#: Threads per block at most (the kernel declares ``__launch_bounds__(256)``).
 BLOCK = 256
-# Grid-stride loop: more blocks than this only add scheduling work.
-_MAX_GRID = 1 << 20
-_VECTOR_BYTES = 16
-_N_PARAMS = 34
+# Every grid dimension is a stride loop in the kernel: more blocks only add scheduling work.
+_MAX_GRID = (1 << 20, 65535, 65535)
+_MAX_TOKENS_PER_BLOCK = 64  # blockDim.z
+# The 32-bit variants need every offset, size and stride-loop index below 2**31; the
+# margin covers a stride loop stepping one grid past a size.
+_INT32_LIMIT = 1 << 30
+N_POINTERS = 7
 
 
 @dataclass(frozen=True)
@@ -36,30 +42,65 @@ class Operand:
 
 @dataclass(frozen=True)
 class Launch:
-    """One kernel launch: variant, grid and the flat arguments in ``ANYROPE_PARAMS`` order.
+    """One kernel launch, bound to the memory of one call.
 
-    ``pointer_args`` are the indices of ``args`` that are device pointers.
+    ``packed`` holds the arguments in ``ANYROPE_PARAMS`` order, as the fixed-width NumPy
+    scalars of their C types: the seven pointers ``uint64``; the table offset and the
+    geometry ``int32`` (``wide_index`` false) or ``int64``; the position size and
+    ``inverse`` ``int32``.
     """
 
-    vector: bool
+    width: int
     interleaved: bool
-    grid: int
-    block: int
-    args: tuple[int, ...]
+    wide_index: bool
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    packed: tuple[np.generic, ...]
 
-    pointer_args = (0, 1, 12, 13, 24, 25, 26)
+    @property
+    def vector(self) -> bool:
+        """True for the variants that move several pairs per access."""
+        return self.width > 1
+
+    @property
+    def args(self) -> tuple[int, ...]:
+        """The arguments as Python integers (the host harness takes them so)."""
+        return tuple(int(a) for a in self.packed)
 
     def device_args(self) -> tuple[np.generic, ...]:
-        """The arguments as fixed-width NumPy scalars, the C types of ``ANYROPE_PARAMS``.
+        """The arguments as CuPy passes them to the kernel."""
+        return self.packed
 
-        Pointers become ``uint64``, the integers ``int64`` (``long long``), and the last
-        one (``inverse``) ``int32``.
-        """
-        *wide, inverse = self.args
-        return (
-            *(np.uint64(v) if i in self.pointer_args else np.int64(v) for i, v in enumerate(wide)),
-            np.int32(inverse),
+
+@dataclass(frozen=True)
+class LaunchTemplate:
+    """A launch for one geometry, before the call's addresses are known.
+
+    The same shapes, strides, flags and pointer alignments give the same templates, so
+    they are planned once and :meth:`bind` fills in what changes between calls: the
+    pointers (each one of the call's operands plus a fixed byte shift, for the launches
+    of non-collapsible batch axes) and the table offset.
+    """
+
+    width: int
+    interleaved: bool
+    wide_index: bool
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shifts: tuple[int, ...]
+    constants: tuple[np.generic, ...]
+
+    def bind(self, pointers: Sequence[int], offset: int) -> Launch:
+        """The launch for operands at ``pointers`` (q_in, q_out, k_in, k_out, cos, sin,
+        positions; 0 for an absent one) and table ``offset``."""
+        index = np.int64 if self.wide_index else np.int32
+        shifts = self.shifts
+        packed = (
+            *[np.uint64(p + shifts[i] if p else 0) for i, p in enumerate(pointers)],
+            index(offset),
+            *self.constants,
         )
+        return Launch(self.width, self.interleaved, self.wide_index, self.grid, self.block, packed)
 
 
 def _axes(layout: str, ndim: int) -> tuple[list[int], int, int]:
@@ -124,14 +165,68 @@ def plan_launches(
     offset: int,
     cos_ptr: int,
     sin_ptr: int,
+    table_rows: int = 1,
 ) -> list[Launch]:
-    """The launches that rotate q (and k) as ``rotate`` / ``rotate_qk`` define it.
+    """The launches that rotate q (and k) as ``rotate`` / ``rotate_qk`` define it:
+    :func:`launch_templates` bound to the operands' addresses."""
+    templates = launch_templates(
+        q_in,
+        q_out,
+        k_in,
+        k_out,
+        layout=layout,
+        itemsize=itemsize,
+        rotary_dim=rotary_dim,
+        interleaved=interleaved,
+        inverse=inverse,
+        inplace=inplace,
+        positions=positions,
+        position_itemsize=position_itemsize,
+        cos_ptr=cos_ptr,
+        sin_ptr=sin_ptr,
+        table_rows=table_rows,
+    )
+    pointers = (
+        q_in.ptr,
+        q_out.ptr,
+        0 if k_in is None else k_in.ptr,
+        0 if k_out is None else k_out.ptr,
+        cos_ptr,
+        sin_ptr,
+        0 if positions is None else positions.ptr,
+    )
+    return [t.bind(pointers, 0 if positions is not None else offset) for t in templates]
+
+
+def launch_templates(
+    q_in: Operand,
+    q_out: Operand,
+    k_in: Operand | None,
+    k_out: Operand | None,
+    *,
+    layout: str,
+    itemsize: int,
+    rotary_dim: int,
+    interleaved: bool,
+    inverse: bool,
+    inplace: bool,
+    positions: Operand | None,
+    position_itemsize: int,
+    cos_ptr: int,
+    sin_ptr: int,
+    table_rows: int,
+) -> list[LaunchTemplate]:
+    """The launches for one geometry; pointers are read only for their alignment.
 
     One launch for q and k together unless the batch axes of the operands cannot be
     walked with a single stride (then one launch per outer batch index, still exact).
-    The 16-byte vector variant is chosen when every tensor has a unit last stride,
-    16-byte aligned rows and widths that are whole vectors, and both tables are 16-byte
-    aligned; otherwise the scalar one.
+    The widest variant whose accesses every operand allows is chosen: x read ``width``
+    pairs at a time (16, 8 or 4 bytes) when every tensor has a unit last stride, rows and
+    pointers aligned to that many bytes and a rotated half that is a whole number of
+    vectors, and both tables aligned for their reads; otherwise the scalar variant. The
+    features past the rotated width are copied in the widest chunks their offset allows.
+    ``table_rows`` (rows of cos and sin, ``rotary_dim // 2`` entries each) bounds the
+    table offsets, for the choice of 32-bit indices.
     """
     ndim = len(q_in.shape)
     batch_axes, s_axis, h_axis = _axes(layout, ndim)
@@ -160,59 +255,117 @@ def plan_launches(
         + ([list(pos.strides[:-1])] if pos is not None else []),
     )
 
-    width = _VECTOR_BYTES // itemsize
-    vector = (
-        half % width == 0
-        and tail % width == 0
-        # Table rows are read with 16-byte loads as well (a row holds `half` entries).
-        and cos_ptr % _VECTOR_BYTES == 0
-        and sin_ptr % _VECTOR_BYTES == 0
-        and all(
-            op.strides[-1] == 1
-            and op.ptr % _VECTOR_BYTES == 0
-            and all(
-                s % width == 0
-                for s, n in zip(op.strides[:-1], op.shape[:-1], strict=True)
-                if n != 1
-            )
-            for op in operands
-        )
+    table_itemsize = 8 if itemsize == 8 else 4
+    width = _width(
+        operands, itemsize, half, table_itemsize=table_itemsize, cos_ptr=cos_ptr, sin_ptr=sin_ptr
     )
-    per_row = half // (width if vector else 1) + tail // (width if vector else 1)
+    tail_elems = _tail_elements(operands, itemsize, half, tail) if width > 1 else 1
+    units = half // width + (tail // tail_elems if tail else 0)
+    q_heads = q_in.shape[h_axis]
+    heads = q_heads + (tensors[1][0].shape[h_axis] if len(tensors) > 1 else 0)
+    wide = not (
+        table_rows * half < _INT32_LIMIT
+        and all(_extent(op) < _INT32_LIMIT for op in strided)
+        and all(size < _INT32_LIMIT for size in (*q_in.shape, heads, units))
+    )
 
     outer = batch[:-1]
     inner_size, inner_strides = batch[-1] if batch else (1, [0] * len(strided))
-    launches = []
-    for index in product(*(range(size) for size, _ in outer)):
+    block = _block(units, heads, seq)
+    grid = (
+        min(math.ceil(seq / block[2]), _MAX_GRID[0]),
+        min(inner_size, _MAX_GRID[1]),
+        min(math.ceil(heads / block[1]), _MAX_GRID[2]),
+    )
+    index = np.int64 if wide else np.int32
+    templates = []
+    for at in product(*(range(size) for size, _ in outer)):
         shift = [
-            sum(i * st[n] for i, (_, st) in zip(index, outer, strict=True))
+            sum(i * st[n] for i, (_, st) in zip(at, outer, strict=True))
             for n in range(len(strided))
         ]
-        args: list[int] = []
+        strides: list[int] = []
         for n, (t_in, t_out) in enumerate(tensors):
-            heads = t_in.shape[h_axis]
-            views = []
             for m, op in enumerate((t_in, t_out)):
                 j = 2 * n + m
-                views.append(
-                    (
-                        op.ptr + shift[j] * itemsize,
-                        (inner_strides[j], op.strides[s_axis], op.strides[h_axis], op.strides[-1]),
-                    )
-                )
-            (in_ptr, in_st), (out_ptr, out_st) = views
-            args += [in_ptr, out_ptr, heads, *in_st, *out_st, inner_size * seq * heads * per_row]
-        if len(tensors) == 1:
-            args += [0] * 12
-        if pos is None:
-            args += [cos_ptr, sin_ptr, 0, 0, 0, offset]
-        else:
-            pos_ptr = pos.ptr + shift[-1] * position_itemsize
-            args += [cos_ptr, sin_ptr, pos_ptr, inner_strides[-1], pos.strides[-1], 0]
-        args += [seq, half, tail, int(inverse)]
-        total = args[11] + args[23]
-        if total == 0:
+                strides += [inner_strides[j], *(op.strides[a] for a in (s_axis, h_axis, -1))]
+        strides += [0] * (16 - len(strides))
+        pos_strides = [0, 0] if pos is None else [inner_strides[-1], pos.strides[-1]]
+        byte_shifts = [shift[j] * itemsize for j in range(len(operands))]
+        byte_shifts += [0] * (4 - len(byte_shifts))
+        byte_shifts += [0, 0, 0 if pos is None else shift[-1] * position_itemsize]
+        constants = (
+            *(index(v) for v in strides),
+            *(index(v) for v in pos_strides),
+            *(index(v) for v in (inner_size, seq, q_heads, heads, half, units, tail_elems)),
+            np.int32(0 if pos is None else position_itemsize),
+            np.int32(int(inverse)),
+        )
+        if units * heads * seq * inner_size == 0:
             continue
-        grid = min(math.ceil(total / BLOCK), _MAX_GRID)
-        launches.append(Launch(vector, interleaved, grid, BLOCK, tuple(args)))
-    return launches
+        templates.append(
+            LaunchTemplate(width, interleaved, wide, grid, block, tuple(byte_shifts), constants)
+        )
+    return templates
+
+
+def _width(
+    operands: list[Operand],
+    itemsize: int,
+    half: int,
+    *,
+    table_itemsize: int,
+    cos_ptr: int,
+    sin_ptr: int,
+) -> int:
+    """Pairs per access of the widest variant that every operand and table allows."""
+    for width in vector_widths(itemsize)[:-1]:
+        x_bytes = width * itemsize
+        table_bytes = min(16, width * table_itemsize)
+        if (
+            half % width == 0
+            and cos_ptr % table_bytes == 0
+            and sin_ptr % table_bytes == 0
+            and all(op.strides[-1] == 1 and _aligned(op, itemsize, x_bytes) for op in operands)
+        ):
+            return width
+    return 1
+
+
+def _tail_elements(operands: list[Operand], itemsize: int, half: int, tail: int) -> int:
+    """Elements per copied chunk past the rotated width: the widest access that the
+    chunk's offset, the tail and every operand allow."""
+    for size in (16, 8, 4):
+        if (
+            size > itemsize
+            and (2 * half * itemsize) % size == 0
+            and (tail * itemsize) % size == 0
+            and all(_aligned(op, itemsize, size) for op in operands)
+        ):
+            return size // itemsize
+    return 1
+
+
+def _aligned(op: Operand, itemsize: int, size: int) -> bool:
+    """Every row of ``op`` starts on a ``size``-byte boundary."""
+    return op.ptr % size == 0 and all(
+        (s * itemsize) % size == 0
+        for s, n in zip(op.strides[:-1], op.shape[:-1], strict=True)
+        if n != 1
+    )
+
+
+def _extent(op: Operand) -> int:
+    """The largest element offset from ``op``'s address, either way."""
+    return sum((n - 1) * abs(s) for n, s in zip(op.shape, op.strides, strict=True))
+
+
+def _block(units: int, heads: int, seq: int) -> tuple[int, int, int]:
+    """(units of a row, heads, tokens) per block: as many whole rows as fit in BLOCK
+    threads, the heads spread evenly over the fewest groups."""
+    x = max(1, min(units, BLOCK))
+    fit = max(1, BLOCK // x)
+    groups = math.ceil(heads / fit)
+    y = max(1, math.ceil(heads / groups))
+    z = max(1, min(seq, BLOCK // (x * y), _MAX_TOKENS_PER_BLOCK))
+    return x, y, z

@@ -2,18 +2,19 @@
 //
 // Template parameters:
 //   T            element type: __half, __nv_bfloat16, float, double
-//   V            pairs per work unit: 16 / sizeof(T) for the 16-byte vector variant,
-//                1 for the scalar variant (non-unit last stride, misaligned pointers)
+//   V            pairs per work unit: V * sizeof(T) bytes (16, 8 or 4) per access of x in
+//                the vector variants; 1 for the scalar variant (non-unit last stride,
+//                misaligned pointers, an odd rotated half)
 //   INTERLEAVED  pairs (x[2i], x[2i+1]) instead of half-split (x[i], x[i + r/2])
-//   P            position type: int or long long
-// The parameters (ANYROPE_PARAMS in rope_math.cuh) are flat pointers and 64-bit integers,
-// so CuPy arrays and raw torch pointers are packed the same way.  q_in may equal q_out
-// (in place), hence no __restrict__ on the tensors.
+//   I            index type: int when every offset of the launch fits, else long long
+// The parameters (ANYROPE_PARAMS in rope_math.cuh) are flat pointers and integers, so CuPy
+// arrays and raw torch pointers are packed the same way.  q_in may equal q_out (in place),
+// hence no __restrict__ on the tensors.
 #include "rope_math.cuh"
 
-template <typename T, int V, bool INTERLEAVED, typename P>
+template <typename T, int V, bool INTERLEAVED, typename I>
 __global__ void __launch_bounds__(256)
-    anyrope_rope(ANYROPE_PARAMS(T, typename anyrope::compute_of<T>::type, P)) {
-  anyrope::rope_entry<T, V, INTERLEAVED, P>(ANYROPE_ARGS, blockIdx.x, threadIdx.x, blockDim.x,
-                                            gridDim.x);
+    anyrope_rope(ANYROPE_PARAMS(T, typename anyrope::compute_of<T>::type, I)) {
+  anyrope::rope_entry<T, V, INTERLEAVED, I>(ANYROPE_ARGS, blockIdx, threadIdx, blockDim,
+                                            gridDim);
 }

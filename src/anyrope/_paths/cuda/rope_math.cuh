@@ -2,7 +2,7 @@
 //
 // Everything here is `__host__ __device__`: rope.cu wraps `rope_entry` in a
 // __global__ function, and tests/cuda_harness/harness.cpp runs the very same
-// function on the CPU for every (blockIdx.x, threadIdx.x) of a simulated grid,
+// function on the CPU for every (blockIdx, threadIdx) of a simulated 3-D grid,
 // so a CPU-only test run compares the kernel's index mapping and rounding
 // bitwise against the NumPy path (numerics.md, section 3).
 #pragma once
@@ -110,233 +110,292 @@ ANYROPE_HD void rotate_pair(T x0, T x1, C c, C s, T& y0, T& y1) {
   y1 = from_compute<T>(add_rn(mul_rn(a1, c), mul_rn(a0, s)));
 }
 
-// 16 bytes moved by one load or store instruction.  On the device the instruction is
-// written out: a copy of a 16-byte struct becomes a memcpy that the optimizer may split
-// into four 4-byte stores (seen in the PTX of nvcc 13), which halves the store throughput.
-ANYROPE_HD uint4 load16(const void* p) {
+// B bytes (16, 8, 4 or 2) moved by one load or store instruction.
+template <int B> struct chunk_of;
+template <> struct chunk_of<16> { using type = uint4; };
+template <> struct chunk_of<8> { using type = uint2; };
+template <> struct chunk_of<4> { using type = unsigned int; };
+template <> struct chunk_of<2> { using type = unsigned short; };
+
+// On the device the instruction is written out: a copy of a 16-byte struct becomes a
+// memcpy that the optimizer may split into four 4-byte stores (seen in the PTX of nvcc 13),
+// which halves the store throughput.  `volatile` keeps the loads of x ahead of the
+// position and table loads, in the order the source issues them.
+template <int B> ANYROPE_HD typename chunk_of<B>::type load_chunk(const void* p) {
+  typename chunk_of<B>::type r;
 #if defined(__CUDA_ARCH__)
-  uint4 r;
-  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(__cvta_generic_to_global(p)));
-  return r;
+  const size_t g = __cvta_generic_to_global(p);
+  if constexpr (B == 16) {
+    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(g));
+  } else if constexpr (B == 8) {
+    asm volatile("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(g));
+  } else if constexpr (B == 4) {
+    asm volatile("ld.global.u32 %0, [%1];" : "=r"(r) : "l"(g));
+  } else {
+    asm volatile("ld.global.u16 %0, [%1];" : "=h"(r) : "l"(g));
+  }
 #else
-  return *static_cast<const uint4*>(p);
+  __builtin_memcpy(&r, p, B);
 #endif
+  return r;
 }
 
 // Tables are read-only for the whole launch: the non-coherent (read-only) cache path.
-ANYROPE_HD uint4 load16_ro(const void* p) {
+template <int B> ANYROPE_HD typename chunk_of<B>::type load_chunk_ro(const void* p) {
 #if defined(__CUDA_ARCH__)
-  return __ldg(static_cast<const uint4*>(p));
+  return __ldg(static_cast<const typename chunk_of<B>::type*>(p));
 #else
-  return *static_cast<const uint4*>(p);
+  typename chunk_of<B>::type r;
+  __builtin_memcpy(&r, p, B);
+  return r;
 #endif
 }
 
-ANYROPE_HD void store16(void* p, uint4 v) {
+template <int B> ANYROPE_HD void store_chunk(void* p, typename chunk_of<B>::type v) {
 #if defined(__CUDA_ARCH__)
-  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};"
-               :
-               : "l"(__cvta_generic_to_global(p)), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-               : "memory");
+  const size_t g = __cvta_generic_to_global(p);
+  if constexpr (B == 16) {
+    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};"
+                 :
+                 : "l"(g), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+  } else if constexpr (B == 8) {
+    asm volatile("st.global.v2.u32 [%0], {%1, %2};" : : "l"(g), "r"(v.x), "r"(v.y) : "memory");
+  } else if constexpr (B == 4) {
+    asm volatile("st.global.u32 [%0], %1;" : : "l"(g), "r"(v) : "memory");
+  } else {
+    asm volatile("st.global.u16 [%0], %1;" : : "l"(g), "h"(v) : "memory");
+  }
 #else
-  *static_cast<uint4*>(p) = v;
+  __builtin_memcpy(p, &v, B);
 #endif
 }
 
-template <typename T> union bits16 {
-  uint4 u;
-  T e[16 / sizeof(T)];
+template <typename E, int B> union pack {
+  typename chunk_of<B>::type u;
+  E e[B / sizeof(E)];
 };
 
-// N contiguous elements through 16-byte accesses; p is 16-byte aligned (checked on the host).
-template <bool READ_ONLY, typename T, int N> ANYROPE_HD void load_vec(const T* p, T (&dst)[N]) {
-  constexpr int per = 16 / static_cast<int>(sizeof(T));
-  static_assert(N % per == 0, "vector width must be a whole number of 16-byte packs");
+// N contiguous elements in B-byte accesses; p is B-byte aligned (checked on the host).
+template <bool READ_ONLY, int B, typename E, int N>
+ANYROPE_HD void load_vec(const E* p, E (&dst)[N]) {
+  constexpr int per = B / static_cast<int>(sizeof(E));
+  static_assert(per >= 1 && N % per == 0, "a whole number of B-byte accesses");
 #pragma unroll
   for (int k = 0; k < N / per; ++k) {
-    bits16<T> chunk;
-    chunk.u = READ_ONLY ? load16_ro(p + k * per) : load16(p + k * per);
+    pack<E, B> chunk;
+    chunk.u = READ_ONLY ? load_chunk_ro<B>(p + k * per) : load_chunk<B>(p + k * per);
 #pragma unroll
     for (int j = 0; j < per; ++j) dst[k * per + j] = chunk.e[j];
   }
 }
 
-template <typename T, int N> ANYROPE_HD void store_vec(T* p, const T (&src)[N]) {
-  constexpr int per = 16 / static_cast<int>(sizeof(T));
-  static_assert(N % per == 0, "vector width must be a whole number of 16-byte packs");
+template <int B, typename E, int N> ANYROPE_HD void store_vec(E* p, const E (&src)[N]) {
+  constexpr int per = B / static_cast<int>(sizeof(E));
+  static_assert(per >= 1 && N % per == 0, "a whole number of B-byte accesses");
 #pragma unroll
   for (int k = 0; k < N / per; ++k) {
-    bits16<T> chunk;
+    pack<E, B> chunk;
 #pragma unroll
     for (int j = 0; j < per; ++j) chunk.e[j] = src[k * per + j];
-    store16(p + k * per, chunk.u);
+    store_chunk<B>(p + k * per, chunk.u);
+  }
+}
+
+// `bytes` (16, 8, 4, or one element) copied bit for bit; both addresses are aligned to it.
+template <typename T> ANYROPE_HD void copy_chunk(const T* src, T* dst, int bytes) {
+  switch (bytes) {
+    case 16: store_chunk<16>(dst, load_chunk<16>(src)); return;
+    case 8: store_chunk<8>(dst, load_chunk<8>(src)); return;
+    case 4: store_chunk<4>(dst, load_chunk<4>(src)); return;
+    default: store_chunk<sizeof(T)>(dst, load_chunk<sizeof(T)>(src)); return;
   }
 }
 
 // One tensor (q or k) seen as (batch, seq, heads, dim) with element strides;
 // the layout ("bshd", "bhsd", "sbhd") is only a permutation of these strides.
-template <typename T> struct tensor_view {
+template <typename T, typename I> struct tensor_view {
   const T* in;
   T* out;
-  long long heads;
-  long long in_b, in_s, in_h, in_d;
-  long long out_b, out_s, out_h, out_d;
-  long long units;  // batch * seq * heads * units_per_row
+  I in_b, in_s, in_h, in_d;
+  I out_b, out_s, out_h, out_d;
 };
 
-template <typename C, typename P> struct shared_args {
-  const C* cos_t;  // (table_rows, half), row = position
+template <typename C, typename I> struct shared_args {
+  const C* cos_t;   // (table_rows, half), row = position
   const C* sin_t;
-  const P* pos;    // nullptr: position = seq index + offset
-  long long pos_b, pos_s;
-  long long offset;
-  long long seq;
-  long long half;  // rotary_dim / 2
-  long long tail;  // elements copied after the rotated ones (0 when in place)
+  const void* pos;  // int or long long (pos_size 4 or 8); pos_size 0: position = s + offset
+  I offset;
+  I pos_b, pos_s;
+  I batch;          // the batch axes, collapsed into one
+  I seq;
+  I q_heads;        // heads 0 .. q_heads - 1 are q's, the rest k's
+  I heads;          // q_heads + k_heads
+  I half;           // rotary_dim / 2
+  I units;          // work units of one (token, head) row: half / V rotated, then the copies
+  I tail_elems;     // elements per copied unit (0 copies when in place or no tail)
+  int pos_size;
   int inverse;
 };
 
-// Work units of one row: half/V rotated units of V pairs, then tail/V copied units of
-// V elements.  V == 1 is the scalar variant (any strides, any alignment).
-template <int V> ANYROPE_HD long long units_per_row(long long half, long long tail) {
-  return half / V + tail / V;
+// The table row of token (b, s).
+template <typename C, typename I>
+ANYROPE_HD I table_row(const shared_args<C, I>& a, I b, I s) {
+  if (a.pos_size == 0) return s + a.offset;
+  const I at = b * a.pos_b + s * a.pos_s;
+  const I p = a.pos_size == 4 ? static_cast<I>(static_cast<const int*>(a.pos)[at])
+                              : static_cast<I>(static_cast<const long long*>(a.pos)[at]);
+  return p + a.offset;
 }
 
-// Unit `t` of one tensor: one division for the row, two more for (batch, seq, head).
-template <typename T, int V, bool INTERLEAVED, typename C, typename P>
-ANYROPE_HD void rope_unit(const tensor_view<T>& tv, const shared_args<C, P>& a, long long t) {
-  const long long rot_units = a.half / V;
-  const long long per_row = units_per_row<V>(a.half, a.tail);
-  const long long row = t / per_row;
-  const long long u = t - row * per_row;
-  const long long bs = row / tv.heads;
-  const long long h = row - bs * tv.heads;
-  const long long b = bs / a.seq;
-  const long long s = bs - b * a.seq;
-  const T* src = tv.in + b * tv.in_b + s * tv.in_s + h * tv.in_h;
-  T* dst = tv.out + b * tv.out_b + s * tv.out_s + h * tv.out_h;
+// Unit u of the row (b, s, h) of one tensor: V pairs rotated, or one chunk of the
+// features past the rotated width copied.  V == 1 is the scalar variant (any strides,
+// any alignment); V > 1 moves V elements of each half (2V interleaved) per access.
+template <typename T, int V, bool INTERLEAVED, typename C, typename I>
+ANYROPE_HD void rope_unit(const tensor_view<T, I>& tv, const shared_args<C, I>& a, I b, I s, I h,
+                          I u) {
+  constexpr int XB = V * static_cast<int>(sizeof(T));  // bytes of one x access
+  constexpr int CB = V * static_cast<int>(sizeof(C)) < 16 ? V * static_cast<int>(sizeof(C)) : 16;
+  const I rot_units = a.half / V;
+  const T* src = tv.in + (b * tv.in_b + s * tv.in_s + h * tv.in_h);
+  T* dst = tv.out + (b * tv.out_b + s * tv.out_s + h * tv.out_h);
 
   if (u >= rot_units) {
-    const long long d0 = 2 * a.half + (u - rot_units) * V;
+    const I d0 = 2 * a.half + (u - rot_units) * a.tail_elems;
     if constexpr (V == 1) {
       dst[d0 * tv.out_d] = src[d0 * tv.in_d];
     } else {
-      T tmp[V];
-      load_vec<false>(src + d0, tmp);
-      store_vec(dst + d0, tmp);
+      copy_chunk(src + d0, dst + d0, static_cast<int>(a.tail_elems * sizeof(T)));
     }
     return;
   }
 
-  const long long pos = (a.pos == nullptr ? s : static_cast<long long>(a.pos[b * a.pos_b + s * a.pos_s]))
-                        + a.offset;
-  const long long i0 = u * V;
-  const C* crow = a.cos_t + pos * a.half + i0;
-  const C* srow = a.sin_t + pos * a.half + i0;
-  C c[V];
-  C sn[V];
-  if constexpr (V == 1) {
-    c[0] = crow[0];
-    sn[0] = srow[0];
-  } else {
-    load_vec<true>(crow, c);
-    load_vec<true>(srow, sn);
-  }
-#pragma unroll
-  for (int j = 0; j < V; ++j) {
-    if (a.inverse) sn[j] = negate(sn[j]);
-  }
-
+  const I i0 = u * V;
+  // x first: its address does not depend on the position, so its loads are in flight
+  // while the position, and then the table rows it selects, are fetched.
+  T x0[INTERLEAVED ? 2 * V : V];
+  T x1[V];
   if constexpr (INTERLEAVED) {
     // Pairs (x[2i], x[2i+1]): V pairs are 2V contiguous elements.
-    T x[2 * V];
-    T y[2 * V];
     if constexpr (V == 1) {
-      x[0] = src[(2 * i0) * tv.in_d];
-      x[1] = src[(2 * i0 + 1) * tv.in_d];
+      x0[0] = src[(2 * i0) * tv.in_d];
+      x0[1] = src[(2 * i0 + 1) * tv.in_d];
     } else {
-      load_vec<false>(src + 2 * i0, x);
-    }
-#pragma unroll
-    for (int j = 0; j < V; ++j) rotate_pair(x[2 * j], x[2 * j + 1], c[j], sn[j], y[2 * j], y[2 * j + 1]);
-    if constexpr (V == 1) {
-      dst[(2 * i0) * tv.out_d] = y[0];
-      dst[(2 * i0 + 1) * tv.out_d] = y[1];
-    } else {
-      store_vec(dst + 2 * i0, y);
+      load_vec<false, XB>(src + 2 * i0, x0);
     }
   } else {
     // Half-split pairs (x[i], x[i + half]): one vector from each half.
-    T x0[V];
-    T x1[V];
-    T y0[V];
-    T y1[V];
     if constexpr (V == 1) {
       x0[0] = src[i0 * tv.in_d];
       x1[0] = src[(i0 + a.half) * tv.in_d];
     } else {
-      load_vec<false>(src + i0, x0);
-      load_vec<false>(src + i0 + a.half, x1);
+      load_vec<false, XB>(src + i0, x0);
+      load_vec<false, XB>(src + i0 + a.half, x1);
     }
+  }
+
+  const I row = table_row(a, b, s);
+  const C* crow = a.cos_t + (row * a.half + i0);
+  const C* srow = a.sin_t + (row * a.half + i0);
+  C c[V];
+  C sn[V];
+  load_vec<true, CB>(crow, c);
+  load_vec<true, CB>(srow, sn);
+  if (a.inverse) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) sn[j] = negate(sn[j]);
+  }
+
+  if constexpr (INTERLEAVED) {
+    T y[2 * V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      rotate_pair(x0[2 * j], x0[2 * j + 1], c[j], sn[j], y[2 * j], y[2 * j + 1]);
+    }
+    if constexpr (V == 1) {
+      dst[(2 * i0) * tv.out_d] = y[0];
+      dst[(2 * i0 + 1) * tv.out_d] = y[1];
+    } else {
+      store_vec<XB>(dst + 2 * i0, y);
+    }
+  } else {
+    T y0[V];
+    T y1[V];
 #pragma unroll
     for (int j = 0; j < V; ++j) rotate_pair(x0[j], x1[j], c[j], sn[j], y0[j], y1[j]);
     if constexpr (V == 1) {
       dst[i0 * tv.out_d] = y0[0];
       dst[(i0 + a.half) * tv.out_d] = y1[0];
     } else {
-      store_vec(dst + i0, y0);
-      store_vec(dst + i0 + a.half, y1);
+      store_vec<XB>(dst + i0, y0);
+      store_vec<XB>(dst + i0 + a.half, y1);
     }
   }
 }
 
-// The body of one CUDA thread: a grid-stride loop over the units of q, then of k,
-// so that q and k (with different head counts) share one launch.
-template <typename T, int V, bool INTERLEAVED, typename C, typename P>
-ANYROPE_HD void rope_thread(const tensor_view<T>& q, const tensor_view<T>& k,
-                            const shared_args<C, P>& a, long long block, long long thread,
-                            long long block_dim, long long grid_dim) {
-  const long long total = q.units + k.units;
-  for (long long t = block * block_dim + thread; t < total; t += block_dim * grid_dim) {
-    if (t < q.units) {
-      rope_unit<T, V, INTERLEAVED>(q, a, t);
-    } else {
-      rope_unit<T, V, INTERLEAVED>(k, a, t - q.units);
+// The body of one CUDA thread.  The grid is 3-D with no division anywhere: threadIdx.x
+// walks the units of one (token, head) row, threadIdx.y the heads (q's, then k's, so
+// that both share one launch), threadIdx.z the tokens of a tile along seq; blockIdx.x
+// the seq tiles, blockIdx.y the (collapsed) batch, blockIdx.z the groups of heads.
+// Every dimension is a stride loop, so any grid covers any geometry; the host sizes the
+// grid so that each loop runs once.
+template <typename T, int V, bool INTERLEAVED, typename C, typename I>
+ANYROPE_HD void rope_thread(const tensor_view<T, I>& q, const tensor_view<T, I>& k,
+                            const shared_args<C, I>& a, uint3 block, uint3 thread,
+                            uint3 block_dim, uint3 grid_dim) {
+  const I per_group = static_cast<I>(block_dim.y);
+  const I tile_seq = static_cast<I>(block_dim.z);
+  for (I g = static_cast<I>(block.z); g * per_group < a.heads; g += static_cast<I>(grid_dim.z)) {
+    const I h = g * per_group + static_cast<I>(thread.y);
+    if (h >= a.heads) continue;
+    // Field by field, the view of q or of k: no second copy of the loops below.
+    const bool is_q = h < a.q_heads;
+    const tensor_view<T, I> tv = is_q ? q : k;
+    const I head = is_q ? h : h - a.q_heads;
+    for (I b = static_cast<I>(block.y); b < a.batch; b += static_cast<I>(grid_dim.y)) {
+      for (I tile = static_cast<I>(block.x); tile * tile_seq < a.seq;
+           tile += static_cast<I>(grid_dim.x)) {
+        const I s = tile * tile_seq + static_cast<I>(thread.z);
+        if (s >= a.seq) continue;
+        for (I u = static_cast<I>(thread.x); u < a.units; u += static_cast<I>(block_dim.x)) {
+          rope_unit<T, V, INTERLEAVED>(tv, a, b, s, head, u);
+        }
+      }
     }
   }
 }
 
-// The flat kernel parameter list, in the order anyrope._paths.cuda.launch packs the arguments;
+// The flat kernel parameter list, in the order anyrope._paths.cuda.launches packs the
+// arguments: the seven pointers, the table offset, then the integers of one geometry;
 // rope.cu and the host harness both expand it, so they cannot disagree.
-#define ANYROPE_PARAMS(T, C, P)                                                               \
-  const T *q_in, T *q_out, long long q_heads, long long q_in_b, long long q_in_s,             \
-      long long q_in_h, long long q_in_d, long long q_out_b, long long q_out_s,                \
-      long long q_out_h, long long q_out_d, long long q_units, const T *k_in, T *k_out,        \
-      long long k_heads, long long k_in_b, long long k_in_s, long long k_in_h,                 \
-      long long k_in_d, long long k_out_b, long long k_out_s, long long k_out_h,               \
-      long long k_out_d, long long k_units, const C *__restrict__ cos_t,                       \
-      const C *__restrict__ sin_t, const P *__restrict__ pos, long long pos_b,                 \
-      long long pos_s, long long offset, long long seq, long long half, long long tail,        \
-      int inverse
+#define ANYROPE_PARAMS(T, C, I)                                                              \
+  const T *q_in, T *q_out, const T *k_in, T *k_out, const C *__restrict__ cos_t,              \
+      const C *__restrict__ sin_t, const void *__restrict__ pos, I offset, I q_in_b,          \
+      I q_in_s, I q_in_h, I q_in_d, I q_out_b, I q_out_s, I q_out_h, I q_out_d, I k_in_b,     \
+      I k_in_s, I k_in_h, I k_in_d, I k_out_b, I k_out_s, I k_out_h, I k_out_d, I pos_b,      \
+      I pos_s, I batch, I seq, I q_heads, I heads, I half, I units, I tail_elems,             \
+      int pos_size, int inverse
 
-#define ANYROPE_ARGS                                                                          \
-  q_in, q_out, q_heads, q_in_b, q_in_s, q_in_h, q_in_d, q_out_b, q_out_s, q_out_h, q_out_d,   \
-      q_units, k_in, k_out, k_heads, k_in_b, k_in_s, k_in_h, k_in_d, k_out_b, k_out_s,         \
-      k_out_h, k_out_d, k_units, cos_t, sin_t, pos, pos_b, pos_s, offset, seq, half, tail,     \
-      inverse
+#define ANYROPE_ARGS                                                                         \
+  q_in, q_out, k_in, k_out, cos_t, sin_t, pos, offset, q_in_b, q_in_s, q_in_h, q_in_d,        \
+      q_out_b, q_out_s, q_out_h, q_out_d, k_in_b, k_in_s, k_in_h, k_in_d, k_out_b, k_out_s,   \
+      k_out_h, k_out_d, pos_b, pos_s, batch, seq, q_heads, heads, half, units, tail_elems,    \
+      pos_size, inverse
 
 // One thread of a launch, from the flat parameters (q_in may equal q_out: in place).
-template <typename T, int V, bool INTERLEAVED, typename P>
-ANYROPE_HD void rope_entry(ANYROPE_PARAMS(T, typename compute_of<T>::type, P), long long block,
-                           long long thread, long long block_dim, long long grid_dim) {
+// I is the index type: int when every offset of the launch fits (checked on the host).
+template <typename T, int V, bool INTERLEAVED, typename I>
+ANYROPE_HD void rope_entry(ANYROPE_PARAMS(T, typename compute_of<T>::type, I), uint3 block,
+                           uint3 thread, uint3 block_dim, uint3 grid_dim) {
   using C = typename compute_of<T>::type;
-  const tensor_view<T> q{q_in,    q_out,   q_heads, q_in_b,  q_in_s,  q_in_h,
-                         q_in_d,  q_out_b, q_out_s, q_out_h, q_out_d, q_units};
-  const tensor_view<T> k{k_in,    k_out,   k_heads, k_in_b,  k_in_s,  k_in_h,
-                         k_in_d,  k_out_b, k_out_s, k_out_h, k_out_d, k_units};
-  const shared_args<C, P> a{cos_t, sin_t, pos, pos_b, pos_s, offset, seq, half, tail, inverse};
+  const tensor_view<T, I> q{q_in, q_out, q_in_b, q_in_s, q_in_h, q_in_d,
+                            q_out_b, q_out_s, q_out_h, q_out_d};
+  const tensor_view<T, I> k{k_in, k_out, k_in_b, k_in_s, k_in_h, k_in_d,
+                            k_out_b, k_out_s, k_out_h, k_out_d};
+  const shared_args<C, I> a{cos_t, sin_t, pos, offset, pos_b, pos_s, batch, seq, q_heads,
+                            heads, half, units, tail_elems, pos_size, inverse};
   rope_thread<T, V, INTERLEAVED>(q, k, a, block, thread, block_dim, grid_dim);
 }
 

@@ -1,0 +1,177 @@
+"""Host time per call of the CUDA path on decode shapes, measured on a CPU (no GPU needed).
+
+    python benchmarks/bench_cuda_host.py [--rounds 15] [--calls 2000] [--json PATH]
+
+q (64, 1, 32, 128) and k (64, 1, 8, 128), bfloat16, layout ``bshd``: one new token per
+sequence. Every line is timed in ONE run, round-robin (each round times every line once,
+a sample being ``--calls`` back-to-back calls); the table gives the median over the rounds
+and the interquartile range, in microseconds per call.
+
+What is measured, and what is not. The torch tensors are CPU tensors that stand in for
+CUDA ones: ``anyrope._paths.cuda`` is told to take them (its ``cuda_array`` test, the CuPy
+install check and the once-per-device compile check are replaced for the run), and the
+launcher is replaced by a no-op that receives the launch. So a line times the whole host
+side of ``rope(q, k, positions)`` with ``impl="cuda"``: the geometry lookup and plan, the
+position checks, the table lookup, the output allocation (``torch.empty`` on the CPU
+allocator instead of the CUDA caching allocator), the launch planning and the argument
+packing, down to the call of the launcher. Not measured: ``torch.cuda.current_stream``,
+CuPy's launch of the kernel (about 3.6 us for an empty kernel on an H100, see
+docs/performance.rst) and the kernel itself. With a positions tensor, the host range check
+reads a CPU tensor here; on a GPU that check is a device synchronisation.
+
+* ``anyrope offset``: ``rope(q, k, positions=1000, impl="cuda")`` (a KV-cache offset).
+* ``anyrope tensor``: ``rope(q, k, positions=p, impl="cuda")``, ``p`` of shape (64, 1),
+  int64, one position per sequence.
+* ``launch planning``: the CUDA path's ``rotate_raw`` on a plan made once (the part of the
+  call that the kernel path owns: tables, outputs, launch plan, packed arguments).
+* ``eager HF``: the Hugging Face expression in torch eager on the same CPU tensors,
+  ``q * cos + rotate_half(q) * sin`` (and k), cos/sin gathered from (4096, 128) tables
+  by a (64, 1) position tensor: a reference for what one call of model code costs on the
+  host, not a like-for-like comparison (on a GPU its launches are asynchronous).
+
+torch runs with ``torch.set_num_threads(1)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyrope
+from anyrope._benchmark import write_json
+
+BATCH = 64
+Q_HEADS = 32
+KV_HEADS = 8
+HEAD_DIM = 128
+POSITION = 1000
+TABLE_LEN = 4096
+
+
+@contextmanager
+def cpu_tensors_as_cuda() -> Iterator[list[Any]]:
+    """The CUDA path takes torch CPU tensors, and its launcher only records launches."""
+    from anyrope._paths import cuda
+    from anyrope._paths.cuda import launch
+
+    names = ("cuda_array", "_cupy_installed", "unusable", "_device_id")
+    saved = [getattr(cuda, name) for name in names]
+    saved_launcher = launch.launch_on_device
+    launches: list[Any] = []
+
+    def no_op(first: Any, name: str, launch: Any, *rest: Any) -> None:
+        # What launch_on_device hands CuPy, packed as it packs it; only the call is left out.
+        launches.append(launch.device_args())
+
+    cuda.cuda_array = lambda x: True  # type: ignore[assignment]
+    cuda._cupy_installed = lambda: True  # type: ignore[assignment]
+    cuda.unusable = lambda device_id: None  # type: ignore[assignment]
+    cuda._device_id = lambda x: 0  # type: ignore[assignment]
+    launch.launch_on_device = no_op  # type: ignore[assignment]
+    try:
+        yield launches
+    finally:
+        for name, value in zip(names, saved, strict=True):
+            setattr(cuda, name, value)
+        launch.launch_on_device = saved_launcher
+
+
+def cases(torch: Any) -> dict[str, Callable[[], object]]:
+    from anyrope._paths.cuda.launch import launch_on_device, rotate_raw
+    from anyrope._plan import make_plan
+
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(BATCH, 1, Q_HEADS, HEAD_DIM, generator=gen).to(torch.bfloat16)
+    k = torch.randn(BATCH, 1, KV_HEADS, HEAD_DIM, generator=gen).to(torch.bfloat16)
+    positions = torch.full((BATCH, 1), POSITION, dtype=torch.int64)
+    rope = anyrope.RoPE(HEAD_DIM)
+    plan = make_plan(
+        rope._source,
+        (q, k),
+        ("q", "k"),
+        positions,
+        head_dim=HEAD_DIM,
+        interleaved=False,
+        layout="bshd",
+        inverse=False,
+        inplace=False,
+        xp=None,
+    )
+
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, HEAD_DIM, 2, dtype=torch.float64) / HEAD_DIM))
+    angles = torch.arange(TABLE_LEN, dtype=torch.float64)[:, None] * inv_freq
+    angles = torch.cat((angles, angles), dim=-1)
+    table_cos, table_sin = angles.cos().to(torch.bfloat16), angles.sin().to(torch.bfloat16)
+
+    def rotate_half(x: Any) -> Any:
+        x1, x2 = x[..., : HEAD_DIM // 2], x[..., HEAD_DIM // 2 :]
+        return torch.cat((-x2, x1), dim=-1)
+
+    def eager() -> tuple[Any, Any]:
+        cos = table_cos[positions].unsqueeze(2)  # (64, 1, 1, 128)
+        sin = table_sin[positions].unsqueeze(2)
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+    return {
+        "anyrope offset": lambda: rope(q, k, positions=POSITION, impl="cuda"),
+        "anyrope tensor": lambda: rope(q, k, positions=positions, impl="cuda"),
+        "launch planning": lambda: rotate_raw(
+            plan,
+            plan.arrays,
+            inverse=False,
+            inplace=False,
+            launcher=launch_on_device,
+        ),
+        "eager HF": eager,
+    }
+
+
+def quartiles(samples: list[float]) -> tuple[float, float, float]:
+    if len(samples) < 2:
+        return samples[0], samples[0], samples[0]
+    q1, q2, q3 = statistics.quantiles(samples, n=4, method="inclusive")
+    return q1, q2, q3
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+
+    import torch
+
+    torch.set_num_threads(1)
+    with cpu_tensors_as_cuda() as launches:
+        lines = cases(torch)
+        for fn in lines.values():  # warm up: plans, tables, kernels' launch plans
+            fn()
+        assert launches, "the CUDA path did not reach the launcher"
+        samples: dict[str, list[float]] = {name: [] for name in lines}
+        for _ in range(args.rounds):
+            for name, fn in lines.items():
+                start = time.perf_counter_ns()
+                for _ in range(args.calls):
+                    fn()
+                samples[name].append((time.perf_counter_ns() - start) / args.calls / 1e3)
+                launches.clear()
+
+    print(f"q ({BATCH}, 1, {Q_HEADS}, {HEAD_DIM}) + k ({BATCH}, 1, {KV_HEADS}, {HEAD_DIM}) bf16")
+    print(f"{'line':<18}{'median us':>10}{'IQR us':>9}")
+    report = []
+    for name, values in samples.items():
+        q1, median, q3 = quartiles(values)
+        print(f"{name:<18}{median:>10.1f}{q3 - q1:>9.1f}")
+        report.append({"line": name, "median_us": median, "iqr_us": q3 - q1})
+    if args.json is not None:
+        write_json(args.json, {"rounds": args.rounds, "calls": args.calls, "results": report})
+
+
+if __name__ == "__main__":
+    main()
