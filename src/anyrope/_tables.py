@@ -462,8 +462,10 @@ class TableSource:
         at once (an :class:`Ahead` block), element by element as one length would be,
         and rounded to a table once: a token costs a lookup and picks its row.
         """
-        block = next((block for block in reversed(self._ahead.values()) if block.holds(stop)), None)
-        if block is None:
+        for block in reversed(self._ahead.values()):  # the newest first: the next token's
+            if block.holds(stop):
+                break
+        else:
             lengths = np.arange(stop, stop + AHEAD, dtype=np.int64)
             lengths = lengths[lengths <= MAX_POSITION]
             many, factor = self.scaling.frequencies_per_length(self.rotary_dim, self.base, lengths)
