@@ -277,15 +277,34 @@ def test_length_dependent_scaling_refuses_traced_positions() -> None:
     np.testing.assert_array_equal(np.asarray(got), np.asarray(static.rotate(x, jnp.arange(4))))
 
 
-def test_evicted_length_buckets_are_rebuilt_with_the_same_bits() -> None:
+@pytest.mark.parametrize("seq", [1, 4])
+def test_evicted_blocks_of_lengths_are_rebuilt_with_the_same_bits(seq: int) -> None:
     rope = _rope("dynamic")
-    x = _x((1, 4, 1, 32))
+    x = _x((1, seq, 1, 32))
     first = rope.rotate(x, MAX_POSITIONS + 10)
-    for extra in range(2 * MAX_LENGTH_BUCKETS):
-        rope.rotate(x, MAX_POSITIONS + 100 + extra)
-    assert len(rope._source._buckets) == MAX_LENGTH_BUCKETS
+    for extra in range(2 * AHEAD_BLOCKS):
+        rope.rotate(x, MAX_POSITIONS + 100 + extra * AHEAD)
+    assert len(rope._source._ahead) == AHEAD_BLOCKS
     np.testing.assert_array_equal(rope.rotate(x, MAX_POSITIONS + 10), first)
     np.testing.assert_array_equal(_rope("dynamic").rotate(x, MAX_POSITIONS + 10), first)
+
+
+def test_evicted_length_buckets_are_rebuilt_with_the_same_bits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """LongRoPE's long bucket, evicted as soon as it is made by a source that keeps none."""
+    from anyrope import _tables
+
+    rope = _rope("longrope")
+    x = _x((1, 4, 1, 32))
+    short, long = rope.rotate(x, 0), rope.rotate(x, 10 * MAX_POSITIONS)
+    assert len(rope._source._buckets) <= MAX_LENGTH_BUCKETS
+    monkeypatch.setattr(_tables, "MAX_LENGTH_BUCKETS", 0)
+    fresh = _rope("longrope")
+    for _ in range(2):
+        np.testing.assert_array_equal(fresh.rotate(x, 10 * MAX_POSITIONS), long)
+        np.testing.assert_array_equal(fresh.rotate(x, 0), short)
+        assert len(fresh._source._buckets) == 0
 
 
 def test_threads_sharing_a_length_dependent_rope() -> None:

@@ -41,8 +41,8 @@ AHEAD_BLOCKS = 4
 """Blocks of :data:`AHEAD` lengths a table source keeps."""
 
 MAX_LENGTH_BUCKETS = 8
-"""Frequency sets kept per table source for length-dependent scaling (dynamic NTK,
-LongRoPE); the least recently used one is dropped first."""
+"""Frequency sets kept per table source for length-dependent scaling (LongRoPE; dynamic
+NTK keeps blocks of lengths instead); the least recently used one is dropped first."""
 
 BLOCK_ENTRIES = 8192
 """Entries computed per step: the host math's temporaries stay in the L1/L2 caches."""
@@ -195,7 +195,7 @@ class TableCache:
         """Tables for exactly ``positions`` (host integers), moved to ``device``."""
         seed = self._seed
         if seed is not None and positions.size and (positions == self.position).all():
-            # The row computed ahead (TableSource._one_length), for every position asked.
+            # The row computed ahead (TableSource._block), for every position asked.
             shape = (*positions.shape, self.inv_freq.size)
             block, row = seed
             cos, sin = block.cos[row].astype(dtype), block.sin[row].astype(dtype)
@@ -321,7 +321,7 @@ class TableCache:
 class Ahead:
     """Dynamic-NTK decoding computed ahead: the frequencies of the consecutive lengths
     ``start, start + 1, ...`` and the cos/sin row of the last position of each
-    (``length - 1``), host float64 (see :meth:`TableSource._one_length`).
+    (``length - 1``), host float64 (see :meth:`TableSource._block`).
 
     Row ``r`` of :attr:`cos` / :attr:`sin` is position ``start - 1 + r`` with the
     frequencies of length ``start + r``: the rows of a block are the tables of
@@ -398,9 +398,11 @@ class TableSource:
 
     What every path receives instead of the :class:`anyrope.RoPE`: ``rotary_dim``,
     ``sections`` (pairs per position stream) and the tables of the frequencies that a
-    sequence reaching a given position uses. Length-dependent scaling (dynamic NTK,
-    LongRoPE) keeps one :class:`TableCache` per length bucket, at most
-    :data:`MAX_LENGTH_BUCKETS`. Pickles and deep-copies without its tables.
+    sequence reaching a given position uses. Length-dependent scaling (LongRoPE) keeps
+    one :class:`TableCache` per length bucket, at most :data:`MAX_LENGTH_BUCKETS`;
+    dynamic NTK, whose every length past the context is a bucket, keeps
+    :data:`AHEAD_BLOCKS` :class:`Ahead` blocks of lengths instead. Pickles and
+    deep-copies without its tables.
     """
 
     def __init__(self, scaling: RopeScaling, *, rotary_dim: int, base: float) -> None:
@@ -415,6 +417,10 @@ class TableSource:
         self._buckets: OrderedDict[int, TableCache] = OrderedDict()
         self._every_length = scaling.frequencies_change_with_every_length
         self._ahead: OrderedDict[int, Ahead] = OrderedDict()
+        self._recent: Ahead | None = None
+        """The block of the latest length past the context (the next token's, usually)."""
+        self._last: tuple[int, TableCache] | None = None
+        """The latest length past the context and its tables."""
         self._lock = threading.Lock()
         self.plans: dict[Hashable, Any] = {}
         """Plans of earlier calls by their geometry, for the pipeline to reuse."""
@@ -438,14 +444,12 @@ class TableSource:
         bucket = self.scaling.length_bucket(stop)
         if bucket == self._default_bucket:
             return self.default
+        if self._every_length:
+            return self._one_length(stop)
         with self._lock:
             cache = self._buckets.get(bucket)
             if cache is None:
-                cache = (
-                    self._one_length(stop)
-                    if self._every_length
-                    else TableCache(*self.frequencies(stop))
-                )
+                cache = TableCache(*self.frequencies(stop))
                 self._buckets[bucket] = cache
                 if len(self._buckets) > MAX_LENGTH_BUCKETS:
                     self._buckets.popitem(last=False)
@@ -454,14 +458,28 @@ class TableSource:
         return cache
 
     def _one_length(self, stop: int) -> TableCache:
-        """Tables for a sequence of exactly ``stop`` positions (dynamic NTK), lock held.
+        """Tables for a sequence of exactly ``stop`` positions (dynamic NTK).
 
         Decoding past the trained context meets ``stop``, ``stop + 1``, ... one per
         token, each with its own frequencies, and usually asks for its last position
         only. The frequencies and that last row of :data:`AHEAD` lengths are computed
         at once (an :class:`Ahead` block), element by element as one length would be,
-        and rounded to a table once: a token costs a lookup and picks its row.
+        and rounded to a table once: a token costs a lookup and picks its row. The
+        layers of one token share its cache.
         """
+        last = self._last
+        if last is not None and last[0] == stop:
+            return last[1]
+        block = self._recent
+        if block is None or not block.holds(stop):
+            with self._lock:
+                block = self._block(stop)
+        cache = block.cache(stop)
+        self._last = (stop, cache)
+        return cache
+
+    def _block(self, stop: int) -> Ahead:
+        """The block holding the length ``stop``, computed if not kept; lock held."""
         for block in reversed(self._ahead.values()):  # the newest first: the next token's
             if block.holds(stop):
                 break
@@ -480,19 +498,16 @@ class TableSource:
             # finds its block still there.
             if len(self._ahead) > AHEAD_BLOCKS:
                 self._ahead.popitem(last=False)
-        return block.cache(stop)
+        self._recent = block
+        return block
 
     @property
     def nbytes(self) -> int:
         """Bytes held by every cached table of this source."""
-        caches = list(self._buckets.values())
-        # A block is shared by the lengths it holds, and kept by them once dropped here.
-        blocks = {id(block): block for block in list(self._ahead.values())}
-        blocks.update((id(c.block), c.block) for c in caches if c.block is not None)
         return (
             self.default.nbytes
-            + sum(cache.nbytes for cache in caches)
-            + sum(block.nbytes for block in blocks.values())
+            + sum(cache.nbytes for cache in list(self._buckets.values()))
+            + sum(block.nbytes for block in list(self._ahead.values()))
         )
 
     def clear(self) -> None:
@@ -500,6 +515,7 @@ class TableSource:
         with self._lock:
             self._buckets.clear()
             self._ahead.clear()
+            self._recent = self._last = None
             self.plans.clear()
         self.default.clear()
 
