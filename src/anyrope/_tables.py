@@ -133,6 +133,13 @@ def _pick(
     )
 
 
+def _held_bytes(*held: dict[Any, Any]) -> int:
+    """Bytes of the ``(cos, sin, ...)`` entries of table dicts keyed ``(library, device,
+    dtype, ...)``; copied first, as other threads may add to them."""
+    entries = [(key[2], entry[0]) for tables in held for key, entry in list(tables.items())]
+    return sum(2 * math.prod(cos.shape) * dtype.itemsize for dtype, cos in entries)
+
+
 class TableCache:
     """Device-resident tables for positions ``0 .. rows-1``, one per (library, device, dtype).
 
@@ -170,9 +177,7 @@ class TableCache:
     @property
     def nbytes(self) -> int:
         """Bytes held by the cached tables (cos and sin, every library, device and dtype)."""
-        tables = [(key[2], entry[0]) for key, entry in list(self._tables.items())]
-        wide = [(key[2], entry[0]) for key, entry in list(self._wide.items())]
-        return sum(2 * math.prod(cos.shape) * dtype.itemsize for dtype, cos in tables + wide)
+        return _held_bytes(self._tables, self._wide)
 
     def clear(self) -> None:
         """Drop every cached table."""
@@ -352,9 +357,7 @@ class Ahead:
     @property
     def nbytes(self) -> int:
         """Bytes held by the rounded rows (cos and sin, every library, device and dtype)."""
-        tables = [(key[2], entry[0]) for key, entry in list(self._tables.items())]
-        wide = [(key[2], entry[0]) for key, entry in list(self._wide.items())]
-        return sum(2 * math.prod(cos.shape) * dtype.itemsize for dtype, cos in tables + wide)
+        return _held_bytes(self._tables, self._wide)
 
     def tables(self, xp: Namespace, device: Any, dtype: np.dtype[Any]) -> tuple[Array, Array]:
         """The rows rounded once to ``dtype`` (the bits of :func:`host_tables`), on ``device``."""
