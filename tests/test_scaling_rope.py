@@ -14,7 +14,7 @@ import pytest
 import anyrope
 from anyrope._backends import numpy_dtype
 from anyrope._hostmath import log, sincos
-from anyrope._tables import MAX_LENGTH_BUCKETS
+from anyrope._tables import AHEAD, AHEAD_BLOCKS, MAX_LENGTH_BUCKETS
 from anyrope.scaling import RopeScaling, dynamic, yarn
 
 CONFIGS = Path(__file__).parent / "configs"
@@ -277,15 +277,34 @@ def test_length_dependent_scaling_refuses_traced_positions() -> None:
     np.testing.assert_array_equal(np.asarray(got), np.asarray(static.rotate(x, jnp.arange(4))))
 
 
-def test_evicted_length_buckets_are_rebuilt_with_the_same_bits() -> None:
+@pytest.mark.parametrize("seq", [1, 4])
+def test_evicted_blocks_of_lengths_are_rebuilt_with_the_same_bits(seq: int) -> None:
     rope = _rope("dynamic")
-    x = _x((1, 4, 1, 32))
+    x = _x((1, seq, 1, 32))
     first = rope.rotate(x, MAX_POSITIONS + 10)
-    for extra in range(2 * MAX_LENGTH_BUCKETS):
-        rope.rotate(x, MAX_POSITIONS + 100 + extra)
-    assert len(rope._source._buckets) == MAX_LENGTH_BUCKETS
+    for extra in range(2 * AHEAD_BLOCKS):
+        rope.rotate(x, MAX_POSITIONS + 100 + extra * AHEAD)
+    assert len(rope._source._ahead) == AHEAD_BLOCKS
     np.testing.assert_array_equal(rope.rotate(x, MAX_POSITIONS + 10), first)
     np.testing.assert_array_equal(_rope("dynamic").rotate(x, MAX_POSITIONS + 10), first)
+
+
+def test_evicted_length_buckets_are_rebuilt_with_the_same_bits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """LongRoPE's long bucket, evicted as soon as it is made by a source that keeps none."""
+    from anyrope import _tables
+
+    rope = _rope("longrope")
+    x = _x((1, 4, 1, 32))
+    short, long = rope.rotate(x, 0), rope.rotate(x, 10 * MAX_POSITIONS)
+    assert len(rope._source._buckets) <= MAX_LENGTH_BUCKETS
+    monkeypatch.setattr(_tables, "MAX_LENGTH_BUCKETS", 0)
+    fresh = _rope("longrope")
+    for _ in range(2):
+        np.testing.assert_array_equal(fresh.rotate(x, 10 * MAX_POSITIONS), long)
+        np.testing.assert_array_equal(fresh.rotate(x, 0), short)
+        assert len(fresh._source._buckets) == 0
 
 
 def test_threads_sharing_a_length_dependent_rope() -> None:
@@ -344,8 +363,67 @@ def test_dynamic_decoding_past_the_context_builds_no_large_table() -> None:
             xp=np_xp,
         )
         np.testing.assert_array_equal(got, want)
-    # Every token past the context has its own frequencies: tables for that token only,
-    # so only the tables of the trained context stay cached.
+    # Every token past the context has its own frequencies: the tables of the trained
+    # context do not grow; what else is kept is the rows of a few blocks of lengths.
     within = _rope("dynamic")
     within.rotate(x, MAX_POSITIONS - 1)
-    assert rope.cache_nbytes == within.cache_nbytes
+    assert rope._source.default.nbytes == within._source.default.nbytes
+    block_bytes = AHEAD * 16 * 2 * 4  # rows of 16 pairs, cos and sin, float32
+    assert rope.cache_nbytes - within.cache_nbytes <= AHEAD_BLOCKS * block_bytes
+
+
+@pytest.mark.parametrize("impl", ["auto", "numba", "blocked", "array_api"])
+def test_dynamic_decoding_builds_tables_per_block_of_lengths_not_per_token(
+    backend, impl: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the context every token has new frequencies; they, and the rows of the
+    tokens, are computed and moved for :data:`AHEAD` tokens at once, never per token."""
+    from anyrope import _tables
+    from anyrope._paths import numba_cpu
+
+    if impl in ("numba", "blocked") and (
+        backend.name not in ("numpy", "torch") or backend.device_label != "cpu"
+    ):
+        pytest.skip(f"impl={impl!r} takes NumPy and PyTorch CPU arrays")
+    if impl == "numba" and not numba_cpu.installed():
+        pytest.skip("numba is not installed")
+    tokens = 300
+    past = range(MAX_POSITIONS, MAX_POSITIONS + tokens)
+    x_host = _x((1, 1, 4, 32))
+    expected = {p: _rope("dynamic").rotate(x_host, p) for p in past[:: tokens // 6]}
+    rope = _rope("dynamic")
+    x = backend.from_numpy(x_host)
+    rope.rotate(x, MAX_POSITIONS - 1, impl=impl)  # the tables of the trained context
+
+    calls = {"sincos": 0, "host_tables": 0, "build": 0, "frequencies_per_length": 0}
+
+    def counted(name: str, function: object) -> object:
+        def wrapper(*args: object, **kwargs: object) -> object:
+            calls[name] += 1
+            return function(*args, **kwargs)  # type: ignore[operator]
+
+        return wrapper
+
+    monkeypatch.setattr(_tables, "sincos", counted("sincos", _tables.sincos))
+    monkeypatch.setattr(_tables, "host_tables", counted("host_tables", _tables.host_tables))
+    monkeypatch.setattr(_tables.TableCache, "build", counted("build", _tables.TableCache.build))
+    scaling = type(rope.scaling)
+    monkeypatch.setattr(
+        scaling,
+        "frequencies_per_length",
+        counted("frequencies_per_length", scaling.frequencies_per_length),
+    )
+    generation = _tables.generation()
+    got = {p: rope.rotate(x, p, impl=impl) for p in past}
+    blocks = math.ceil(tokens / AHEAD)
+    # The frequencies and rows of many tokens at once; no table built for one token.
+    assert calls == {
+        "sincos": blocks,
+        "host_tables": 0,
+        "build": 0,
+        "frequencies_per_length": blocks,
+    }
+    # Rows rounded and moved once per block (and widened once, for the paths that widen).
+    assert _tables.generation() - generation <= 2 * blocks
+    for p, want in expected.items():
+        np.testing.assert_array_equal(backend.to_numpy(got[p]), want)

@@ -150,11 +150,12 @@ def _split(a: Any) -> DD:
     return hi, a - hi
 
 
-def _two_prod(a: Any, b: Any) -> DD:
-    """``a * b = p + e`` exactly, without an FMA (Dekker)."""
+def _two_prod(a: Any, b: Any, a_split: DD | None = None, b_split: DD | None = None) -> DD:
+    """``a * b = p + e`` exactly, without an FMA (Dekker); the halves of ``a`` and ``b``
+    (:func:`_split`) when already known."""
     p = a * b
-    ah, al = _split(a)
-    bh, bl = _split(b)
+    ah, al = _split(a) if a_split is None else a_split
+    bh, bl = _split(b) if b_split is None else b_split
     return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
 
 
@@ -167,7 +168,8 @@ def _times(hi: Float64, lo: Float64, constant: tuple[float, ...]) -> DD:
 def _horner(z: Float64, coefficients: tuple[float, ...]) -> Float64:
     result = np.full_like(z, coefficients[-1])
     for c in reversed(coefficients[:-1]):
-        result = result * z + c
+        result *= z
+        result += c
     return result
 
 
@@ -190,9 +192,10 @@ def _reduce(x: Float64) -> tuple[Float64, Float64, np.ndarray[Any, np.dtype[np.i
         fast.flat[large] = 0.0
     p0, p1, p2, p3 = _PIO2
     k = np.rint(fast * _TWO_OVER_PI)
-    h0, l0 = _two_prod(k, p0)
-    h1, l1 = _two_prod(k, p1)
-    h2, l2 = _two_prod(k, p2)
+    halves = _split(k)
+    h0, l0 = _two_prod(k, p0, halves)
+    h1, l1 = _two_prod(k, p1, halves)
+    h2, l2 = _two_prod(k, p2, halves)
     a, ea = _two_sum(fast - h0, -l0)
     b, eb = _two_sum(a, -h1)
     tail = (ea + eb) - l1 - h2 - l2 - k * p3
@@ -239,17 +242,19 @@ def sincos(x: Any) -> DD:
     if not np.all(np.isfinite(x)):
         raise ValueError("sincos needs finite angles; got inf or nan")
     rh, rl, quadrant = _reduce(x)
-    z, ze = _two_prod(rh, rh)
+    r_halves = _split(rh)
+    z, ze = _two_prod(rh, rh, r_halves, r_halves)
+    z_halves = _split(z)
     # sin(r) = rh - rh**3/6 + rh**5 S(rh**2) + rl cos(r): the first two terms in
     # double-double.
-    cube, cube_lo = _two_prod(rh, z)
+    cube, cube_lo = _two_prod(rh, z, r_halves, z_halves)
     t, te = _times(cube, cube_lo + rh * ze, _MINUS_SIXTH)
     s, se = _fast_two_sum(rh, t)
     sin = s + (se + te + cube * z * _horner(z, _SIN_TAIL) + (rl - rl * z * 0.5))
     # cos(r) = 1 - rh**2/2 + rh**4/24 + rh**6 C(rh**2) - rl sin(r): the first three terms
     # in double-double.
     w, we = _fast_two_sum(1.0, z * -0.5)
-    fourth, fourth_lo = _two_prod(z, z)
+    fourth, fourth_lo = _two_prod(z, z, z_halves, z_halves)
     q, qe = _times(fourth, fourth_lo + 2.0 * z * ze, _TWENTY_FOURTH)
     w, we2 = _two_sum(w, q)
     cos = w + ((we + we2 - ze * 0.5 + qe) + z * fourth * _horner(z, _COS_TAIL) - rl * sin)
@@ -292,9 +297,10 @@ def _exp_dd(yh: Float64, yl: Float64) -> Float64:
     k = np.rint(yh * _INV_LN2)
     # k * _LN2_HI is exact and yh - k * _LN2_HI is exact (Sterbenz).
     rh, rl = _two_sum(yh - k * _LN2_HI, yl - k * _LN2_LO)
-    z, ze = _two_prod(rh, rh)
+    r_halves = _split(rh)
+    z, ze = _two_prod(rh, rh, r_halves, r_halves)
     half, half_lo = z * 0.5, (ze + 2.0 * rh * rl) * 0.5
-    cube, cube_lo = _two_prod(rh, z)
+    cube, cube_lo = _two_prod(rh, z, r_halves)
     sixth, sixth_lo = _times(cube, cube_lo + rh * ze, _SIXTH)
     s, e1 = _fast_two_sum(1.0, rh)
     s, e2 = _two_sum(s, half)

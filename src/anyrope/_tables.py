@@ -43,8 +43,8 @@ AHEAD_BLOCKS = 4
 """Blocks of :data:`AHEAD` lengths a table source keeps."""
 
 MAX_LENGTH_BUCKETS = 8
-"""Frequency sets kept per table source for length-dependent scaling (dynamic NTK,
-LongRoPE); the least recently used one is dropped first."""
+"""Frequency sets kept per table source for length-dependent scaling (LongRoPE; dynamic
+NTK keeps blocks of lengths instead); the least recently used one is dropped first."""
 
 BLOCK_ENTRIES = 8192
 """Entries computed per step: the host math's temporaries stay in the L1/L2 caches."""
@@ -147,16 +147,25 @@ def _pick(
     )
 
 
+def _held_bytes(*held: dict[Any, Any]) -> int:
+    """Bytes of the ``(cos, sin, ...)`` entries of table dicts keyed ``(library, device,
+    dtype, ...)``; copied first, as other threads may add to them."""
+    entries = [(key[2], entry[0]) for tables in held for key, entry in list(tables.items())]
+    return sum(2 * math.prod(cos.shape) * dtype.itemsize for dtype, cos in entries)
+
+
 class TableCache:
     """Device-resident tables for positions ``0 .. rows-1``, one per (library, device, dtype).
 
     Tables grow (to the next power of two) when a larger position arrives. A lock
     makes growth safe when several threads share one source.
 
-    ``seed``: the host float64 ``(position, cos, sin)`` row of one position, computed
-    ahead with others (the frequencies of one dynamic-NTK length serve one decoding
-    step). Such a cache holds that one row, never grows, and builds any other position
-    asked for on the spot. Row 0 of the cached tables is position :attr:`first`.
+    ``seed``: row ``row`` of an :class:`Ahead` block, the frequencies of one
+    dynamic-NTK length and the row of its last position (one decoding step). Such a
+    cache serves that one position from the block's tables (shared by the lengths of
+    the block, built once), and builds any other position asked for on the spot.
+    Row ``r`` of the tables that :meth:`get` returns is position :attr:`first` ``+ r``;
+    in a block, only the row of :attr:`position` has this cache's frequencies.
     """
 
     def __init__(
@@ -164,15 +173,19 @@ class TableCache:
         inv_freq: FloatArray,
         attention_factor: float,
         *,
-        seed: tuple[int, FloatArray, FloatArray] | None = None,
+        seed: tuple[Ahead, int] | None = None,
         amplitude: Amplitude | None = None,
     ) -> None:
         self.inv_freq = inv_freq
         self.attention_factor = attention_factor
         self.amplitude = amplitude
         self._seed = seed
-        self.first = 0 if seed is None else seed[0]
+        self.block = None if seed is None else seed[0]
+        """The :class:`Ahead` block of a seeded cache (``None`` when unseeded)."""
+        self.first = 0 if seed is None else seed[0].start - 1
         """The position of row 0 of the cached tables."""
+        self.position = -1 if seed is None else self.first + seed[1]
+        """The one position a seeded cache serves from its block (-1 when unseeded)."""
         self._tables: dict[tuple[str, str, np.dtype[Any]], tuple[Array, Array, int]] = {}
         self._wide: dict[tuple[str, str, np.dtype[Any], bool], tuple[Array, Array, int]] = {}
         self._lock = threading.Lock()
@@ -180,9 +193,7 @@ class TableCache:
     @property
     def nbytes(self) -> int:
         """Bytes held by the cached tables (cos and sin, every library, device and dtype)."""
-        tables = [(key[2], entry[0]) for key, entry in list(self._tables.items())]
-        wide = [(key[2], entry[0]) for key, entry in list(self._wide.items())]
-        return sum(2 * math.prod(cos.shape) * dtype.itemsize for dtype, cos in tables + wide)
+        return _held_bytes(self._tables, self._wide)
 
     def clear(self) -> None:
         """Drop every cached table."""
@@ -197,17 +208,18 @@ class TableCache:
             return False
         if self._seed is None:
             return where.stop * self.inv_freq.size <= MAX_CACHED_ENTRIES
-        return where.array is None and where.offset == self.first and where.seq == 1
+        return where.array is None and where.offset == self.position and where.seq == 1
 
     def build(
         self, positions: np.ndarray[Any, Any], xp: Namespace, device: Any, dtype: np.dtype[Any]
     ) -> tuple[Array, Array]:
         """Tables for exactly ``positions`` (host integers), moved to ``device``."""
         seed = self._seed
-        if seed is not None and positions.size and (positions == seed[0]).all():
-            # The row computed ahead (TableSource._one_length), for every position asked.
+        if seed is not None and positions.size and (positions == self.position).all():
+            # The row computed ahead (TableSource._block), for every position asked.
             shape = (*positions.shape, self.inv_freq.size)
-            cos, sin = seed[1].astype(dtype), seed[2].astype(dtype)
+            block, row = seed
+            cos, sin = block.cos[row].astype(dtype), block.sin[row].astype(dtype)
             if positions.size > 1:
                 cos, sin = np.broadcast_to(cos, shape).copy(), np.broadcast_to(sin, shape).copy()
             cos, sin = cos.reshape(shape), sin.reshape(shape)
@@ -224,13 +236,12 @@ class TableCache:
     def get(
         self, stop: int, xp: Namespace, device: Any, dtype: np.dtype[Any]
     ) -> tuple[Array, Array]:
-        """Tables covering at least positions :attr:`first` ``.. stop-1`` on ``device``.
-
-        A seeded cache serves one decoding step: its row is built, not kept.
+        """Tables covering at least positions :attr:`first` ``.. stop-1`` on ``device``
+        (a seeded cache: its block's tables, of which it serves row ``stop - 1 - first``).
         """
         global _generation  # noqa: PLW0603 - a process-wide count, read by generation()
-        if self._seed is not None:
-            return self.build(np.array([self.first], dtype=np.int64), xp, device, dtype)
+        if self.block is not None:
+            return self.block.tables(xp, device, dtype)
         key = (xp.__name__, str(device), dtype)
         entry = self._tables.get(key)
         if entry is not None and entry[2] >= stop:
@@ -250,10 +261,10 @@ class TableCache:
     def get_wide(
         self, stop: int, xp: Namespace, device: Any, dtype: np.dtype[Any], interleaved: bool
     ) -> tuple[Array, Array]:
-        """:func:`widen` of :meth:`get`, cached (a seeded cache's row is not kept)."""
+        """:func:`widen` of :meth:`get`, cached (a seeded cache: its block's)."""
         global _generation  # noqa: PLW0603 - a process-wide count, read by generation()
-        if self._seed is not None:
-            return widen(*self.get(stop, xp, device, dtype), interleaved, xp)
+        if self.block is not None:
+            return self.block.wide(xp, device, dtype, interleaved)
         key = (xp.__name__, str(device), dtype, interleaved)
         entry = self._wide.get(key)
         if entry is not None and entry[2] >= stop:
@@ -340,14 +351,89 @@ class TableCache:
         )
 
 
+class Ahead:
+    """Dynamic-NTK decoding computed ahead: the frequencies of the consecutive lengths
+    ``start, start + 1, ...`` and the cos/sin row of the last position of each
+    (``length - 1``), host float64 (see :meth:`TableSource._block`).
+
+    Row ``r`` of :attr:`cos` / :attr:`sin` is position ``start - 1 + r`` with the
+    frequencies of length ``start + r``: the rows of a block are the tables of
+    consecutive decoding steps, so each library, device and dtype gets them rounded and
+    moved once per block, and a step only picks its row.
+    """
+
+    def __init__(
+        self, start: int, many: FloatArray, cos: FloatArray, sin: FloatArray, factor: float
+    ) -> None:
+        self.start = start
+        self.end = start + int(many.shape[0])
+        """One past the last length of the block."""
+        self.many, self.cos, self.sin, self.factor = many, cos, sin, factor
+        self._tables: dict[tuple[str, str, np.dtype[Any]], tuple[Array, Array]] = {}
+        self._wide: dict[tuple[str, str, np.dtype[Any], bool], tuple[Array, Array]] = {}
+        self._lock = threading.Lock()
+
+    def holds(self, stop: int) -> bool:
+        """Whether the length ``stop`` is one of this block's."""
+        return self.start <= stop < self.end
+
+    def cache(self, stop: int) -> TableCache:
+        """The tables of the length ``stop`` (one of this block's), for its last position."""
+        row = stop - self.start
+        return TableCache(self.many[row], self.factor, seed=(self, row))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the rounded rows (cos and sin, every library, device and dtype)."""
+        return _held_bytes(self._tables, self._wide)
+
+    def tables(self, xp: Namespace, device: Any, dtype: np.dtype[Any]) -> tuple[Array, Array]:
+        """The rows rounded once to ``dtype`` (the bits of :func:`host_tables`), on ``device``."""
+        global _generation  # noqa: PLW0603 - a process-wide count, read by generation()
+        key = (xp.__name__, str(device), dtype)
+        entry = self._tables.get(key)
+        if entry is None:
+            with self._lock:
+                entry = self._tables.get(key)
+                if entry is None:
+                    cos, sin = self.cos.astype(dtype), self.sin.astype(dtype)
+                    entry = (xp.asarray(cos, device=device), xp.asarray(sin, device=device))
+                    self._tables[key] = entry
+                    _generation += 1
+        return entry
+
+    def wide(
+        self, xp: Namespace, device: Any, dtype: np.dtype[Any], interleaved: bool
+    ) -> tuple[Array, Array]:
+        """:func:`widen` of :meth:`tables`, kept."""
+        global _generation  # noqa: PLW0603 - a process-wide count, read by generation()
+        key = (xp.__name__, str(device), dtype, interleaved)
+        entry = self._wide.get(key)
+        if entry is None:
+            cos, sin = self.tables(xp, device, dtype)
+            with self._lock:
+                entry = self._wide.get(key)
+                if entry is None:
+                    entry = widen(cos, sin, interleaved, xp)
+                    self._wide[key] = entry
+                    _generation += 1
+        return entry
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The host rows only: tables live on devices and the lock does not pickle.
+        return (Ahead, (self.start, self.many, self.cos, self.sin, self.factor))
+
+
 class TableSource:
     """The frequencies of one RoPE and their tables, per length bucket.
 
     What every path receives instead of the :class:`anyrope.RoPE`: ``rotary_dim``,
     ``sections`` (pairs per position stream) and the tables of the frequencies that a
-    sequence reaching a given position uses. Length-dependent scaling (dynamic NTK,
-    LongRoPE) keeps one :class:`TableCache` per length bucket, at most
-    :data:`MAX_LENGTH_BUCKETS`. Pickles and deep-copies without its tables.
+    sequence reaching a given position uses. Length-dependent scaling (LongRoPE) keeps
+    one :class:`TableCache` per length bucket, at most :data:`MAX_LENGTH_BUCKETS`;
+    dynamic NTK, whose every length past the context is a bucket, keeps
+    :data:`AHEAD_BLOCKS` :class:`Ahead` blocks of lengths instead. Pickles and
+    deep-copies without its tables.
 
     ``amplitude`` (xPos) multiplies the tables of each position and pair; it takes
     frequencies that do not depend on the length.
@@ -376,9 +462,12 @@ class TableSource:
         self._default_bucket = scaling.length_bucket(None)
         self.default = TableCache(*self.frequencies(None), amplitude=amplitude)
         self._buckets: OrderedDict[int, TableCache] = OrderedDict()
-        self._ahead: OrderedDict[int, tuple[FloatArray, FloatArray, FloatArray, float]] = (
-            OrderedDict()
-        )
+        self._every_length = scaling.frequencies_change_with_every_length
+        self._ahead: OrderedDict[int, Ahead] = OrderedDict()
+        self._recent: Ahead | None = None
+        """The block of the latest length past the context (the next token's, usually)."""
+        self._last: tuple[int, TableCache] | None = None
+        """The latest length past the context and its tables."""
         self._lock = threading.Lock()
         self.plans: dict[Hashable, Any] = {}
         """Plans of earlier calls by their geometry, for the pipeline to reuse."""
@@ -402,14 +491,12 @@ class TableSource:
         bucket = self.scaling.length_bucket(stop)
         if bucket == self._default_bucket:
             return self.default
+        if self._every_length:
+            return self._one_length(stop)
         with self._lock:
             cache = self._buckets.get(bucket)
             if cache is None:
-                cache = (
-                    self._one_length(stop)
-                    if self.scaling.frequencies_change_with_every_length
-                    else TableCache(*self.frequencies(stop))
-                )
+                cache = TableCache(*self.frequencies(stop))
                 self._buckets[bucket] = cache
                 if len(self._buckets) > MAX_LENGTH_BUCKETS:
                     self._buckets.popitem(last=False)
@@ -418,23 +505,32 @@ class TableSource:
         return cache
 
     def _one_length(self, stop: int) -> TableCache:
-        """Tables for a sequence of exactly ``stop`` positions (dynamic NTK), lock held.
+        """Tables for a sequence of exactly ``stop`` positions (dynamic NTK).
 
         Decoding past the trained context meets ``stop``, ``stop + 1``, ... one per
         token, each with its own frequencies, and usually asks for its last position
         only. The frequencies and that last row of :data:`AHEAD` lengths are computed
-        at once, element by element as one length would be, so a token costs a lookup.
+        at once (an :class:`Ahead` block), element by element as one length would be,
+        and rounded to a table once: a token costs a lookup and picks its row. The
+        layers of one token share its cache.
         """
-        start = next(
-            (
-                begin
-                for begin, block in self._ahead.items()
-                if begin <= stop < begin + block[0].shape[0]
-            ),
-            None,
-        )
-        if start is None:
-            start = stop
+        last = self._last
+        if last is not None and last[0] == stop:
+            return last[1]
+        block = self._recent
+        if block is None or not block.holds(stop):
+            with self._lock:
+                block = self._block(stop)
+        cache = block.cache(stop)
+        self._last = (stop, cache)
+        return cache
+
+    def _block(self, stop: int) -> Ahead:
+        """The block holding the length ``stop``, computed if not kept; lock held."""
+        for block in reversed(self._ahead.values()):  # the newest first: the next token's
+            if block.holds(stop):
+                break
+        else:
             lengths = np.arange(stop, stop + AHEAD, dtype=np.int64)
             lengths = lengths[lengths <= MAX_POSITION]
             many, factor = self.scaling.frequencies_per_length(self.rotary_dim, self.base, lengths)
@@ -444,25 +540,29 @@ class TableSource:
             if factor != 1.0:
                 s *= factor
                 c *= factor
-            self._ahead[stop] = (many, c, s, factor)
+            block = self._ahead[stop] = Ahead(stop, many, c, s, factor)
             # A few blocks: decoding again from an earlier token (a new sample, a beam)
             # finds its block still there.
             if len(self._ahead) > AHEAD_BLOCKS:
                 self._ahead.popitem(last=False)
-        many, c, s, factor = self._ahead[start]
-        row = stop - start
-        return TableCache(many[row], factor, seed=(stop - 1, c[row], s[row]))
+        self._recent = block
+        return block
 
     @property
     def nbytes(self) -> int:
         """Bytes held by every cached table of this source."""
-        return self.default.nbytes + sum(cache.nbytes for cache in list(self._buckets.values()))
+        return (
+            self.default.nbytes
+            + sum(cache.nbytes for cache in list(self._buckets.values()))
+            + sum(block.nbytes for block in list(self._ahead.values()))
+        )
 
     def clear(self) -> None:
         """Drop every cached table (they are rebuilt, with the same bits, when needed)."""
         with self._lock:
             self._buckets.clear()
             self._ahead.clear()
+            self._recent = self._last = None
             self.plans.clear()
         self.default.clear()
 

@@ -54,12 +54,16 @@ _REAL_FIELDS = (
 
 
 def _method(kind: object, alternatives: str = "") -> _registry.Method:
-    if not isinstance(kind, str) or kind not in _registry.names():
-        raise ValueError(
-            f"`rope_type` must be one of {', '.join(map(repr, _registry.names()))}"
-            f"{alternatives}; got {kind!r}"
-        )
-    return _registry.get(kind)
+    # Looked up on every call of a length-dependent RoPE: no tuple of names built.
+    if isinstance(kind, str):
+        try:
+            return _registry.get(kind)
+        except KeyError:
+            pass
+    raise ValueError(
+        f"`rope_type` must be one of {', '.join(map(repr, _registry.names()))}"
+        f"{alternatives}; got {kind!r}"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
