@@ -703,6 +703,39 @@ def test_autograd_function_through_the_harness(harness: Any) -> None:
     assert launches
 
 
+@pytest.mark.parametrize("inverse", [False, True], ids=["forward", "inverse"])
+def test_autograd_is_the_adjoint_twice_with_an_attention_factor(
+    harness: Any, inverse: bool
+) -> None:
+    """With ``a != 1`` (YaRN) the backward is the transpose, not the inverse: ``a R(-t)``
+    of a forward call, ``R(t) / a`` of an inverse one; and it is differentiable again."""
+    torch = pytest.importorskip("torch")
+    from anyrope._paths.cuda.autograd import rotate_with_grad
+
+    rope = anyrope.RoPE(
+        16, scaling={"rope_type": "yarn", "factor": 4.0}, max_position_embeddings=64
+    )
+    assert rope.attention_factor != 1.0
+    gen = torch.Generator().manual_seed(1)
+    q = torch.randn(1, 4, 2, 16, dtype=torch.float64, generator=gen, requires_grad=True)
+    positions = torch.tensor([9, 2, 7, 5])
+    launches: list[Launch] = []
+
+    def rotated(q: Any) -> Any:
+        plan = _plan(rope, (q,), positions, inverse=inverse)
+        return rotate_with_grad(plan, launcher=_harness_launcher(harness, launches))[0]
+
+    expected = rope.rotate(q.detach(), positions, inverse=inverse, impl="array_api")
+    assert torch.equal(rotated(q).detach(), expected)
+    g = torch.randn(1, 4, 2, 16, dtype=torch.float64, generator=gen)
+    (back,) = torch.autograd.grad(rotated(q), q, g)
+    x = q.detach()
+    # <M x, g> == <x, M^T g>
+    assert torch.allclose((rotated(x) * g).sum(), (x * back).sum(), rtol=1e-13, atol=0)
+    assert torch.autograd.gradcheck(rotated, (q,))
+    assert torch.autograd.gradgradcheck(rotated, (q,))
+
+
 def test_inplace_on_torch_tells_autograd(harness: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     # Raw pointers bypass torch's version counter: a tensor that autograd saved (here q,
     # for the gradient of w) and that the kernel then rotates in place must make

@@ -427,3 +427,47 @@ def test_dynamic_decoding_builds_tables_per_block_of_lengths_not_per_token(
     assert _tables.generation() - generation <= 2 * blocks
     for p, want in expected.items():
         np.testing.assert_array_equal(backend.to_numpy(got[p]), want)
+
+
+UNDOING = {name: SCALINGS[name] for name in ("yarn", "yarn-deepseek", "longrope", "linear")}
+
+
+@pytest.mark.parametrize("name", sorted(UNDOING))
+def test_inverse_undoes_the_attention_factor(backend_dtype, name: str) -> None:
+    """numerics.md, section 3: ``inverse=True`` rotates by ``-angle`` with tables of
+    ``cos/a`` and ``sin/a``, so it undoes the forward call, attention factor included."""
+    backend, dtype = backend_dtype
+    rope = anyrope.RoPE(32, scaling=UNDOING[name], max_position_embeddings=256)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 9, 3, 32)).astype(numpy_dtype(dtype) or np.float32)
+    positions = rng.integers(0, 200, size=(2, 9))
+    xs, ps = backend.from_numpy(x), backend.from_numpy(positions)
+    y = rope.rotate(xs, ps)
+    back = backend.to_numpy(rope.rotate(y, ps, inverse=True)).astype(np.float64)
+    host = backend.to_numpy(xs).astype(np.float64)
+    step = {"float16": 4e-3, "bfloat16": 3e-2, "float32": 1e-6, "float64": 1e-14}[dtype]
+    np.testing.assert_allclose(back, host, rtol=0, atol=step * 8 * np.abs(host).max())
+
+
+def test_inverse_tables_are_cos_and_sin_divided_by_the_factor() -> None:
+    """The bits of an inverse call: float32 tables ``round(cos/a)``, ``round(sin/a)``
+    (one float64 division each), and the rotation by ``-angle``, on every CPU path."""
+    rope = anyrope.RoPE(16, scaling=UNDOING["yarn"], max_position_embeddings=256)
+    a = rope.attention_factor
+    assert a != 1.0
+    x = np.random.default_rng(6).standard_normal((1, 5, 2, 16)).astype(np.float32)
+    positions = np.array([0, 3, 100, 17, 255])
+    s, c = sincos(positions.astype(np.float64)[:, None] * rope.inv_freq)
+    cos, sin = (c / a).astype(np.float32)[:, None, :], (s / a).astype(np.float32)[:, None, :]
+    x0, x1 = x[..., :8], x[..., 8:]
+    expected = np.concatenate([x0 * cos + x1 * sin, x1 * cos - x0 * sin], axis=-1)
+    impls = ["array_api", "blocked"] + (["numba"] if _has_numba() else [])
+    for impl in impls:
+        got = rope.rotate(x, positions, inverse=True, impl=impl)
+        np.testing.assert_array_equal(got, expected, err_msg=impl)
+
+
+def _has_numba() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("numba") is not None

@@ -294,7 +294,9 @@ def rotate(
         ``"thd"``: ``(total_tokens, heads, head_dim)``, packed sequences given by
         ``cu_seqlens`` (TransformerEngine's name).
     inverse : bool, optional
-        Rotate by the negative angle, undoing a rotation (also the backward pass).
+        Undo a rotation: rotate by the negative angle and divide by the attention
+        factor ``a`` (tables ``cos/a``, ``sin/a``). Autograd's backward is the
+        transpose instead (``a`` times the negative angle).
     inplace : bool, optional
         Write the result into ``x`` and return it (not possible for JAX arrays).
     impl : {"auto", "cuda", "numba", "blocked", "array_api"}, optional
@@ -432,7 +434,9 @@ def rotate_qk(
     layout : {"bshd", "bhsd", "sbhd", "thd"}, optional
         Where the batch, sequence and heads axes are; see :func:`rotate`.
     inverse : bool, optional
-        Rotate by the negative angle (undo a rotation; the backward pass).
+        Undo a rotation: rotate by the negative angle and divide by the attention
+        factor ``a`` (tables ``cos/a``, ``sin/a``). Autograd's backward is the
+        transpose instead (``a`` times the negative angle).
     inplace : bool, optional
         Write the results into ``q`` and ``k`` (which must not share memory).
     impl : {"auto", "cuda", "numba", "blocked", "array_api"}, optional
@@ -561,7 +565,9 @@ def rotate_qkv(
     layout : {"bshd", "bhsd", "sbhd", "thd"}, optional
         The layout of q, k and v once split.
     inverse : bool, optional
-        Rotate by the negative angle (undo a rotation).
+        Undo a rotation: rotate by the negative angle and divide by the attention
+        factor ``a`` (tables ``cos/a``, ``sin/a``). Autograd's backward is the
+        transpose instead (``a`` times the negative angle).
     inplace : bool, optional
         Write rotated q and k into ``qkv`` and return it.
     impl : {"auto", "cuda", "numba", "blocked", "array_api"}, optional

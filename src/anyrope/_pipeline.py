@@ -36,15 +36,29 @@ def rotate(
     impl: str,
     xp: Namespace | None,
     cu_seqlens: object = None,
+    adjoint: bool = False,
 ) -> tuple[Array, ...]:
     """Rotate each of ``arrays`` (q and k, or one x) with the tables of ``source``.
+
+    ``adjoint`` gives the transpose of the rotation asked for (autograd's backward; see
+    :func:`~anyrope._plan.make_plan`).
 
     A call whose geometry was seen before (libraries, shapes, dtypes, devices, the kind of
     positions and every option) reuses that call's plan and path: only what depends on
     the values is checked again (the positions, and memory overlap in place).
     """
     key = _geometry(
-        arrays, positions, head_dim, interleaved, layout, inverse, inplace, impl, xp, cu_seqlens
+        arrays,
+        positions,
+        head_dim,
+        interleaved,
+        layout,
+        inverse,
+        inplace,
+        impl,
+        xp,
+        cu_seqlens,
+        adjoint,
     )
     known = None if key is None else source.plans.get(key)
     if known is not None:
@@ -58,6 +72,7 @@ def rotate(
         "inplace": inplace,
         "xp": xp,
         "cu_seqlens": cu_seqlens,
+        "adjoint": adjoint,
     }
     host = _jax_on_host(arrays, positions, cu_seqlens, inplace=inplace, impl=impl)
     if host is not None:

@@ -55,6 +55,10 @@ class Plan:
     table_dtype: np.dtype[Any]
     interleaved: bool
     inverse: bool
+    """Rotate by the negative angle (the sign of sin, for the paths)."""
+    undo: bool
+    """The tables divide by the attention factor (``inverse=True``; see
+    :meth:`~anyrope._tables.TableCache.undoing`)."""
     inplace: bool
     requires_grad: bool
 
@@ -115,6 +119,7 @@ class Plan:
             where = (stream,)
             if self.source.depends_on_length:
                 tables = self.source.for_length(stream.stop)
+                tables = tables.undoing() if self.undo else tables
         if self.inplace:
             _check_writable(arrays, self.names)
         return self._replaced(arrays=arrays, where=where, tables=tables)
@@ -150,8 +155,15 @@ def make_plan(
     inplace: bool,
     xp: Namespace | None,
     cu_seqlens: object = None,
+    adjoint: bool = False,
 ) -> Plan:
-    """Check every argument of one call and return its :class:`Plan`."""
+    """Check every argument of one call and return its :class:`Plan`.
+
+    ``inverse`` undoes a rotation: ``R(-angle) / a`` for the attention factor ``a``.
+    ``adjoint`` (autograd's backward, never a user's option) gives the transpose of the
+    rotation ``inverse`` asks for: the same tables with the other sign of the angle, so
+    ``a * R(-angle)`` for a forward rotation and ``R(angle) / a`` for an inverse one.
+    """
     xp = namespace_of(*arrays, xp=xp, argument=" and ".join(names))
     check_bool(inverse, "inverse")
     check_bool(inplace, "inplace")
@@ -179,6 +191,7 @@ def make_plan(
         from ._torch import requires_grad as torch_requires_grad
 
         requires_grad = torch_requires_grad(arrays)
+    tables = source.for_length(max(stream.stop for stream in where))
     return Plan(
         arrays=arrays,
         names=names,
@@ -189,11 +202,12 @@ def make_plan(
         axes=axes[0],
         where=where,
         source=source,
-        tables=source.for_length(max(stream.stop for stream in where)),
+        tables=tables.undoing() if inverse else tables,
         # Tables are rounded once to the compute dtype (numerics.md): no cast on the device.
         table_dtype=table_dtype(xp, arrays[0].dtype),
         interleaved=interleaved,
-        inverse=inverse,
+        inverse=inverse != adjoint,
+        undo=inverse,
         inplace=inplace,
         requires_grad=requires_grad,
     )

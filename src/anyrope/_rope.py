@@ -358,7 +358,9 @@ class RoPE:
         layout : {"bshd", "bhsd", "sbhd", "thd"}, optional
             Where the batch, sequence and heads axes are; see :func:`anyrope.rotate`.
         inverse : bool, optional
-            Rotate by the negative angle (undo a rotation; the backward pass).
+            Undo a rotation: rotate by the negative angle and divide by the
+            attention factor ``a`` (tables ``cos/a``, ``sin/a``). Autograd's backward
+            is the transpose instead (``a`` times the negative angle).
         inplace : bool, optional
             Write the results into ``q`` and ``k`` (which must not share memory).
         impl : {"auto", "cuda", "numba", "blocked", "array_api"}, optional
@@ -422,7 +424,9 @@ class RoPE:
         layout : {"bshd", "bhsd", "sbhd", "thd"}, optional
             Where the batch, sequence and heads axes are; see :func:`anyrope.rotate`.
         inverse : bool, optional
-            Rotate by the negative angle (undo a rotation; the backward pass).
+            Undo a rotation: rotate by the negative angle and divide by the
+            attention factor ``a`` (tables ``cos/a``, ``sin/a``). Autograd's backward
+            is the transpose instead (``a`` times the negative angle).
         inplace : bool, optional
             Write the result into ``x`` and return it.
         impl : {"auto", "cuda", "numba", "blocked", "array_api"}, optional
@@ -498,7 +502,9 @@ class RoPE:
         layout : {"bshd", "bhsd", "sbhd", "thd"}, optional
             The layout of q, k and v once split; see :func:`anyrope.rotate`.
         inverse : bool, optional
-            Rotate by the negative angle (undo a rotation).
+            Undo a rotation: rotate by the negative angle and divide by the
+            attention factor ``a`` (tables ``cos/a``, ``sin/a``). Autograd's backward
+            is the transpose instead (``a`` times the negative angle).
         inplace : bool, optional
             Write the rotated q and k into ``qkv`` and return it (flash-attn's in-place
             form); otherwise a new array holds rotated q and k and a copy of v.

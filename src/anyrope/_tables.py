@@ -57,12 +57,14 @@ def host_tables(
     attention_factor: float,
     dtype: np.dtype[Any],
     amplitude: Amplitude | None = None,
+    undo: bool = False,
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """Return ``(cos, sin)`` of shape ``positions.shape + inv_freq.shape`` in ``dtype``.
 
     ``positions`` are non-negative integers below 2**53, so converting them to
     float64 is exact; the products, the attention factor and the ``amplitude`` of each
-    position and pair (xPos) are float64 too.
+    position and pair (xPos) are float64 too. ``undo`` divides by the attention factor
+    instead of multiplying (the tables that undo a rotation).
     """
     flat = positions.reshape(-1).astype(np.float64)
     cos = np.empty((flat.size, inv_freq.size), dtype=dtype)
@@ -71,7 +73,11 @@ def host_tables(
     for start in range(0, flat.size, rows):
         block = slice(start, start + rows)
         s, c = sincos(flat[block, None] * inv_freq)
-        if attention_factor != 1.0:
+        if attention_factor != 1.0 and undo:
+            # The tables of inverse=True: cos/a and sin/a, one float64 division each.
+            s /= attention_factor
+            c /= attention_factor
+        elif attention_factor != 1.0:
             s *= attention_factor
             c *= attention_factor
         if amplitude is None:
@@ -175,10 +181,14 @@ class TableCache:
         *,
         seed: tuple[Ahead, int] | None = None,
         amplitude: Amplitude | None = None,
+        undo: bool = False,
     ) -> None:
         self.inv_freq = inv_freq
         self.attention_factor = attention_factor
         self.amplitude = amplitude
+        self.undo = undo
+        """Whether the tables divide by the attention factor (those of inverse=True)."""
+        self._undoing: TableCache | None = None
         self._seed = seed
         self.block = None if seed is None else seed[0]
         """The :class:`Ahead` block of a seeded cache (``None`` when unseeded)."""
@@ -193,13 +203,37 @@ class TableCache:
     @property
     def nbytes(self) -> int:
         """Bytes held by the cached tables (cos and sin, every library, device and dtype)."""
-        return _held_bytes(self._tables, self._wide)
+        undoing = self._undoing
+        held = _held_bytes(self._tables, self._wide)
+        return held + (0 if undoing is None else undoing.nbytes)
 
     def clear(self) -> None:
         """Drop every cached table."""
         with self._lock:
             self._tables.clear()
             self._wide.clear()
+            self._undoing = None
+
+    def undoing(self) -> TableCache:
+        """The tables that undo this cache's rotation (numerics.md, section 3).
+
+        A rotation by ``a * R(angle)`` is undone by ``R(-angle) / a``: tables of ``cos/a``
+        and ``sin/a``, divided in float64 on the host and rounded once (the path flips
+        the sign of sin). With ``a == 1`` these are this cache's own tables. The
+        frequencies of a dynamic-NTK length have ``a == 1``, so a seeded cache is its
+        own undoing.
+        """
+        if self.attention_factor == 1.0 or self.undo:
+            return self
+        undoing = self._undoing
+        if undoing is None:
+            with self._lock:
+                if self._undoing is None:
+                    self._undoing = TableCache(
+                        self.inv_freq, self.attention_factor, amplitude=self.amplitude, undo=True
+                    )
+                undoing = self._undoing
+        return undoing
 
     def covers(self, where: Positions) -> bool:
         """Whether the cached tables serve ``where`` (concrete positions): positions
@@ -230,6 +264,7 @@ class TableCache:
                 attention_factor=self.attention_factor,
                 dtype=dtype,
                 amplitude=self.amplitude,
+                undo=self.undo,
             )
         return xp.asarray(cos, device=device), xp.asarray(sin, device=device)
 
@@ -329,6 +364,7 @@ class TableCache:
                 attention_factor=self.attention_factor,
                 dtype=dtype,
                 amplitude=self.amplitude,
+                undo=self.undo,
             )
 
         return host_callback(build, positions, (*positions.shape, self.inv_freq.size), dtype)
@@ -340,6 +376,7 @@ class TableCache:
             "attention_factor": self.attention_factor,
             "seed": self._seed,
             "amplitude": self.amplitude,
+            "undo": self.undo,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -348,6 +385,7 @@ class TableCache:
             state["attention_factor"],
             seed=state["seed"],
             amplitude=state["amplitude"],
+            undo=state["undo"],
         )
 
 

@@ -10,7 +10,9 @@ the graph as one opaque node:
   path, every check and every bit are those of an eager call;
 - its fake kernel gives outputs shaped like the inputs (after checking what shapes,
   dtypes and devices can tell);
-- its backward is the op again with ``adjoint`` set (see :func:`pipeline_inverse`).
+- its backward is the op again with ``adjoint`` flipped: the pipeline's transpose of
+  the rotation asked for (``a * R(-angle)`` forward, ``R(angle) / a`` for ``inverse``;
+  see :func:`anyrope._plan.make_plan`).
 
 The op takes tensors and primitives only; the table source of a RoPE is named by an
 integer key into a process-wide registry of weak references (:func:`register`), given
@@ -31,7 +33,7 @@ from .._offsets import Offsets
 from .._qkv import join_qkv, split_qkv
 from .._tables import TableSource
 
-__all__ = ["Target", "compiling", "pipeline_inverse", "register", "rotate", "rotate_qkv"]
+__all__ = ["Target", "compiling", "register", "rotate", "rotate_qkv"]
 
 _sources: weakref.WeakValueDictionary[int, TableSource] = weakref.WeakValueDictionary()
 _keys = itertools.count()
@@ -77,20 +79,6 @@ def compiling(x: object) -> bool:
     """
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(x, torch.Tensor) and torch.compiler.is_compiling()
-
-
-def pipeline_inverse(inverse: bool, adjoint: bool) -> bool:
-    """The pipeline's ``inverse`` for the op's ``inverse`` and ``adjoint`` flags.
-
-    The op rotates by ``M = a * R(s * angle)`` (``a`` the attention factor, ``s = -1``
-    when ``inverse``); ``adjoint`` asks for ``M^T = a * R(-s * angle)``, the backward
-    pass. The pipeline's ``inverse`` rotates by ``a * R(-angle)`` (the same tables with
-    the sign of sin flipped), so today the adjoint is the other ``inverse``. Should
-    ``inverse`` come to divide by ``a`` (a true inverse), this is the one place to change
-    (the CUDA path's own autograd, ``_paths/cuda/autograd.py``, too);
-    tests/test_torch_compile.py checks ``<M x, g> == <x, M^T g>`` with ``a != 1``.
-    """
-    return inverse != adjoint
 
 
 def rotate(
@@ -252,7 +240,8 @@ def _define(torch: Any) -> None:
             tuple(arrays),
             _NAMES[len(arrays)],
             _pipeline_positions(positions, offset, per_row),
-            inverse=pipeline_inverse(inverse, adjoint),
+            inverse=inverse,
+            adjoint=adjoint,
             xp=None,
             cu_seqlens=cu_seqlens,
             **options,

@@ -1,13 +1,17 @@
 """Autograd for torch CUDA tensors through the kernel.
 
-A rotation by ``attention_factor * R(theta)`` is linear; its adjoint is
-``attention_factor * R(-theta)``, which is the kernel with ``inverse`` flipped on the
-same tables (the pass-through features are the identity both ways). So the backward
-pass is one more launch of the same kernel, on the incoming gradients.
+A rotation by ``a * R(theta)`` (``a`` the attention factor) is linear; its adjoint is
+``a * R(-theta)``, which is the kernel with ``inverse`` flipped on the same tables (the
+pass-through features are the identity both ways). An ``inverse=True`` call rotates by
+``R(-theta) / a`` (the plan's tables divide by ``a``), whose adjoint ``R(theta) / a`` is
+again the other sign on the plan's tables. So the backward pass is one more launch of
+the same kernel, on the incoming gradients. It is linear in them and does not depend on
+the forward's inputs, so a double backward is the forward launch again.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
@@ -39,11 +43,11 @@ def _rotate_function() -> Any:
 
         @staticmethod
         def backward(ctx: Any, *grads: torch.Tensor) -> tuple[Any, ...]:
-            plan = ctx.plan
-            rotated = rotate_raw(
-                plan, grads, inverse=not plan.inverse, inplace=False, launcher=ctx.launcher
+            # Through this Function again, so that the backward is differentiable too.
+            transposed = dataclasses.replace(
+                ctx.plan, arrays=grads, inverse=not ctx.plan.inverse, inplace=False
             )
-            return (None, None, *rotated)
+            return (None, None, *_rotate_function().apply(transposed, ctx.launcher, *grads))
 
     return Rotate
 
