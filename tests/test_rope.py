@@ -66,6 +66,45 @@ def test_positions_past_the_cache_give_the_same_bits(monkeypatch):
     np.testing.assert_array_equal(uncached.rotate(x, 70_000), anyrope.RoPE(16).rotate(x, 70_000))
 
 
+@pytest.mark.parametrize("impl", ["numba", "blocked", "array_api"])
+def test_decoding_past_the_cached_tables_builds_windows_not_rows(monkeypatch, impl):
+    """Issue 13: past the cached tables (2**22 entries: 65536 positions at head_dim 128)
+    a decode step used to build its row on the host every call. A window of rows now
+    follows the calls, doubling from 256 rows: 2000 steps build 4 windows."""
+    if impl == "numba":
+        pytest.importorskip("numba")
+    rope = anyrope.RoPE(128)
+    rng = np.random.default_rng(4)
+    q = rng.standard_normal((1, 1, 4, 128)).astype(np.float32)
+    sizes: list[int] = []
+    build = _tables.TableCache.build
+
+    def counted(self, positions, *args):
+        sizes.append(positions.size)
+        return build(self, positions, *args)
+
+    monkeypatch.setattr(_tables.TableCache, "build", counted)
+    start = 10**7
+    got = [rope.rotate(q, p, impl=impl) for p in range(start, start + 2000)]
+    assert sizes == [256, 512, 1024, 2048]
+    positions = np.arange(start, start + 2000, 199)
+    cos, sin = _tables.host_tables(
+        rope.inv_freq, positions, attention_factor=1.0, dtype=np.dtype(np.float32)
+    )
+    x0, x1 = q[..., :64], q[..., 64:]
+    for row, p in enumerate(positions):
+        c, s = cos[row], sin[row]
+        expected = np.concatenate([x0 * c - x1 * s, x1 * c + x0 * s], axis=-1)
+        np.testing.assert_array_equal(got[p - start], expected)
+    # Arrays of positions within a window read it too; wider spans are built per call.
+    sizes.clear()
+    rows = np.array([[start + 1800], [start + 3000]])  # the last window: from start + 1792
+    rope.rotate(np.concatenate([q, q]), rows, impl=impl)
+    assert sizes == []
+    rope.rotate(np.concatenate([q, q]), np.array([[5], [start + 10**6]]), impl=impl)
+    assert sizes == [2]
+
+
 def test_threads_share_one_rope():
     rope = anyrope.RoPE(64)
     rng = np.random.default_rng(2)

@@ -29,7 +29,10 @@ from .scaling._types import FloatArray
 
 MAX_CACHED_ENTRIES = 2**22
 """Cached tables stop growing at this many entries (positions x pairs, 16 MiB in
-float32); positions beyond it get tables built for just the positions asked for."""
+float32). Positions beyond them are served from a window of as many entries that
+starts at the lowest position a call asks for and moves when a call leaves it (decoding
+far into a long context rebuilds it once per window, not once per token); a call whose
+positions span more than a window gets tables built for just the positions asked for."""
 
 MIN_CACHED_ROWS = 256
 
@@ -163,8 +166,9 @@ def _held_bytes(*held: dict[Any, Any]) -> int:
 class TableCache:
     """Device-resident tables for positions ``0 .. rows-1``, one per (library, device, dtype).
 
-    Tables grow (to the next power of two) when a larger position arrives. A lock
-    makes growth safe when several threads share one source.
+    Tables grow (to the next power of two) when a larger position arrives, up to
+    :data:`MAX_CACHED_ENTRIES`; beyond, a window of rows follows the calls. A lock makes
+    growth safe when several threads share one source.
 
     ``seed``: row ``row`` of an :class:`Ahead` block, the frequencies of one
     dynamic-NTK length and the row of its last position (one decoding step). Such a
@@ -198,13 +202,14 @@ class TableCache:
         """The one position a seeded cache serves from its block (-1 when unseeded)."""
         self._tables: dict[tuple[str, str, np.dtype[Any]], tuple[Array, Array, int]] = {}
         self._wide: dict[tuple[str, str, np.dtype[Any], bool], tuple[Array, Array, int]] = {}
+        self._windows: dict[tuple[str, str, np.dtype[Any]], tuple[Array, Array, int]] = {}
         self._lock = threading.Lock()
 
     @property
     def nbytes(self) -> int:
         """Bytes held by the cached tables (cos and sin, every library, device and dtype)."""
         undoing = self._undoing
-        held = _held_bytes(self._tables, self._wide)
+        held = _held_bytes(self._tables, self._wide, self._windows)
         return held + (0 if undoing is None else undoing.nbytes)
 
     def clear(self) -> None:
@@ -212,6 +217,7 @@ class TableCache:
         with self._lock:
             self._tables.clear()
             self._wide.clear()
+            self._windows.clear()
             self._undoing = None
 
     def undoing(self) -> TableCache:
@@ -332,6 +338,10 @@ class TableCache:
             if self.covers(where):
                 cos, sin = self.get(where.stop, xp, device, dtype)
                 return Rows(cos, sin, None, where.offset - self.first)
+            window = self._window(where.offset, where.stop, xp, device, dtype)
+            if window is not None:
+                cos, sin, start = window
+                return Rows(cos, sin, None, where.offset - start)
             rows = np.arange(where.offset, where.stop, dtype=np.int64)
             cos, sin = self.build(rows, xp, device, dtype)
             return Rows(cos, sin, None, 0)
@@ -339,9 +349,44 @@ class TableCache:
             cos, sin = self.get(where.stop, xp, device, dtype)
             return Rows(cos, sin, where.array, 0)
         host = to_host(where.array).astype(np.int64)
+        window = None
+        if host.size:
+            window = self._window(int(host.min()), int(host.max()) + 1, xp, device, dtype)
+        if window is not None:
+            cos, sin, start = window
+            return Rows(cos, sin, xp.asarray(host - start, device=device), 0)
         distinct, index = np.unique(host, return_inverse=True)
         cos, sin = self.build(distinct, xp, device, dtype)
         return Rows(cos, sin, xp.asarray(index.reshape(host.shape), device=device), 0)
+
+    def _window(
+        self, low: int, stop: int, xp: Namespace, device: Any, dtype: np.dtype[Any]
+    ) -> tuple[Array, Array, int] | None:
+        """Cached rows ``start .. start + n - 1`` holding positions ``low .. stop - 1``, as
+        ``(cos, sin, start)``; ``None`` when they span more than the largest window (or
+        the cache is seeded: its one position is served otherwise)."""
+        global _generation  # noqa: PLW0603 - a process-wide count, read by generation()
+        rows = max(MIN_CACHED_ROWS, MAX_CACHED_ENTRIES // max(self.inv_freq.size, 1))
+        if self._seed is not None or stop - low > rows:
+            return None
+        key = (xp.__name__, str(device), dtype)
+        entry = self._windows.get(key)
+        if entry is not None and entry[2] <= low and stop <= entry[2] + entry[0].shape[0]:
+            return entry
+        with self._lock:
+            entry = self._windows.get(key)
+            if entry is None or not (entry[2] <= low and stop <= entry[2] + entry[0].shape[0]):
+                # From the lowest position on, as decoding moves up; each new window twice
+                # the last (up to the limit), so a lone far call builds few rows and a long
+                # decode few windows.
+                size = MIN_CACHED_ROWS if entry is None else 2 * int(entry[0].shape[0])
+                size = min(rows, max(size, 1 << max(stop - low - 1, 0).bit_length()))
+                start = max(0, min(low, MAX_POSITION - size))
+                positions = np.arange(start, start + size, dtype=np.int64)
+                entry = (*self.build(positions, xp, device, dtype), start)
+                self._windows[key] = entry
+                _generation += 1
+        return entry
 
     def gather(
         self, where: Positions, xp: Namespace, device: Any, dtype: np.dtype[Any]
