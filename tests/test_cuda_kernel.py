@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -324,3 +325,53 @@ def test_a_broken_cupy_is_warned_about_once_and_skipped(monkeypatch: pytest.Monk
         assert cuda.unusable(0) == reason  # tried once: no second warning (errors here)
     finally:
         cuda.unusable.cache_clear()
+
+
+def test_tables_are_held_until_the_launch_has_read_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table the cache drops (grown, moved, cleared) while a kernel on another stream
+    is queued must not be reused meanwhile: torch tables get ``record_stream`` on the
+    launch's stream, CuPy tables are kept with an event until it has passed."""
+    torch = pytest.importorskip("torch")
+    stream = object()
+    recorded: list[object] = []
+
+    class DeviceTensor(torch.Tensor):
+        @property
+        def is_cuda(self) -> bool:
+            return True
+
+        def record_stream(self, on: object) -> None:
+            recorded.append(on)
+
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: stream)
+    tables = [torch.zeros(4).as_subclass(DeviceTensor) for _ in range(2)]
+    cuda_launch.hold_until_read(*tables)
+    assert recorded == [stream, stream]
+
+    events: list[Any] = []
+
+    class Event:
+        def __init__(self, **options: object) -> None:
+            self.done = False
+            events.append(self)
+
+        def record(self, on: object) -> None:
+            assert on == ("stream of", 3)
+
+    fake = types.ModuleType("cupy")
+    fake.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
+        Event=Event, get_current_stream=lambda device_id: ("stream of", device_id)
+    )
+    array = type("ndarray", (), {"__module__": "cupy", "device": types.SimpleNamespace(id=3)})
+    fake.ndarray = array  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(cuda_launch, "_held", [])
+    first, second = (array(), array()), (array(), array())
+    cuda_launch.hold_until_read(*first)
+    cuda_launch.hold_until_read(*second)
+    assert [kept for _, kept in cuda_launch._held] == [first, second]
+    events[0].done = True
+    cuda_launch.hold_until_read(*first)
+    assert [kept for _, kept in cuda_launch._held] == [second, first]
+    cuda_launch.hold_until_read(np.zeros(2), np.zeros(2))  # host tables: nothing to hold
+    assert len(cuda_launch._held) == 2

@@ -104,7 +104,41 @@ def rotate_raw(
     name = dtype_name(first.dtype)
     for template in templates:
         launcher(first, name, template.bind(pointers, offset))
+    hold_until_read(rows.cos, rows.sin)
     return outputs
+
+
+_held: list[tuple[Any, tuple[Array, ...]]] = []
+_held_lock = threading.Lock()
+
+
+def hold_until_read(*tables: Array) -> None:
+    """Keep the tables a launch reads from reuse until its stream has read them.
+
+    The tables were put on the device earlier, maybe on another stream, and the cache
+    may drop them (grown, moved, cleared, or their RoPE freed) while the kernel is
+    still queued. torch's caching allocator is told with ``record_stream``; CuPy's
+    memory pool has no such call, so the arrays are kept, with an event recorded after
+    the launch, until that event has passed. Host arrays (the CPU harness) need nothing.
+    """
+    first = tables[0]
+    if array_api_compat.is_torch_array(first):
+        if first.is_cuda:
+            import torch
+
+            stream = torch.cuda.current_stream(first.device)
+            for table in tables:
+                table.record_stream(stream)
+        return
+    if not array_api_compat.is_cupy_array(first):
+        return
+    import cupy
+
+    event = cupy.cuda.Event(block=False, disable_timing=True)
+    event.record(cupy.cuda.get_current_stream(int(first.device.id)))
+    with _held_lock:
+        _held[:] = [(done, kept) for done, kept in _held if not done.done]
+        _held.append((event, tables))
 
 
 # Alignment that the choice of a variant reads from a pointer (its widest access).
