@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -116,6 +118,18 @@ def test_lazy_positions_fail_when_computed():
         y.compute()
 
 
+@pytest.fixture
+def environment_restored():
+    """distributed's LocalCluster sets OMP_NUM_THREADS=1 (and more) in this process's
+    environment for its workers and leaves it there; later subprocesses of the session
+    would inherit one thread."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+@pytest.mark.usefixtures("environment_restored")
 def test_local_cluster_input_larger_than_a_worker_memory_limit():
     """Two worker processes of 320 MiB each rotate a 400 MiB array made on the workers.
 
