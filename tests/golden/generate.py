@@ -328,6 +328,20 @@ TABLE_ROPES: tuple[tuple[str, dict[str, Any], tuple[int | None, ...]], ...] = (
         (None,),
     ),
     ("axial", {"head_dim": 64, "scaling": {"rope_type": "axial"}}, (None,)),
+    (
+        "axial-3d",
+        {"head_dim": 96, "scaling": {"rope_type": "axial", "axial_sections": [16, 16, 16]}},
+        (None,),
+    ),
+    (
+        "proportional",
+        {
+            "head_dim": 128,
+            "base": 1e6,
+            "scaling": {"rope_type": "proportional", "partial_rotary_factor": 0.25},
+        },
+        (None,),
+    ),
 )
 
 TABLE_POSITIONS = (0, 1, 2, 3, 7, 100, 4095, 4096, 65535, 131071, 10**6 + 3, 2**31 - 1)
@@ -353,8 +367,10 @@ def _table_cases() -> tuple[list[dict[str, Any]], dict[str, Any]]:
             name = f"table-{label}" + ("" if seq_len is None else f"-L{seq_len}")
             positions = _table_positions(seq_len)
             if rope.axial:
-                # (row, column) of image patches.
-                positions = np.stack([positions, positions[::-1]], axis=-1)
+                # (row, column) of image patches; a third axis (video time) rolled by 3.
+                coordinates = [positions, positions[::-1], np.roll(positions, 3)]
+                assert rope.sections is not None
+                positions = np.stack(coordinates[: len(rope.sections)], axis=-1)
             inv_freq, factor = rope.frequencies(int(positions.max()) + 1)
             arrays[f"{name}_positions"] = positions
             arrays[f"{name}_inv_freq"] = inv_freq.view(np.uint64)
