@@ -368,7 +368,9 @@ def test_dynamic_decoding_past_the_context_builds_no_large_table() -> None:
     within = _rope("dynamic")
     within.rotate(x, MAX_POSITIONS - 1)
     assert rope._source.default.nbytes == within._source.default.nbytes
-    block_bytes = AHEAD * 16 * 2 * 4  # rows of 16 pairs, cos and sin, float32
+    # Rows of 16 pairs, and of the 32 widened features the blocked path reads; cos and
+    # sin; float32.
+    block_bytes = AHEAD * (16 + 32) * 2 * 4
     assert rope.cache_nbytes - within.cache_nbytes <= AHEAD_BLOCKS * block_bytes
 
 
