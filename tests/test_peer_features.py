@@ -116,7 +116,7 @@ def test_offsets_with_dask() -> None:
 @pytest.mark.parametrize(
     ("values", "error", "match"),
     [
-        (np.array([-1, 2, 3]), ValueError, "non-negative; got a minimum of -1"),
+        (np.array([-1, 2, 3]), ValueError, "offset must be non-negative; got -1"),
         (np.array([2**53, 0, 0], dtype=np.uint64), ValueError, "exceeds 2\\*\\*53"),
         (np.array([[1], [2], [3]]), ValueError, "broadcast to the batch axes \\(3,\\)"),
         (np.array([1, 2]), ValueError, "broadcast to the batch axes \\(3,\\)"),

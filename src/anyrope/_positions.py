@@ -92,14 +92,9 @@ def row_offsets(values: Array, xp: Namespace, x: Array, batch: tuple[int, ...], 
         )
     if not is_traced(values) and math.prod(shape) != 0:
         host = to_host(values)
-        low, high = int(host.min()), int(host.max())
-        if low < 0:
-            raise ValueError(f"`positions` offsets must be non-negative; got a minimum of {low}")
-        if high + seq > MAX_POSITION:
-            raise ValueError(
-                f"`positions` offset {high} plus seq={seq} exceeds 2**53, beyond which "
-                "float64 cannot represent every position"
-            )
+        # The lowest and the highest row are checked as an int offset would be.
+        offset_positions(int(host.min()), seq)
+        offset_positions(int(host.max()), seq)
     if dtype_name(values.dtype) not in _INDEX_DTYPES:
         values = xp.astype(values, xp.int64)
     steps = xp.arange(seq, dtype=values.dtype, device=device_of(values))
