@@ -41,6 +41,14 @@ def axes_of(x: Array, layout: str, argument: str = "x") -> Axes:
     return Axes(layout, tuple(batch), seq, heads, dim)
 
 
+def heads_axis(layout: str) -> int:
+    """The heads axis of ``layout``, counted from the end (head_dim is -1); a packed
+    ``"thd"`` input, ``(total_tokens, heads, head_dim)``, has it where ``"bshd"`` does."""
+    if layout != "thd":
+        check_layout(layout)
+    return -3 if layout == "bhsd" else -2
+
+
 _AXES_TEXT = {
     "bshd": "*batch, seq, heads, head_dim",
     "bhsd": "*batch, heads, seq, head_dim",

@@ -49,7 +49,7 @@ def resolve_positions(
     if isinstance(positions, numbers.Integral):
         return offset_positions(int(positions), seq)
     if isinstance(positions, Offsets):
-        return _resolve_array(row_offsets(positions.values, xp, x, batch, seq), xp, batch, seq)
+        return row_offsets(positions.values, xp, x, batch, seq)
     if not array_api_compat.is_array_api_obj(positions) or isinstance(positions, (list, tuple)):
         raise TypeError(
             "`positions` must be None, an integer offset or an integer array; "
@@ -76,11 +76,13 @@ def offset_positions(offset: int, seq: int) -> Positions:
     return Positions(offset, seq, None, offset + seq)
 
 
-def row_offsets(values: Array, xp: Namespace, x: Array, batch: tuple[int, ...], seq: int) -> Array:
+def row_offsets(
+    values: Array, xp: Namespace, x: Array, batch: tuple[int, ...], seq: int
+) -> Positions:
     """The positions ``values[..., None] + 0 .. seq-1`` of per-row :class:`Offsets`.
 
-    ``values`` must broadcast to the batch axes ``batch``; the result broadcasts to
-    ``(*batch, seq)`` and is checked like any positions array by the caller.
+    ``values`` must broadcast to the batch axes ``batch``. Their lowest and highest row
+    are checked on the host, once: the array built from them needs no other check.
     """
     check_integer_array(values, "positions", xp, x)
     shape = tuple(values.shape)
@@ -90,15 +92,19 @@ def row_offsets(values: Array, xp: Namespace, x: Array, batch: tuple[int, ...], 
             f"`positions`=Offsets(...) holds one offset per batch row: its shape must broadcast "
             f"to the batch axes {batch}; got shape {shape}"
         )
-    if not is_traced(values) and math.prod(shape) != 0:
+    traced = is_traced(values)
+    stop = 0
+    if not traced and math.prod(shape) != 0:
         host = to_host(values)
         # The lowest and the highest row are checked as an int offset would be.
         offset_positions(int(host.min()), seq)
-        offset_positions(int(host.max()), seq)
+        highest = offset_positions(int(host.max()), seq)
+        stop = highest.stop if seq else 0  # no token, no position
     if dtype_name(values.dtype) not in _INDEX_DTYPES:
         values = xp.astype(values, xp.int64)
     steps = xp.arange(seq, dtype=values.dtype, device=device_of(values))
-    return xp.reshape(values, (*padded, 1)) + steps
+    rows = xp.reshape(values, (*padded, 1)) + steps
+    return Positions(0, seq, rows, stop, traced=traced)
 
 
 def check_integer_array(values: Array, name: str, xp: Namespace, x: Array) -> None:

@@ -17,11 +17,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from ._layout import heads_axis
 from ._namespace import Array, Namespace
 from ._validation import check_int, describe
-
-_HEADS_AXIS = {"bshd": -2, "bhsd": -3, "sbhd": -2, "thd": -2}
-"""The heads axis of each layout, counted from the end (head_dim is -1)."""
 
 
 class FusedQKV(NamedTuple):
@@ -37,11 +35,7 @@ class FusedQKV(NamedTuple):
 
 def split_qkv(qkv: Array, layout: str, num_heads_q: int | None) -> FusedQKV:
     """Views of q, k and v in ``qkv``, checked against ``layout`` and ``num_heads_q``."""
-    if layout not in _HEADS_AXIS:
-        raise ValueError(
-            f"`layout` must be one of {', '.join(map(repr, _HEADS_AXIS))}; got {layout!r}"
-        )
-    heads = _HEADS_AXIS[layout]
+    heads = heads_axis(layout)
     ndim = len(getattr(qkv, "shape", ()))
     if num_heads_q is None:
         axis = heads - 1

@@ -9,7 +9,7 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
-from . import _mrope, _pipeline
+from . import _mrope, _pipeline, _slices
 from ._lazy import torch_op
 from ._namespace import Array, Namespace, device_of, is_real_floating, namespace_of, to_host
 from ._qkv import join_qkv, split_qkv
@@ -656,22 +656,13 @@ class RoPE:
         options: dict[str, Any],
     ) -> tuple[Array, ...]:
         """Rotate the features from ``start_index`` on, as views; keep those before."""
-        for x, name in zip(arrays, names, strict=True):
-            if not x.shape or x.shape[-1] != self.head_dim:
-                raise ValueError(
-                    f"`{name}` must have head_dim={self.head_dim} in its last axis; "
-                    f"got shape {tuple(x.shape)}"
-                )
         start = self.start_index
-        tails = self._rotate_whole(
-            tuple(x[..., start:] for x in arrays), names, positions, options, start=start
-        )
+        views = _slices.tails(arrays, names, self.head_dim, start)
+        rotated = self._rotate_whole(views, names, positions, options, start=start)
         if options["inplace"]:
             return arrays
         xp = namespace_of(*arrays, xp=options["xp"], argument=" and ".join(names))
-        return tuple(
-            xp.concat((x[..., :start], y), axis=-1) for x, y in zip(arrays, tails, strict=True)
-        )
+        return _slices.rejoin(arrays, rotated, start, xp)
 
     def _rotate_whole(
         self,

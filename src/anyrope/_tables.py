@@ -163,6 +163,11 @@ def _held_bytes(*held: dict[Any, Any]) -> int:
     return sum(2 * math.prod(cos.shape) * dtype.itemsize for dtype, cos in entries)
 
 
+def _window_holds(entry: tuple[Array, Array, int] | None, low: int, stop: int) -> bool:
+    """Whether a window ``(cos, sin, start)`` holds positions ``low .. stop - 1``."""
+    return entry is not None and entry[2] <= low and stop <= entry[2] + entry[0].shape[0]
+
+
 class TableCache:
     """Device-resident tables for positions ``0 .. rows-1``, one per (library, device, dtype).
 
@@ -371,11 +376,11 @@ class TableCache:
             return None
         key = (xp.__name__, str(device), dtype)
         entry = self._windows.get(key)
-        if entry is not None and entry[2] <= low and stop <= entry[2] + entry[0].shape[0]:
+        if _window_holds(entry, low, stop):
             return entry
         with self._lock:
             entry = self._windows.get(key)
-            if entry is None or not (entry[2] <= low and stop <= entry[2] + entry[0].shape[0]):
+            if not _window_holds(entry, low, stop):
                 # From the lowest position on, as decoding moves up; each new window twice
                 # the last (up to the limit), so a lone far call builds few rows and a long
                 # decode few windows.

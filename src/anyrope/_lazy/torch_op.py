@@ -28,6 +28,7 @@ import threading
 import weakref
 from typing import Any, NamedTuple
 
+from .. import _slices
 from .._namespace import Array
 from .._offsets import Offsets
 from .._qkv import join_qkv, split_qkv
@@ -109,13 +110,7 @@ def rotate(
         )
     values, offset, per_row = _positions(positions)
     if start:
-        for x, name in zip(arrays, names, strict=True):
-            if x.ndim == 0 or x.shape[-1] != head_dim:
-                raise ValueError(
-                    f"`{name}` must have head_dim={head_dim} in its last axis; "
-                    f"got shape {tuple(x.shape)}"
-                )
-        whole, arrays = arrays, tuple(x[..., start:] for x in arrays)
+        whole, arrays = arrays, _slices.tails(arrays, names, head_dim, start)
     options = {
         "key": key,
         "offset": offset,
@@ -138,9 +133,8 @@ def rotate(
             x.copy_(y)
         return whole if start else arrays
     if start:
-        return tuple(
-            torch.cat((x[..., :start], y), dim=-1) for x, y in zip(whole, rotated, strict=True)
-        )
+        # torch's own concat takes ``axis``, as the array API's does.
+        return _slices.rejoin(whole, tuple(rotated), start, torch)
     return tuple(rotated)
 
 
