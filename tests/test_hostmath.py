@@ -160,6 +160,56 @@ def test_sin_is_odd_and_cos_even_bit_for_bit(x: float) -> None:
     assert c == minus_c
 
 
+def _bits(*arrays: np.ndarray) -> list[bytes]:
+    return [np.ascontiguousarray(a, dtype=np.float64).tobytes() for a in arrays]
+
+
+def _block_cases() -> list[tuple[str, tuple]]:
+    """sincos, log and power on arguments that take every path: angles below 2**26, up
+    to 2**33 and beyond (one by one with rationals), +-0 and subnormals; exponents whose
+    halves are not an integer and +0, and results that overflow or underflow."""
+    rng = np.random.default_rng(8)
+    angles = np.concatenate(
+        [
+            rng.uniform(-(2.0**26), 2.0**26, 60),
+            rng.uniform(-(2.0**33), 2.0**33, 40),
+            [0.0, -0.0, 5e-324, -1e-310, 1e300, -3e40, 2.0**33],
+            rng.uniform(-1, 1, 30) * 2.0 ** rng.integers(-1074, 0, 30),
+        ]
+    )
+    rng.shuffle(angles)
+    base = 10.0 ** rng.uniform(-3, 7, 40)
+    return [
+        ("sincos", (angles[:90],)),
+        ("sincos", (angles.reshape(-1, 1) * np.array([1.0, 0.5]),)),
+        ("sincos", (angles[np.abs(angles) < 2.0**26],)),
+        ("log", (np.concatenate([base, [5e-324, 1.0, 1.7976931348623157e308]]),)),
+        ("power", (base[:, None], -np.arange(0, 64, 2), 64)),
+        ("power", (base[:8], rng.integers(-(2**39), 2**39, (5, 1)), 2**35 + 7)),
+        ("power", (np.array([1e-300, 2.0, 1e300, 7.0]), np.array([[5], [-5], [1200]]), 3)),
+        ("power", (123.0, -3, 7)),
+    ]
+
+
+def test_blocks_and_fast_paths_give_the_general_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Elements are computed the same in any block and on the fast paths (no split of
+    k below 2**26, no ldexp for moderate powers) as on the general ones."""
+    cases = _block_cases()
+    with np.errstate(over="ignore", under="ignore"):
+        expected = [_bits(*np.broadcast_arrays(*_results(name, args))) for name, args in cases]
+    monkeypatch.setattr(hostmath, "_BLOCK", 7)
+    monkeypatch.setattr(hostmath, "_SHORT_REDUCTION_LIMIT", 0.0)
+    monkeypatch.setattr(hostmath, "_MIN_EXPONENT", np.inf)
+    with np.errstate(over="ignore", under="ignore"):
+        for (name, args), bits in zip(cases, expected, strict=True):
+            assert _bits(*np.broadcast_arrays(*_results(name, args))) == bits, name
+
+
+def _results(name: str, args: tuple) -> tuple:
+    result = getattr(hostmath, name)(*args)
+    return result if isinstance(result, tuple) else (result,)
+
+
 def test_non_finite_input_is_an_error() -> None:
     for bad in (np.inf, -np.inf, np.nan):
         with pytest.raises(ValueError, match="finite"):
