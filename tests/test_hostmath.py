@@ -187,6 +187,7 @@ def _block_cases() -> list[tuple[str, tuple]]:
         ("power", (base[:, None], -np.arange(0, 64, 2), 64)),
         ("power", (base[:8], rng.integers(-(2**39), 2**39, (5, 1)), 2**35 + 7)),
         ("power", (np.array([1e-300, 2.0, 1e300, 7.0]), np.array([[5], [-5], [1200]]), 3)),
+        ("power", (2.0, np.arange(-1022490, -1021500, 7), 1000)),  # subnormal results
         ("power", (123.0, -3, 7)),
     ]
 
