@@ -148,8 +148,14 @@ def _constants(values: tuple[float, ...]) -> tuple[Float64, ...]:
 
 
 def _buffers(length: int, count: int) -> list[Float64]:
-    """``count`` float64 buffers of ``length`` elements."""
-    return list(np.empty((count, length)))
+    """``count`` float64 buffers of ``length`` elements, each starting on a 64-byte
+    boundary: SIMD loads that straddle cache lines make the whole computation about 30%
+    slower, and the allocator only promises 16 bytes."""
+    stride = -(-length // 8) * 8
+    raw = np.empty(count * stride + 8)
+    first = (-raw.ctypes.data % 64) // 8
+    block = raw[first : first + count * stride].reshape(count, stride)
+    return [row[:length] for row in block]
 
 
 _SPLITTER_0D = _constant(_SPLITTER)
@@ -305,7 +311,7 @@ _LN2_LO_0D = _constant(_LN2_LO)
 
 # -- sin and cos ------------------------------------------------------------------------
 
-_SINCOS_BUFFERS = 31
+_SINCOS_BUFFERS = 32
 
 
 def _reduce_into(x: Float64, short: bool, buffers: list[Float64]) -> tuple[Float64, Float64]:
@@ -485,7 +491,7 @@ def sincos(x: Any) -> DD:
     exact = [_reduce_exact(float(flat[i])) for i in large]
     short = lowest > -_SHORT_REDUCTION_LIMIT and highest < _SHORT_REDUCTION_LIMIT
     whole = _buffers(min(_BLOCK, flat.size), _SINCOS_BUFFERS)
-    quadrant_whole = np.empty(whole[0].size, dtype=np.uint64)
+    quadrant_whole = whole[31].view(np.uint64)  # the others: _reduce_into, _sincos_into
     for start in range(0, flat.size, _BLOCK):
         stop = min(start + _BLOCK, flat.size)
         buffers = whole if stop - start == whole[0].size else [b[: stop - start] for b in whole]
