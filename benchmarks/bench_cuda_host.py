@@ -20,14 +20,21 @@ docs/performance.rst) and the kernel itself. With a positions tensor, the host r
 reads a CPU tensor here; on a GPU that check is a device synchronisation.
 
 * ``anyrope offset``: ``rope(q, k, positions=1000, impl="cuda")`` (a KV-cache offset).
-* ``anyrope tensor``: ``rope(q, k, positions=p, impl="cuda")``, ``p`` of shape (64, 1),
-  int64, one position per sequence.
+* ``anyrope tensor, max_positions``: ``rope(q, k, positions=p, impl="cuda")`` with
+  ``rope = RoPE(128, max_positions=4096)``, ``p`` of shape (64, 1), int64, one position
+  per sequence. The positions are never read on the host (the kernel checks them): no
+  device synchronisation, as ``tests/test_cuda_source.py`` proves with a torch dispatch
+  mode that sees every value brought to the host.
+* ``anyrope tensor``: the same with ``RoPE(128)``, which reads the positions to check
+  them (on a GPU, a synchronisation: it waits for all queued work).
 * ``launch planning``: the CUDA path's ``rotate_raw`` on a plan made once (the part of the
   call that the kernel path owns: tables, outputs, launch plan, packed arguments).
-* ``eager HF``: the Hugging Face expression in torch eager on the same CPU tensors,
+* ``eager HF, batch 1``: the Hugging Face expression in torch eager,
   ``q * cos + rotate_half(q) * sin`` (and k), cos/sin gathered from (4096, 128) tables
-  by a (64, 1) position tensor: a reference for what one call of model code costs on the
-  host, not a like-for-like comparison (on a GPU its launches are asynchronous).
+  by a position tensor, for batch 1 (q (1, 1, 32, 128)) on the CPU, where its nine
+  operations have almost nothing to compute: about the host time of model code before
+  its kernel launches, which a GPU adds (a few microseconds each). A reference, not a
+  like-for-like comparison.
 
 torch runs with ``torch.set_num_threads(1)``.
 """
@@ -56,12 +63,14 @@ TABLE_LEN = 4096
 @contextmanager
 def cpu_tensors_as_cuda() -> Iterator[list[Any]]:
     """The CUDA path takes torch CPU tensors, and its launcher only records launches."""
+    from anyrope import _positions
     from anyrope._paths import cuda
     from anyrope._paths.cuda import launch
 
     names = ("cuda_array", "_cupy_installed", "unusable", "_device_id")
     saved = [getattr(cuda, name) for name in names]
     saved_launcher = launch.launch_on_device
+    saved_waits = _positions.waits_for_device
     launches: list[Any] = []
 
     def no_op(first: Any, name: str, launch: Any, *rest: Any) -> None:
@@ -73,12 +82,14 @@ def cpu_tensors_as_cuda() -> Iterator[list[Any]]:
     cuda.unusable = lambda device_id: None  # type: ignore[assignment]
     cuda._device_id = lambda x: 0  # type: ignore[assignment]
     launch.launch_on_device = no_op  # type: ignore[assignment]
+    _positions.waits_for_device = lambda values: True  # as on a GPU
     try:
         yield launches
     finally:
         for name, value in zip(names, saved, strict=True):
             setattr(cuda, name, value)
         launch.launch_on_device = saved_launcher
+        _positions.waits_for_device = saved_waits
 
 
 def cases(torch: Any) -> dict[str, Callable[[], object]]:
@@ -90,6 +101,7 @@ def cases(torch: Any) -> dict[str, Callable[[], object]]:
     k = torch.randn(BATCH, 1, KV_HEADS, HEAD_DIM, generator=gen).to(torch.bfloat16)
     positions = torch.full((BATCH, 1), POSITION, dtype=torch.int64)
     rope = anyrope.RoPE(HEAD_DIM)
+    ahead = anyrope.RoPE(HEAD_DIM, max_positions=TABLE_LEN)
     plan = make_plan(
         rope._source,
         (q, k),
@@ -107,18 +119,20 @@ def cases(torch: Any) -> dict[str, Callable[[], object]]:
     angles = torch.arange(TABLE_LEN, dtype=torch.float64)[:, None] * inv_freq
     angles = torch.cat((angles, angles), dim=-1)
     table_cos, table_sin = angles.cos().to(torch.bfloat16), angles.sin().to(torch.bfloat16)
+    q_one, k_one, positions_one = q[:1], k[:1], positions[:1]
 
     def rotate_half(x: Any) -> Any:
         x1, x2 = x[..., : HEAD_DIM // 2], x[..., HEAD_DIM // 2 :]
         return torch.cat((-x2, x1), dim=-1)
 
     def eager() -> tuple[Any, Any]:
-        cos = table_cos[positions].unsqueeze(2)  # (64, 1, 1, 128)
-        sin = table_sin[positions].unsqueeze(2)
-        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        cos = table_cos[positions_one].unsqueeze(2)  # (1, 1, 1, 128)
+        sin = table_sin[positions_one].unsqueeze(2)
+        return q_one * cos + rotate_half(q_one) * sin, k_one * cos + rotate_half(k_one) * sin
 
     return {
         "anyrope offset": lambda: rope(q, k, positions=POSITION, impl="cuda"),
+        "anyrope tensor, max_positions": lambda: ahead(q, k, positions=positions, impl="cuda"),
         "anyrope tensor": lambda: rope(q, k, positions=positions, impl="cuda"),
         "launch planning": lambda: rotate_raw(
             plan,
@@ -127,7 +141,7 @@ def cases(torch: Any) -> dict[str, Callable[[], object]]:
             inplace=False,
             launcher=launch_on_device,
         ),
-        "eager HF": eager,
+        "eager HF, batch 1": eager,
     }
 
 
@@ -163,11 +177,11 @@ def main(argv: list[str] | None = None) -> None:
                 launches.clear()
 
     print(f"q ({BATCH}, 1, {Q_HEADS}, {HEAD_DIM}) + k ({BATCH}, 1, {KV_HEADS}, {HEAD_DIM}) bf16")
-    print(f"{'line':<18}{'median us':>10}{'IQR us':>9}")
+    print(f"{'line':<31}{'median us':>10}{'IQR us':>9}")
     report = []
     for name, values in samples.items():
         q1, median, q3 = quartiles(values)
-        print(f"{name:<18}{median:>10.1f}{q3 - q1:>9.1f}")
+        print(f"{name:<31}{median:>10.1f}{q3 - q1:>9.1f}")
         report.append({"line": name, "median_us": median, "iqr_us": q3 - q1})
     if args.json is not None:
         write_json(args.json, {"rounds": args.rounds, "calls": args.calls, "results": report})

@@ -319,10 +319,16 @@ def _run(
     inverse: bool = False,
     inplace: bool = False,
     grid_cap: int | None = None,
+    max_positions: int | None = None,
 ) -> tuple[tuple[np.ndarray, ...], list[Launch]]:
     """Rotate NumPy ``arrays`` through launch.py with the harness in place of the GPU."""
     first = arrays[0]
-    rope = anyrope.RoPE(first.shape[-1], rotary_dim=rotary_dim, interleaved=interleaved)
+    rope = anyrope.RoPE(
+        first.shape[-1],
+        rotary_dim=rotary_dim,
+        interleaved=interleaved,
+        max_positions=max_positions,
+    )
     plan = _plan(rope, arrays, positions, layout=layout, inverse=inverse, inplace=inplace)
     launches: list[Launch] = []
     launcher = _harness_launcher(harness, launches, grid_cap)
@@ -564,6 +570,56 @@ def test_harness_binds_each_call_to_its_own_memory(harness: Any) -> None:
         assert [launch.args[7] for launch in launches] == [offset]
 
 
+@pytest.mark.parametrize("wide_index", [False, True], ids=["int32-index", "int64-index"])
+@pytest.mark.parametrize("position_dtype", ["int32", "int64"])
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float32", "float64"])
+def test_harness_checks_positions_the_host_left_unread(
+    harness: Any,
+    dtype_name: str,
+    position_dtype: str,
+    wide_index: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # With max_positions, a position array on a GPU is not read on the host (that would
+    # wait for the device): the kernel checks each value as it reads it. A value the
+    # tables do not hold (negative, max_positions or beyond, or past 2**32, which a
+    # 32-bit index would wrap into range) gives NaN in the rotated features of its
+    # token; the copied tail and every other token keep the bits of the array-API path.
+    from anyrope import _positions
+    from anyrope._paths.cuda import launch as cuda_launch
+    from anyrope._paths.cuda import launches as cuda_launches
+
+    def never(*args: object) -> None:
+        raise AssertionError("the positions were read on the host")
+
+    monkeypatch.setattr(cuda_launch, "_templates", {})
+    if wide_index:
+        monkeypatch.setattr(cuda_launches, "_INT32_LIMIT", 0)
+    dtype = _dtype(dtype_name)
+    rng = np.random.default_rng(zlib.crc32(f"unread-{dtype_name}-{position_dtype}".encode()))
+    low, high = np.iinfo(position_dtype).min, np.iinfo(position_dtype).max
+    positions = np.array([[0, 99, 100, -1], [5, high, 64, low]], dtype=position_dtype)
+    if position_dtype == "int64":
+        positions[1, 1] = 2**32 + 3
+    held = (positions >= 0) & (positions < 100)
+    q = _data(rng, (2, 4, 3, 48), dtype)
+    k = _data(rng, (2, 4, 1, 48), dtype)
+    common = {"rotary_dim": 32, "interleaved": False, "layout": "bshd"}
+    in_range = np.where(held, positions, 0).astype(np.int64)
+    expected = [_expected(x, in_range, **common) for x in (q, k)]
+    monkeypatch.setattr(_positions, "waits_for_device", lambda values: True)
+    monkeypatch.setattr(_positions, "_checked", never)
+
+    outputs, launches = _run(harness, (q, k), positions, max_positions=100, **common)
+
+    assert [launch.wide_index for launch in launches] == [wide_index]
+    assert [launch.args[8] for launch in launches] == [100]  # the rows a position may index
+    for x, y, want in zip((q, k), outputs, expected, strict=True):
+        _assert_bits(y[held], want[held])
+        assert np.isnan(y[~held][..., :32].astype(np.float64)).all()
+        _assert_bits(y[~held][..., 32:], x[~held][..., 32:])
+
+
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -736,6 +792,120 @@ def test_autograd_is_the_adjoint_twice_with_an_attention_factor(
     assert torch.autograd.gradgradcheck(rotated, (q,))
 
 
+@pytest.fixture
+def torch_as_cuda(monkeypatch: pytest.MonkeyPatch) -> list[Launch]:
+    """torch CPU tensors taken by the CUDA path as if they were on a GPU (reading their
+    values would wait for it); the launches are recorded, not run."""
+    pytest.importorskip("torch")
+    from anyrope import _positions
+    from anyrope._paths import cuda
+    from anyrope._paths.cuda import launch as cuda_launch
+
+    launches: list[Launch] = []
+    monkeypatch.setattr(cuda, "cuda_array", lambda x: True)
+    monkeypatch.setattr(cuda, "_cupy_installed", lambda: True)
+    monkeypatch.setattr(cuda, "unusable", lambda device_id: None)
+    monkeypatch.setattr(cuda, "_device_id", lambda x: 0)
+    monkeypatch.setattr(_positions, "waits_for_device", lambda values: True)
+    monkeypatch.setattr(
+        cuda_launch, "launch_on_device", lambda first, name, launch: launches.append(launch)
+    )
+    return launches
+
+
+def _host_reads(call: Any) -> list[str]:
+    """The torch operations of ``call`` that bring a value to the host (on a GPU, each
+    waits for the device)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    reads: list[str] = []
+
+    class Reads(TorchDispatchMode):
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            if func.__name__.startswith("_local_scalar_dense"):
+                reads.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with Reads():
+        call()
+    return reads
+
+
+def test_device_positions_stay_unread_with_max_positions(torch_as_cuda: list[Launch]) -> None:
+    # A decode step with one position per sequence: with max_positions the CUDA path
+    # never reads the positions (no device synchronisation; a CUDA graph can capture
+    # it), and the kernel gets the bound it checks them against. Without it, the
+    # positions are read and range-checked on the host, which this test sees.
+    import torch
+
+    q = torch.zeros(4, 1, 8, 64, dtype=torch.bfloat16)
+    k = torch.zeros(4, 1, 2, 64, dtype=torch.bfloat16)
+    positions = torch.tensor([[7], [300], [4095], [12]])
+    ahead = anyrope.RoPE(64, max_positions=4096)
+    plain = anyrope.RoPE(64)
+
+    for _ in range(2):  # the first call plans, the second reuses the plan
+        assert _host_reads(lambda: ahead(q, k, positions, impl="cuda")) == []
+    assert [launch.args[8] for launch in torch_as_cuda] == [4096, 4096]
+    assert torch_as_cuda[-1].args[6] == positions.data_ptr()
+    assert _host_reads(lambda: plain(q, k, positions, impl="cuda")) != []
+
+
+def test_unread_positions_are_read_for_the_other_paths(torch_as_cuda: list[Launch]) -> None:
+    # The paths that index tables on the host's word read the positions first: the
+    # same bits as without max_positions, and the same error for a negative one.
+    import torch
+
+    x = torch.randn(2, 3, 4, 32, dtype=torch.float32, generator=torch.Generator().manual_seed(0))
+    positions = torch.tensor([[1, 5000, 9], [0, 2, 3]])
+    ahead = anyrope.RoPE(32, max_positions=1024)
+    want = anyrope.RoPE(32).rotate(x, positions, impl="array_api")
+    for impl in ("array_api", "blocked"):
+        assert torch.equal(ahead.rotate(x, positions, impl=impl), want)
+    with pytest.raises(ValueError, match="must be non-negative"):
+        ahead.rotate(x, -positions, impl="array_api")
+    assert torch_as_cuda == []
+
+
+def test_harness_through_the_pipeline_as_the_tables_change(
+    harness: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Calls of one geometry reuse their plan, launch templates and tables (Plan.memo):
+    # a table that grows or is cleared between them must be looked up again, and every
+    # call must give the bits of the array-API path.
+    from anyrope._paths import cuda
+
+    launches: list[Launch] = []
+    monkeypatch.setattr(cuda, "cuda_array", lambda x: True)
+    monkeypatch.setattr(cuda, "_cupy_installed", lambda: True)
+    monkeypatch.setattr(cuda, "unusable", lambda device_id: None)
+    monkeypatch.setattr(cuda, "_device_id", lambda x: 0)
+    monkeypatch.setattr(cuda.launch, "launch_on_device", _harness_launcher(harness, launches))
+    rng = np.random.default_rng(5)
+    rope = anyrope.RoPE(32, rotary_dim=24)
+    reference = anyrope.RoPE(32, rotary_dim=24)
+    cos_tables = []  # the address of the cos table each call read
+    for positions in [3, 200, 9000, "clear", 17, 70000, 5]:
+        if positions == "clear":
+            rope.clear_cache()
+            continue
+        q = _data(rng, (2, 1, 4, 32), np.dtype(np.float32))
+        k = _data(rng, (2, 1, 2, 32), np.dtype(np.float32))
+        before = len(launches)
+        got = rope(q, k, positions, impl="cuda")
+        assert len(launches) == before + 1
+        for y, want in zip(got, reference(q, k, positions, impl="array_api"), strict=True):
+            _assert_bits(y, want)
+        cos_tables.append(launches[-1].args[4])
+    first, same, grown, cleared, grown_again, last = cos_tables
+    assert first == same != grown  # kept, then grown for 9000
+    assert cleared != grown  # after clear_cache, new tables (the old ones are not read)
+    assert grown_again != cleared  # grown for 70000
+    assert last == grown_again
+
+
 def test_inplace_on_torch_tells_autograd(harness: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     # Raw pointers bypass torch's version counter: a tensor that autograd saved (here q,
     # for the gradient of w) and that the kernel then rotates in place must make
@@ -802,16 +972,18 @@ def test_plan_packs_q_and_k_into_one_launch() -> None:
         offset=0,
         cos_ptr=512,
         sin_ptr=1024,
+        table_rows=4096,
     )
     assert launch.width == 8
     assert not launch.wide_index
     args = launch.device_args()
-    assert len(args) == 35
+    assert len(args) == 36
     assert [type(a) for a in args[:7]] == [np.uint64] * 7
     assert all(isinstance(a, np.int32) for a in args[7:])
     assert launch.args[:7] == (4096, 2 << 20, 1 << 20, 3 << 20, 512, 1024, 0)
+    assert launch.args[7:9] == (0, 4096)  # the table offset and rows
     # batch 2, seq 7, 8 q heads of 10, 64 pairs in 8 units of 8, no tail.
-    assert launch.args[26:33] == (2, 7, 8, 10, 64, 8, 16 // 2)
+    assert launch.args[27:34] == (2, 7, 8, 10, 64, 8, 16 // 2)
     # A block holds whole rows: 8 units x 10 heads x 3 tokens; the grid covers the rest.
     assert launch.block == (8, 10, 3)
     assert launch.grid == (3, 2, 1)
@@ -837,8 +1009,8 @@ def test_plan_in_place_leaves_the_tail_alone() -> None:
         sin_ptr=1024,
     )
     assert launch.args[7] == 5  # offset
-    assert launch.args[31] == 16 // 4  # units: the rotated ones only, no copies
-    assert launch.args[29] == launch.args[28] == 4  # heads: q's only
+    assert launch.args[32] == 16 // 4  # units: the rotated ones only, no copies
+    assert launch.args[30] == launch.args[29] == 4  # heads: q's only
     assert launch.args[-1] == 1
 
 

@@ -123,3 +123,18 @@ def test_cu_seqlens_library_must_match() -> None:
     torch = pytest.importorskip("torch")
     with pytest.raises(TypeError, match=r"`cu_seqlens` must be an array of the same library"):
         anyrope.rotate(_x((TOTAL, 2, 8)), layout="thd", cu_seqlens=torch.asarray(CU))
+
+
+def test_cu_seqlens_are_read_at_every_call() -> None:
+    # A torch tensor hashes by identity: a plan kept by it would outlive a change of its
+    # values (and, kept without its packed positions, failed at the second call).
+    torch = pytest.importorskip("torch")
+    x = torch.randn(10, 2, 16, generator=torch.Generator().manual_seed(0))
+    cu_seqlens = torch.tensor([0, 4, 10])
+    rope = anyrope.RoPE(16)
+    first = rope.rotate(x, layout="thd", cu_seqlens=cu_seqlens)
+    assert torch.equal(rope.rotate(x, layout="thd", cu_seqlens=cu_seqlens), first)
+    cu_seqlens[1] = 6
+    again = rope.rotate(x, layout="thd", cu_seqlens=cu_seqlens)
+    assert torch.equal(again, anyrope.RoPE(16).rotate(x, layout="thd", cu_seqlens=cu_seqlens))
+    assert not torch.equal(again, first)

@@ -199,3 +199,28 @@ def test_one_thread_keeps_the_blocked_loop_on_the_calling_thread(monkeypatch):
     with _threads.one_thread():
         y = anyrope.rotate(x, impl="blocked")
     assert np.array_equal(y, anyrope.rotate(x, impl="array_api"))
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [(0, ValueError), (2**53 + 1, ValueError), (1.5, TypeError), (True, TypeError)],
+)
+def test_max_positions_is_checked(value: object, error: type[Exception]) -> None:
+    with pytest.raises(error, match="`max_positions`"):
+        anyrope.RoPE(8, max_positions=value)  # type: ignore[arg-type]
+
+
+def test_max_positions_builds_the_tables_ahead_and_is_kept() -> None:
+    import pickle
+
+    rope = anyrope.RoPE(8, max_positions=1000)
+    x = np.ones((1, 1, 2, 8), dtype=np.float32)
+    rope.rotate(x, 3)
+    # One build at the first call: every row below max_positions, cos and sin in float32.
+    assert rope.cache_nbytes >= 2 * 1000 * 4 * 4
+    clone = pickle.loads(pickle.dumps(rope))
+    assert clone.max_positions == 1000
+    assert "max_positions=1000" in repr(rope)
+    config = {"hidden_size": 64, "num_attention_heads": 8, "max_position_embeddings": 64}
+    assert anyrope.RoPE.from_hf_config(config, max_positions=128).max_positions == 128
+    assert np.array_equal(rope.rotate(x, 999), anyrope.RoPE(8).rotate(x, 999))

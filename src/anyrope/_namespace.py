@@ -75,6 +75,22 @@ def device_of(x: Array) -> Any:
 
 def dtype_name(dtype: Any) -> str:
     """Readable dtype name across libraries: ``torch.bfloat16`` -> ``"bfloat16"``."""
+    # Kept by type and dtype (NumPy's float64 dtype equals Python's float): a decode step
+    # asks for a few names, and str() of a torch dtype costs more than a lookup.
+    key = (type(dtype), dtype)
+    try:
+        return _DTYPE_NAMES[key]
+    except KeyError:
+        name = _DTYPE_NAMES[key] = _name_of(dtype)
+        return name
+    except TypeError:  # an unhashable dtype object
+        return _name_of(dtype)
+
+
+_DTYPE_NAMES: dict[tuple[type, Any], str] = {}
+
+
+def _name_of(dtype: Any) -> str:
     if isinstance(dtype, type):
         return dtype.__name__
     return str(getattr(dtype, "name", dtype)).rsplit(".", 1)[-1]

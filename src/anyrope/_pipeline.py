@@ -9,8 +9,10 @@ first that takes the plan), and the path rotates.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Hashable
 from types import ModuleType
+from typing import Any
 
 import array_api_compat
 import numpy as np
@@ -47,20 +49,22 @@ def rotate(
     positions and every option) reuses that call's plan and path: only what depends on
     the values is checked again (the positions, and memory overlap in place).
     """
-    key = _geometry(
-        arrays,
-        positions,
-        head_dim,
-        interleaved,
-        layout,
-        inverse,
-        inplace,
-        impl,
-        xp,
-        cu_seqlens,
-        adjoint,
-    )
-    known = None if key is None else source.plans.get(key)
+    key = None
+    if cu_seqlens is None:  # packed positions come from its values: planned anew
+        key = _geometry(
+            arrays,
+            positions,
+            head_dim,
+            interleaved,
+            layout,
+            inverse,
+            inplace,
+            impl,
+            xp,
+            cu_seqlens,
+            adjoint,
+        )
+    known, key = _known(source, key)
     if known is not None:
         plan, path = known
         return _run(path, plan.for_call(arrays, positions))
@@ -159,9 +163,10 @@ def _check_together(
 ) -> None:
     """What :func:`make_plan` checks of several arrays, remembered by geometry as
     :func:`rotate` remembers its plans."""
-    geometry = _geometry(arrays, positions, *options.values(), impl)
-    key = None if geometry is None else ("together", geometry)
-    known = None if key is None else source.plans.get(key)
+    geometry = None
+    if options["cu_seqlens"] is None:
+        geometry = _geometry(arrays, positions, *options.values(), impl)
+    known, key = _known(source, None if geometry is None else ("together", geometry))
     if known is not None:
         known.for_call(arrays, positions)
         return
@@ -171,12 +176,15 @@ def _check_together(
 
 
 def _run(path: ModuleType, plan: Plan) -> tuple[Array, ...]:
+    if not getattr(path, "CHECKS_POSITIONS", False) and plan.unread:
+        plan = plan.with_positions_read()
     return path.run(plan)  # type: ignore[no-any-return]
 
 
 def _geometry(arrays: tuple[Array, ...], positions: object, *options: object) -> Hashable | None:
-    """What a plan depends on besides the values: ``None`` when a call is not worth
-    remembering (other libraries, autograd, positions other than None, int or an array)."""
+    """What a plan depends on besides the values (options, and the shapes, strides, dtypes
+    and devices of the arrays): ``None`` when a call is not worth remembering (other
+    libraries, autograd, positions other than None, int or an array)."""
     parts: list[object] = [*options]
     for x in arrays:
         part = _array_geometry(x)
@@ -190,19 +198,33 @@ def _geometry(arrays: tuple[Array, ...], positions: object, *options: object) ->
         if part is None:
             return None
         parts.append(part)
-    key = tuple(parts)
+    return tuple(parts)
+
+
+def _known(source: TableSource, key: Hashable | None) -> tuple[Any, Hashable | None]:
+    """The plan (and path) kept for ``key``, and the key, ``None`` when it cannot be kept."""
+    if key is None:
+        return None, None
     try:
-        hash(key)
+        return source.plans.get(key), key
     except TypeError:  # an unhashable option: checked, and refused, by make_plan
-        return None
-    return key
+        return None, None
 
 
-def _array_geometry(x: object) -> Hashable | None:
-    if type(x) is np.ndarray:
-        return (np.ndarray, x.shape, x.dtype)
-    if array_api_compat.is_torch_array(x) and not x.requires_grad:
-        return (type(x), x.shape, x.dtype, x.device, x.layout)
+def _array_geometry(x: Any) -> Hashable | None:
+    kind = type(x)
+    if kind is np.ndarray:
+        return (np.ndarray, x.shape, x.strides, x.dtype)
+    # torch.Tensor itself, asked without importing torch; its subclasses (Parameter,
+    # FakeTensor) and other layouts (sparse tensors have no strides) are planned, and
+    # refused where make_plan refuses them, at every call.
+    if (
+        kind.__name__ == "Tensor"
+        and kind.__module__ == "torch"
+        and not x.requires_grad
+        and x.layout is sys.modules["torch"].strided
+    ):
+        return (kind, x.shape, x.stride(), x.dtype, x.device)
     return None
 
 

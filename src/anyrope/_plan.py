@@ -8,7 +8,7 @@ every path (:mod:`anyrope._paths`) reads a plan and nothing else.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import array_api_compat
@@ -28,7 +28,7 @@ from ._namespace import (
     table_dtype,
 )
 from ._packed import packed_positions
-from ._positions import Positions, offset_positions, resolve_positions
+from ._positions import Positions, known_positions, offset_positions, read, resolve_positions
 from ._tables import TableCache, TableSource
 from ._validation import check_bool, describe
 
@@ -61,6 +61,15 @@ class Plan:
     :meth:`~anyrope._tables.TableCache.undoing`)."""
     inplace: bool
     requires_grad: bool
+    unread: bool = False
+    """Whether the position array was left unread on the GPU (see
+    :attr:`anyrope._tables.TableSource.unread_bound`): a path must check its values where
+    it reads them, or take :meth:`with_positions_read`. The same for every call of one
+    geometry (the library, device, dtype and shape of the positions decide it)."""
+    memo: dict[str, Any] = field(default_factory=dict, compare=False)
+    """What a path derived from the geometry of :attr:`arrays` (shapes, strides, dtype,
+    layout and options), keyed by the path's name. The plans that :meth:`for_call` makes
+    for later calls share it: the pipeline keeps one plan per such geometry."""
 
     @property
     def rotary_dim(self) -> int:
@@ -104,18 +113,23 @@ class Plan:
     def for_call(self, arrays: tuple[Array, ...], positions: object) -> Plan:
         """This plan for another call of the same geometry: new arrays and positions.
 
-        What depends on values is checked again: the positions (range, and the
-        frequencies they select), and for in-place calls the memory of the arrays.
+        The pipeline keeps plans by the libraries, shapes, dtypes and devices of the
+        arrays and of the positions, so only what depends on values is checked again:
+        the positions (range, and the frequencies they select), and for in-place calls
+        the memory of the arrays.
         """
         where, tables = self.where, self.tables
         if positions is not None:
-            stream = (
-                offset_positions(positions, self.axes.seq)
-                if type(positions) is int
-                else resolve_positions(
-                    positions, self.xp, arrays[0], self.axes.batch, self.axes.seq
+            if type(positions) is int:
+                stream = offset_positions(positions, self.axes.seq)
+            else:
+                stream = known_positions(
+                    positions,
+                    self.xp,
+                    self.axes.batch,
+                    self.axes.seq,
+                    unread_bound=self.source.unread_bound if self.unread else None,
                 )
-            )
             where = (stream,)
             if self.source.depends_on_length:
                 tables = self.source.for_length(stream.stop)
@@ -123,6 +137,14 @@ class Plan:
         if self.inplace:
             _check_writable(arrays, self.names)
         return self._replaced(arrays=arrays, where=where, tables=tables)
+
+    def with_positions_read(self) -> Plan:
+        """This plan with its positions read and range-checked on the host (a device
+        synchronisation), for the paths that index the tables on the host's word."""
+        where = tuple(read(stream, self.xp) for stream in self.where)
+        tables = self.source.for_length(max(stream.stop for stream in where))
+        tables = tables.undoing() if self.undo else tables
+        return self._replaced(where=where, tables=tables, unread=False)
 
     def template(self) -> Plan:
         """This plan without the call's arrays (nor an array of positions), to be kept
@@ -132,7 +154,7 @@ class Plan:
 
     def with_arrays(self, arrays: tuple[Array, ...], names: tuple[str, ...]) -> Plan:
         """This plan for a subset of its arrays (same tokens, so the same positions)."""
-        return self._replaced(arrays=arrays, names=names)
+        return self._replaced(arrays=arrays, names=names, memo={})
 
     def _replaced(self, **changes: Any) -> Plan:
         # Every field was checked when this plan was made, and the callers check what
@@ -210,6 +232,7 @@ def make_plan(
         undo=inverse,
         inplace=inplace,
         requires_grad=requires_grad,
+        unread=any(stream.unread for stream in where),
     )
 
 
@@ -222,7 +245,11 @@ def _positions(
     """
     sections = source.sections
     if sections is None or not (source.axial or hasattr(positions, "shape")):
-        streams = [resolve_positions(positions, xp, x, axes.batch, axes.seq)]
+        streams = [
+            resolve_positions(
+                positions, xp, x, axes.batch, axes.seq, unread_bound=source.unread_bound
+            )
+        ]
     else:
         streams = resolve_streams(
             positions,

@@ -21,7 +21,10 @@ class Positions(NamedTuple):
     integer ``array`` of rank ``len(batch) + 1`` (padded with leading size-1 axes) whose
     shape broadcasts to ``(*batch, seq)``. ``stop`` is one past the largest position.
     ``traced``: a JAX array traced under ``jit``, whose values (and ``stop``) are not known
-    until it runs (see ``_jax.py``).
+    until it runs (see ``_jax.py``). ``unread``: a device array whose values were not
+    read on the host (that would wait for the device); ``stop`` is then the number of
+    table rows it may index, and a path either checks the values where it reads them
+    (the CUDA kernel) or has them read first (:func:`read`).
     """
 
     offset: int
@@ -29,16 +32,25 @@ class Positions(NamedTuple):
     array: Array | None
     stop: int
     traced: bool = False
+    unread: bool = False
 
 
 def resolve_positions(
-    positions: object, xp: Namespace, x: Array, batch: tuple[int, ...], seq: int
+    positions: object,
+    xp: Namespace,
+    x: Array,
+    batch: tuple[int, ...],
+    seq: int,
+    *,
+    unread_bound: int | None = None,
 ) -> Positions:
     """Check ``positions`` against an input with batch axes ``batch`` and ``seq`` tokens.
 
     A 0-d integer array counts as an offset, like a Python int. Arrays of any integer
     dtype are accepted; those other than int32 and int64 are range-checked on the host
-    and converted to int64, which every library can index with.
+    and converted to int64, which every library can index with. With ``unread_bound``,
+    an int32 or int64 array on a GPU is left unread (``Positions.unread``) and may index
+    that many table rows.
     """
     if positions is None:
         return Positions(0, seq, None, seq)
@@ -61,7 +73,24 @@ def resolve_positions(
         if not is_traced(array):
             return offset_positions(int(to_host(array)), seq)
         array = xp.reshape(array, (1,)) + xp.arange(seq, dtype=array.dtype)
-    return _resolve_array(array, xp, batch, seq)
+    return _resolve_array(array, xp, batch, seq, unread_bound)
+
+
+def read(where: Positions, xp: Namespace) -> Positions:
+    """``where`` with its values read and checked on the host (if they were not)."""
+    if not where.unread:
+        return where
+    assert where.array is not None
+    return _checked(where.array, xp, where.seq)
+
+
+def waits_for_device(values: Array) -> bool:
+    """Whether reading ``values`` on the host waits for a device (CuPy, torch on a GPU)."""
+    # By module, without importing either library (asked at every call).
+    library = type(values).__module__.partition(".")[0]
+    if library == "cupy":
+        return True
+    return library == "torch" and values.device.type != "cpu"
 
 
 def offset_positions(offset: int, seq: int) -> Positions:
@@ -135,7 +164,13 @@ def check_integer_array(values: Array, name: str, xp: Namespace, x: Array) -> No
         raise TypeError(f"`{name}` must have an integer dtype; got {values.dtype}")
 
 
-def _resolve_array(p: Array, xp: Namespace, batch: tuple[int, ...], seq: int) -> Positions:
+def _resolve_array(
+    p: Array,
+    xp: Namespace,
+    batch: tuple[int, ...],
+    seq: int,
+    unread_bound: int | None,
+) -> Positions:
     target = (*batch, seq)
     if p.ndim > len(target):
         raise ValueError(
@@ -152,6 +187,41 @@ def _resolve_array(p: Array, xp: Namespace, batch: tuple[int, ...], seq: int) ->
         if dtype_name(p.dtype) not in _INDEX_DTYPES:
             p = xp.astype(p, xp.int64)
         return Positions(0, seq, p, 0, traced=True)
+    return _values(p, xp, seq, unread_bound)
+
+
+def known_positions(
+    positions: Array, xp: Namespace, batch: tuple[int, ...], seq: int, *, unread_bound: int | None
+) -> Positions:
+    """:func:`resolve_positions` for an integer array of the library, device, dtype and
+    shape that an earlier call checked (the pipeline keeps plans by these): only its
+    values are left to check, and none when the earlier call left them unread within
+    ``unread_bound`` rows (which the same geometry does again)."""
+    if positions.ndim == 0:
+        return offset_positions(int(to_host(positions)), seq)
+    lead = len(batch) + 1 - positions.ndim
+    if lead:
+        positions = positions.reshape((1,) * lead + tuple(positions.shape))
+    if unread_bound is not None:
+        return Positions(0, seq, positions, unread_bound, unread=True)
+    return _checked(positions, xp, seq)
+
+
+def _values(p: Array, xp: Namespace, seq: int, unread_bound: int | None) -> Positions:
+    """Positions ``p``, shaped ``(*batch', seq)``: left unread on a GPU within
+    ``unread_bound`` rows, otherwise range-checked on the host."""
+    if (
+        unread_bound is not None
+        and waits_for_device(p)
+        and dtype_name(p.dtype) in _INDEX_DTYPES
+        and math.prod(p.shape) != 0
+    ):
+        return Positions(0, seq, p, unread_bound, unread=True)
+    return _checked(p, xp, seq)
+
+
+def _checked(p: Array, xp: Namespace, seq: int) -> Positions:
+    """Positions ``p`` (shaped) with their range checked on the host."""
     stop = 0
     if math.prod(p.shape) != 0:
         if dtype_name(p.dtype) in _INDEX_DTYPES:

@@ -14,7 +14,14 @@ from ._lazy import torch_op
 from ._namespace import Array, Namespace, device_of, is_real_floating, namespace_of, to_host
 from ._qkv import join_qkv, split_qkv
 from ._tables import TableSource
-from ._validation import check_base, check_bool, check_head_dim, check_int, check_rotary_dim
+from ._validation import (
+    MAX_POSITION,
+    check_base,
+    check_bool,
+    check_head_dim,
+    check_int,
+    check_rotary_dim,
+)
 from .scaling import RopeScaling, from_hf_config, parse_rope_scaling
 from .scaling._types import FloatArray
 from .scaling.hf import from_hf_config_layers
@@ -58,6 +65,16 @@ class RoPE:
         ``start_index + rotary_dim - 1`` rotate, as in rotary-embedding-torch's
         ``apply_rotary_emb(freqs, t, start_index=...)``; those before and after are
         copied bit for bit.
+    max_positions : int, optional
+        Build the tables for positions ``0 .. max_positions - 1`` at the first call on
+        each device, and let the CUDA path leave position arrays on the GPU unread:
+        the call then never waits for the device (it can be captured in a CUDA graph),
+        and the kernel checks each position as it reads it: a position outside the
+        tables gives NaN in the rotated features of its token. Without it, such
+        arrays are read on the host (a device synchronisation) and an out-of-range
+        position raises ``ValueError``. For ``dynamic`` and ``longrope`` scaling the
+        largest position chooses the frequencies, so their arrays are always read.
+        See :doc:`/performance`.
 
     Attributes
     ----------
@@ -102,6 +119,7 @@ class RoPE:
         scaling: Mapping[str, Any] | RopeScaling | None = None,
         max_position_embeddings: int | None = None,
         start_index: int = 0,
+        max_positions: int | None = None,
     ) -> None:
         self.head_dim = check_head_dim(head_dim)
         self.start_index = check_int(start_index, "start_index")
@@ -127,7 +145,19 @@ class RoPE:
         self.softmax_scale = self.scaling.softmax_scale
         self.axial = self.scaling.rope_type == "axial"
         self.sections = self.scaling.sections(self.rotary_dim)
-        self._source = TableSource(self.scaling, rotary_dim=self.rotary_dim, base=self.base)
+        self.max_positions = None
+        if max_positions is not None:
+            self.max_positions = check_int(max_positions, "max_positions")
+            if not 0 < self.max_positions <= MAX_POSITION:
+                raise ValueError(
+                    f"`max_positions` must be at least 1 and at most 2**53; got {max_positions}"
+                )
+        self._source = TableSource(
+            self.scaling,
+            rotary_dim=self.rotary_dim,
+            base=self.base,
+            max_positions=self.max_positions,
+        )
         # Names the table source to the torch custom op that torch.compile traces.
         self._op_target = torch_op.Target(
             torch_op.register(self._source), self.head_dim, self.interleaved, self.start_index
@@ -160,7 +190,9 @@ class RoPE:
         scaling.check_rotary_dim(self.rotary_dim)
 
     @classmethod
-    def from_hf_config(cls, config: Any, *, layer_type: str | None = None) -> RoPE:
+    def from_hf_config(
+        cls, config: Any, *, layer_type: str | None = None, max_positions: int | None = None
+    ) -> RoPE:
         """Build the RoPE of a Hugging Face model from its ``config.json`` (dict or object).
 
         Reads ``rope_theta``, ``head_dim`` (or ``hidden_size // num_attention_heads``,
@@ -183,6 +215,9 @@ class RoPE:
         layer_type : str, optional
             The layer type whose rotation to build, for configs with settings per layer
             type (required there); see :func:`anyrope.scaling.from_hf_config`.
+        max_positions : int, optional
+            Tables built ahead for positions below it; see :class:`RoPE`. Not read from
+            the config: a model may be run past ``max_position_embeddings``.
 
         Returns
         -------
@@ -201,10 +236,12 @@ class RoPE:
         (128, 500000.0, 'llama3')
         """
         settings = from_hf_config(config, layer_type=layer_type)
-        return cls(settings.head_dim, **settings.kwargs())
+        return cls(settings.head_dim, **settings.kwargs(), max_positions=max_positions)
 
     @classmethod
-    def from_hf_config_layers(cls, config: Any) -> dict[str, RoPE | None]:
+    def from_hf_config_layers(
+        cls, config: Any, *, max_positions: int | None = None
+    ) -> dict[str, RoPE | None]:
         """Build the RoPE of every layer type of a Hugging Face model config.
 
         For a config with settings per layer type (Gemma 3's ``"full_attention"`` and
@@ -217,6 +254,9 @@ class RoPE:
         ----------
         config : Mapping or object
             The model's ``config.json`` as a dict, or an object with those attributes.
+        max_positions : int, optional
+            Tables built ahead for positions below it, for every layer type; see
+            :class:`RoPE`.
 
         Returns
         -------
@@ -243,7 +283,9 @@ class RoPE:
                 continue
             # Layer types with the same settings share one RoPE (and its tables).
             if settings not in made:
-                made[settings] = cls(settings.head_dim, **settings.kwargs())
+                made[settings] = cls(
+                    settings.head_dim, **settings.kwargs(), max_positions=max_positions
+                )
             ropes[name] = made[settings]
         return ropes
 
@@ -320,11 +362,14 @@ class RoPE:
                 self.interleaved,
                 self.scaling,
                 self.start_index,
+                self.max_positions,
             ),
         )
 
     def __repr__(self) -> str:
         extra = f", start_index={self.start_index}" if self.start_index else ""
+        if self.max_positions is not None:
+            extra += f", max_positions={self.max_positions}"
         if self.scaling != RopeScaling(max_position_embeddings=self.max_position_embeddings):
             extra += f", scaling={self.scaling!r}"
         return (
@@ -673,13 +718,29 @@ class RoPE:
         *,
         start: int = 0,
     ) -> tuple[Array, ...]:
-        options = {**options, "head_dim": self.head_dim - start, "interleaved": self.interleaved}
+        head_dim, interleaved = self.head_dim - start, self.interleaved
         if array_api_compat.is_dask_array(arrays[0]):
             # Lazy libraries sit above the pipeline: dask calls it once per block.
             from ._lazy.dask import rotate_dask
 
-            return rotate_dask((self._source,) * len(arrays), arrays, names, positions, **options)
-        return _pipeline.rotate(self._source, arrays, names, positions, **options)
+            return rotate_dask(
+                (self._source,) * len(arrays),
+                arrays,
+                names,
+                positions,
+                head_dim=head_dim,
+                interleaved=interleaved,
+                **options,
+            )
+        return _pipeline.rotate(
+            self._source,
+            arrays,
+            names,
+            positions,
+            head_dim=head_dim,
+            interleaved=interleaved,
+            **options,
+        )
 
     def tables(
         self,
@@ -771,6 +832,7 @@ def _restore(  # noqa: PLR0917 - the arguments __reduce__ gives, in order
     interleaved: bool,
     scaling: RopeScaling,
     start_index: int = 0,
+    max_positions: int | None = None,
 ) -> RoPE:
     return cls(
         head_dim,
@@ -779,4 +841,5 @@ def _restore(  # noqa: PLR0917 - the arguments __reduce__ gives, in order
         interleaved=interleaved,
         scaling=scaling,
         start_index=start_index,
+        max_positions=max_positions,
     )

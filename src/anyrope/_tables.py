@@ -100,12 +100,13 @@ def host_tables(
 
 
 _generation = 0
-"""Counts the cached tables ever built in this process: a holder of many sources (the
-functional API) re-measures their bytes only when it has changed."""
+"""Counts the cached tables ever built (and the caches cleared) in this process: a holder
+of many sources (the functional API) re-measures their bytes, and the CUDA path looks up
+its tables again, only when it has changed."""
 
 
 def generation() -> int:
-    """How many cached tables this process has built so far."""
+    """How many cached tables this process has built (and caches cleared) so far."""
     return _generation
 
 
@@ -114,7 +115,7 @@ class Rows(NamedTuple):
     for every call, cheaply).
 
     ``row_of is None``: the call's positions are the consecutive rows ``offset ..``;
-    otherwise ``row_of`` (an integer array of the caller's library, shape of the
+    otherwise ``row_of`` (an int32 or int64 array of the caller's library, shape of the
     positions) holds the row of each position.
     """
 
@@ -191,11 +192,15 @@ class TableCache:
         seed: tuple[Ahead, int] | None = None,
         amplitude: Amplitude | None = None,
         undo: bool = False,
+        capacity: int = 0,
     ) -> None:
         self.inv_freq = inv_freq
         self.attention_factor = attention_factor
         self.amplitude = amplitude
         self.undo = undo
+        self.capacity = capacity
+        """Rows built at once, at the first use on a device (``max_positions``), even
+        beyond :data:`MAX_CACHED_ENTRIES`; 0 for none."""
         """Whether the tables divide by the attention factor (those of inverse=True)."""
         self._undoing: TableCache | None = None
         self._seed = seed
@@ -219,11 +224,13 @@ class TableCache:
 
     def clear(self) -> None:
         """Drop every cached table."""
+        global _generation  # noqa: PLW0603 - a process-wide count, read by generation()
         with self._lock:
             self._tables.clear()
             self._wide.clear()
             self._windows.clear()
             self._undoing = None
+            _generation += 1
 
     def undoing(self) -> TableCache:
         """The tables that undo this cache's rotation (numerics.md, section 3).
@@ -241,7 +248,11 @@ class TableCache:
             with self._lock:
                 if self._undoing is None:
                     self._undoing = TableCache(
-                        self.inv_freq, self.attention_factor, amplitude=self.amplitude, undo=True
+                        self.inv_freq,
+                        self.attention_factor,
+                        amplitude=self.amplitude,
+                        undo=True,
+                        capacity=self.capacity,
                     )
                 undoing = self._undoing
         return undoing
@@ -252,7 +263,9 @@ class TableCache:
         if where.traced:
             return False
         if self._seed is None:
-            return where.stop * self.inv_freq.size <= MAX_CACHED_ENTRIES
+            return (
+                where.stop <= self.capacity or where.stop * self.inv_freq.size <= MAX_CACHED_ENTRIES
+            )
         return where.array is None and where.offset == self.position and where.seq == 1
 
     def build(
@@ -295,9 +308,9 @@ class TableCache:
         with self._lock:
             entry = self._tables.get(key)
             if entry is None or entry[2] < stop:
-                size = max(MIN_CACHED_ROWS, 1 << max(stop - 1, 0).bit_length())
-                if size * self.inv_freq.size > MAX_CACHED_ENTRIES:
-                    size = stop
+                size = max(MIN_CACHED_ROWS, self.capacity, 1 << max(stop - 1, 0).bit_length())
+                if size > self.capacity and size * self.inv_freq.size > MAX_CACHED_ENTRIES:
+                    size = max(stop, self.capacity)
                 cos, sin = self.build(np.arange(size, dtype=np.int64), xp, device, dtype)
                 entry = (cos, sin, size)
                 self._tables[key] = entry
@@ -427,6 +440,7 @@ class TableCache:
             "seed": self._seed,
             "amplitude": self.amplitude,
             "undo": self.undo,
+            "capacity": self.capacity,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -436,6 +450,7 @@ class TableCache:
             seed=state["seed"],
             amplitude=state["amplitude"],
             undo=state["undo"],
+            capacity=state["capacity"],
         )
 
 
@@ -524,7 +539,8 @@ class TableSource:
     deep-copies without its tables.
 
     ``amplitude`` (xPos) multiplies the tables of each position and pair; it takes
-    frequencies that do not depend on the length.
+    frequencies that do not depend on the length. ``max_positions`` sizes the tables
+    ahead (see :attr:`unread_bound`).
     """
 
     def __init__(
@@ -534,6 +550,7 @@ class TableSource:
         rotary_dim: int,
         base: float,
         amplitude: Amplitude | None = None,
+        max_positions: int | None = None,
     ) -> None:
         if amplitude is not None and scaling.depends_on_length:
             raise ValueError(
@@ -548,7 +565,14 @@ class TableSource:
         self.axial = scaling.rope_type == "axial"
         self.depends_on_length = scaling.depends_on_length
         self._default_bucket = scaling.length_bucket(None)
-        self.default = TableCache(*self.frequencies(None), amplitude=amplitude)
+        self.max_positions = max_positions
+        self.unread_bound = None if self.depends_on_length else max_positions
+        """How far device position arrays may go unread (a sync avoided): the rows the
+        tables hold from the first call on; ``None`` when every array must be read (no
+        ``max_positions``, or frequencies chosen by the largest position)."""
+        self.default = TableCache(
+            *self.frequencies(None), amplitude=amplitude, capacity=max_positions or 0
+        )
         self._buckets: OrderedDict[int, TableCache] = OrderedDict()
         self._every_length = scaling.frequencies_change_with_every_length
         self._ahead: OrderedDict[int, Ahead] = OrderedDict()
@@ -685,27 +709,38 @@ class TableSource:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled as its settings; see shared_source.
-        return (shared_source, (self.scaling, self.rotary_dim, self.base, self.amplitude))
+        settings = (self.scaling, self.rotary_dim, self.base, self.amplitude, self.max_positions)
+        return (shared_source, settings)
 
 
 SHARED_SOURCES = 8
 """Unpickled table sources kept per process, so that the blocks of one dask graph that a
 worker unpickles one by one share their tables."""
 
-_shared: OrderedDict[tuple[RopeScaling, int, float, Amplitude | None], TableSource] = OrderedDict()
+_shared: OrderedDict[tuple[RopeScaling, int, float, Amplitude | None, int | None], TableSource] = (
+    OrderedDict()
+)
 _shared_lock = threading.Lock()
 
 
 def shared_source(
-    scaling: RopeScaling, rotary_dim: int, base: float, amplitude: Amplitude | None = None
+    scaling: RopeScaling,
+    rotary_dim: int,
+    base: float,
+    amplitude: Amplitude | None = None,
+    max_positions: int | None = None,
 ) -> TableSource:
     """The :class:`TableSource` of these settings that this process keeps for unpickling."""
-    key = (scaling, rotary_dim, base, amplitude)
+    key = (scaling, rotary_dim, base, amplitude, max_positions)
     with _shared_lock:
         source = _shared.get(key)
         if source is None:
             source = _shared[key] = TableSource(
-                scaling, rotary_dim=rotary_dim, base=base, amplitude=amplitude
+                scaling,
+                rotary_dim=rotary_dim,
+                base=base,
+                amplitude=amplitude,
+                max_positions=max_positions,
             )
             if len(_shared) > SHARED_SOURCES:
                 _shared.popitem(last=False)

@@ -13,8 +13,13 @@ import array_api_compat
 
 from ..._namespace import Array, device_of
 from ..._plan import Plan
+from . import launch
 
 NAME = "cuda"
+CHECKS_POSITIONS = True
+"""The kernel checks the values of a position array as it reads them (a position the
+tables do not hold gives NaN): the host need not read them, which would wait for the
+device."""
 
 
 def cuda_array(x: Array) -> bool:
@@ -89,14 +94,16 @@ def _device_id(x: Array) -> int:
 def run(plan: Plan) -> tuple[Array, ...]:
     """Rotate q (and k) in one kernel launch; torch tensors that need grad go through
     autograd, whose backward is the same kernel with ``inverse`` flipped."""
-    from .launch import launch_on_device, rotate_raw
-
     if plan.requires_grad:
         from .autograd import rotate_with_grad
 
-        return rotate_with_grad(plan, launcher=launch_on_device)
-    outputs = rotate_raw(
-        plan, plan.arrays, inverse=plan.inverse, inplace=plan.inplace, launcher=launch_on_device
+        return rotate_with_grad(plan, launcher=launch.launch_on_device)
+    outputs = launch.rotate_raw(
+        plan,
+        plan.arrays,
+        inverse=plan.inverse,
+        inplace=plan.inplace,
+        launcher=launch.launch_on_device,
     )
     if plan.inplace and plan.library == "torch":
         from ..._torch import bump_versions

@@ -10,14 +10,18 @@ anything here runs; the kernel never reads a table row that does not exist.
 
 from __future__ import annotations
 
+import functools
+import operator
 import threading
 from collections.abc import Callable, Hashable
 from typing import Any
 
 import array_api_compat
 
-from ..._namespace import Array, dtype_name
+from ..._namespace import Array, Namespace
 from ..._plan import Plan
+from ..._positions import Positions
+from ..._tables import Rows, generation
 from .launches import Launch, LaunchTemplate, Operand, launch_templates
 
 __all__ = ["Launcher", "launch_on_device", "rotate_raw"]
@@ -25,7 +29,10 @@ __all__ = ["Launcher", "launch_on_device", "rotate_raw"]
 Launcher = Callable[[Array, str, Launch], None]
 """``launcher(first_array, dtype_name, launch)`` runs one launch."""
 
-# Launch templates per geometry (see _geometry); a call binds its addresses to them.
+NAME = "cuda"
+"""The key of this path's entries in :attr:`anyrope._plan.Plan.memo`."""
+
+# Launch templates of the arrays that are not a plan's own (gradients), by geometry.
 _templates: dict[Hashable, list[LaunchTemplate]] = {}
 _MAX_TEMPLATES = 512
 
@@ -46,64 +53,73 @@ def rotate_raw(
     The launches are planned once per geometry (shapes, strides, dtypes, options and
     pointer alignments); a call after the first only binds its addresses.
     """
-    xp, device, first = plan.xp, plan.device, arrays[0]
-    rows = plan.tables.rows(plan.where[0], xp, device, plan.table_dtype)
-    positions = rows.row_of
-    if positions is not None and dtype_name(positions.dtype) not in ("int32", "int64"):
-        positions = xp.astype(positions, xp.int64)
-    outputs = (
-        arrays
-        if inplace
-        else tuple(xp.empty(x.shape, dtype=x.dtype, device=device) for x in arrays)
-    )
-    operands = [_operand(x) for pair in zip(arrays, outputs, strict=True) for x in pair]
-    pos = None if positions is None else _operand(positions)
-    cos, sin = _operand(rows.cos), _operand(rows.sin)
-    itemsize = _itemsize(first)
-    position_itemsize = 0 if positions is None else _itemsize(positions)
-    key = (
-        itemsize,
-        plan.axes.layout,
-        plan.rotary_dim,
-        plan.interleaved,
+    xp, where = plan.xp, plan.where[0]
+    operand, address = _accessors(arrays[0])
+    rows, cos, sin, table_rows = _tables(plan, where, address)
+    positions = rows.row_of  # int32 or int64 (see anyrope._positions)
+    outputs = arrays if inplace else _empty_like(arrays, xp)
+    io = [p for x, y in zip(arrays, outputs, strict=True) for p in (address(x), address(y))]
+    # Positions left unread on the device are checked by the kernel against max_positions,
+    # not against the rows the tables may have grown to: the result does not depend on
+    # the calls made before.
+    bound = min(where.stop, table_rows) if where.unread else table_rows
+    # What the launches depend on besides the geometry of the arrays: the outputs are
+    # C-contiguous arrays of the inputs' shapes, and the launches read pointers only for
+    # the alignment they all share.
+    key: tuple[object, ...] = (
         inverse,
         inplace,
-        *(_geometry(op) for op in operands),
-        None if pos is None else _geometry(pos),
-        position_itemsize,
-        cos.ptr % _ALIGN,
-        sin.ptr % _ALIGN,
-        cos.shape[0],
+        functools.reduce(operator.or_, io) % _ALIGN,
+        cos,
+        sin,
+        table_rows,
+        bound,
     )
-    templates = _templates.get(key)
+    pos_ptr = 0 if positions is None else address(positions)
+    if arrays is plan.arrays:
+        # The plans of one geometry share their memo (Plan.memo): its templates need no
+        # geometry in their key, nor the caller's positions (reshaped the same way).
+        cache = plan.memo.setdefault(NAME, {})
+        if positions is not None and positions is not where.array:
+            key += _geometry(operand(positions), positions)
+    else:
+        # Gradients flowing back, whose strides are their own.
+        cache = _templates
+        inputs = [operand(x) for x in arrays]
+        key = (plan.dtype, plan.axes.layout, plan.rotary_dim, plan.interleaved, *inputs, key)
+        if positions is not None:
+            key += _geometry(operand(positions), positions)
+    templates = cache.get(key)
     if templates is None:
+        pos = None if positions is None else operand(positions)
+        operands = [operand(x) for pair in zip(arrays, outputs, strict=True) for x in pair]
         templates = launch_templates(
             operands[0],
             operands[1],
             operands[2] if len(operands) > 2 else None,
             operands[3] if len(operands) > 2 else None,
             layout=plan.axes.layout,
-            itemsize=itemsize,
+            itemsize=_itemsize(arrays[0]),
             rotary_dim=plan.rotary_dim,
             interleaved=plan.interleaved,
             inverse=inverse,
             inplace=inplace,
             positions=pos,
-            position_itemsize=position_itemsize,
-            cos_ptr=cos.ptr,
-            sin_ptr=sin.ptr,
-            table_rows=cos.shape[0],
+            position_itemsize=0 if positions is None else _itemsize(positions),
+            cos_ptr=cos,
+            sin_ptr=sin,
+            table_rows=table_rows,
+            bound=bound,
         )
-        if len(_templates) >= _MAX_TEMPLATES:
-            _templates.clear()
-        _templates[key] = templates
-    pointers = [op.ptr for op in operands]
-    pointers += [0] * (4 - len(pointers))
-    pointers += [cos.ptr, sin.ptr, 0 if pos is None else pos.ptr]
-    offset = rows.offset if pos is None else 0
-    name = dtype_name(first.dtype)
+        if len(cache) >= _MAX_TEMPLATES:
+            cache.clear()
+        cache[key] = templates
+    if len(io) == 2:
+        io += (0, 0)
+    offset = rows.offset if positions is None else 0
+    first, name = arrays[0], plan.dtype
     for template in templates:
-        launcher(first, name, template.bind(pointers, offset))
+        launcher(first, name, template.bind(io, pos_ptr, offset))
     hold_until_read(rows.cos, rows.sin)
     return outputs
 
@@ -145,10 +161,6 @@ def hold_until_read(*tables: Array) -> None:
 _ALIGN = 16
 
 
-def _geometry(op: Operand) -> tuple[object, ...]:
-    return op.shape, op.strides, op.ptr % _ALIGN
-
-
 def _itemsize(x: Array) -> int:
     if array_api_compat.is_torch_array(x):
         return int(x.element_size())
@@ -156,15 +168,85 @@ def _itemsize(x: Array) -> int:
 
 
 def _operand(x: Array) -> Operand:
-    """Address, shape and element strides of ``x`` without any conversion."""
-    if type(x).__module__.startswith("torch"):  # the hot case, asked first and cheaply
-        return Operand(x.data_ptr(), x.shape, x.stride())
+    """Address, shape and element strides of a CuPy or NumPy array (the host harness)."""
     itemsize = int(x.dtype.itemsize)
+    return Operand(_address(x), tuple(x.shape), tuple(int(s) // itemsize for s in x.strides))
+
+
+def _address(x: Array) -> int:
+    """The address of the first element of a CuPy or NumPy array."""
     if array_api_compat.is_cupy_array(x):
-        ptr = int(x.data.ptr)
-    else:
-        ptr = int(x.__array_interface__["data"][0])
-    return Operand(ptr, tuple(x.shape), tuple(int(s) // itemsize for s in x.strides))
+        return int(x.data.ptr)
+    return int(x.__array_interface__["data"][0])
+
+
+def _torch_operand(x: Array) -> Operand:
+    return Operand(x.data_ptr(), x.shape, x.stride())
+
+
+def _accessors(first: Array) -> tuple[Callable[[Array], Operand], Callable[[Array], int]]:
+    """:class:`Operand` and address of an array of ``first``'s library, without any
+    conversion (torch tensors are asked first, cheaply; their address is the tensor
+    method itself)."""
+    if type(first).__module__.startswith("torch"):
+        return _torch_operand, type(first).data_ptr
+    return _operand, _address
+
+
+def _tables(
+    plan: Plan, where: Positions, address: Callable[[Array], int]
+) -> tuple[Rows, int, int, int]:
+    """The rows of the call's tables, the addresses of cos and sin and their row count.
+
+    Tables indexed by position (those a table cache keeps, not the rows of a window or
+    of distinct positions) are remembered in the plan's memo until a table is built
+    anywhere (:func:`anyrope._tables.generation`): a later call of the geometry that
+    stays within them skips the lookup. The memo may keep a table the cache has since
+    replaced alive until then.
+    """
+    tables, memo = plan.tables, plan.memo
+    seen = memo.get(_TABLES)
+    if seen is not None and seen[0] == generation() and seen[1] is tables and where.stop <= seen[6]:
+        _, _, cos, sin, cos_ptr, sin_ptr, table_rows = seen
+        rows = Rows(cos, sin, where.array, 0 if where.array is not None else where.offset)
+        return rows, cos_ptr, sin_ptr, table_rows
+    built = generation()
+    rows = tables.rows(where, plan.xp, plan.device, plan.table_dtype)
+    cos_ptr, sin_ptr, table_rows = address(rows.cos), address(rows.sin), int(rows.cos.shape[0])
+    by_position = rows.offset == where.offset if where.array is None else rows.row_of is where.array
+    if tables.block is None and by_position:
+        memo[_TABLES] = (built, tables, rows.cos, rows.sin, cos_ptr, sin_ptr, table_rows)
+    return rows, cos_ptr, sin_ptr, table_rows
+
+
+_TABLES = "cuda tables"
+"""The key of the remembered tables in :attr:`anyrope._plan.Plan.memo`."""
+
+
+def _geometry(op: Operand, x: Array) -> tuple[object, ...]:
+    """What launches read of a positions array besides its address."""
+    return op.shape, op.strides, _itemsize(x)
+
+
+def _empty_like(arrays: tuple[Array, ...], xp: Namespace) -> tuple[Array, ...]:
+    """C-contiguous outputs of the shapes, dtype and device of ``arrays``."""
+    if type(arrays[0]).__module__.startswith("torch"):
+        empty_like, contiguous = _torch_empty_like()
+        return tuple(
+            [
+                empty_like(x) if x.is_contiguous() else empty_like(x, memory_format=contiguous)
+                for x in arrays
+            ]
+        )
+    return tuple(xp.empty(x.shape, dtype=x.dtype, device=x.device) for x in arrays)
+
+
+@functools.cache
+def _torch_empty_like() -> tuple[Callable[..., Array], Any]:
+    # Looked up once: an import statement per call costs as much as the allocation.
+    import torch
+
+    return torch.empty_like, torch.contiguous_format
 
 
 _stream_lock = threading.Lock()

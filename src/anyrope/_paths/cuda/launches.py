@@ -13,6 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import product
+from typing import NamedTuple
 
 import numpy as np
 
@@ -31,23 +32,23 @@ _INT32_LIMIT = 1 << 30
 N_POINTERS = 7
 
 
-@dataclass(frozen=True)
-class Operand:
-    """An array as the kernel sees it: address, shape and strides in elements."""
+class Operand(NamedTuple):
+    """An array as the kernel sees it: address, shape and strides in elements (a named
+    tuple: made for every operand of every call, cheaply)."""
 
     ptr: int
     shape: tuple[int, ...]
     strides: tuple[int, ...]
 
 
-@dataclass(frozen=True)
-class Launch:
-    """One kernel launch, bound to the memory of one call.
+class Launch(NamedTuple):
+    """One kernel launch, bound to the memory of one call (a named tuple: made for every
+    call, cheaply).
 
     ``packed`` holds the arguments in ``ANYROPE_PARAMS`` order, as the fixed-width NumPy
-    scalars of their C types: the seven pointers ``uint64``; the table offset and the
-    geometry ``int32`` (``wide_index`` false) or ``int64``; the position size and
-    ``inverse`` ``int32``.
+    scalars of their C types: the seven pointers ``uint64``; the table offset, the table
+    rows and the geometry ``int32`` (``wide_index`` false) or ``int64``; the position
+    size and ``inverse`` ``int32``.
     """
 
     width: int
@@ -72,14 +73,20 @@ class Launch:
         return self.packed
 
 
+_NULL = np.uint64(0)
+
+
 @dataclass(frozen=True)
 class LaunchTemplate:
-    """A launch for one geometry, before the call's addresses are known.
+    """A launch for one geometry and one pair of tables, before the call's addresses
+    are known.
 
-    The same shapes, strides, flags and pointer alignments give the same templates, so
-    they are planned once and :meth:`bind` fills in what changes between calls: the
-    pointers (each one of the call's operands plus a fixed byte shift, for the launches
-    of non-collapsible batch axes) and the table offset.
+    The same shapes, strides, flags, pointer alignments and tables give the same
+    templates, so they are planned once and :meth:`bind` fills in what changes between
+    calls: the addresses of q and k, of their outputs and of the positions (each plus a
+    fixed byte shift, for the launches of non-collapsible batch axes) and the table
+    offset. ``tables`` (the cos and sin pointers) and ``constants`` (the table rows and
+    the geometry) are packed already.
     """
 
     width: int
@@ -87,17 +94,24 @@ class LaunchTemplate:
     wide_index: bool
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
-    shifts: tuple[int, ...]
+    shifts: tuple[int, int, int, int, int]
+    tables: tuple[np.generic, np.generic]
     constants: tuple[np.generic, ...]
 
-    def bind(self, pointers: Sequence[int], offset: int) -> Launch:
-        """The launch for operands at ``pointers`` (q_in, q_out, k_in, k_out, cos, sin,
-        positions; 0 for an absent one) and table ``offset``."""
-        index = np.int64 if self.wide_index else np.int32
-        shifts = self.shifts
+    def bind(self, io: Sequence[int], positions: int, offset: int) -> Launch:
+        """The launch for q_in, q_out, k_in and k_out at ``io`` (0 for an absent k), the
+        positions at ``positions`` (0 for none) and the table ``offset``."""
+        q_in, q_out, k_in, k_out = io
+        s0, s1, s2, s3, s4 = self.shifts
+        u64 = np.uint64
         packed = (
-            *[np.uint64(p + shifts[i] if p else 0) for i, p in enumerate(pointers)],
-            index(offset),
+            u64(q_in + s0),
+            u64(q_out + s1),
+            u64(k_in + s2) if k_in else _NULL,
+            u64(k_out + s3) if k_out else _NULL,
+            *self.tables,
+            u64(positions + s4) if positions else _NULL,
+            (np.int64 if self.wide_index else np.int32)(offset),
             *self.constants,
         )
         return Launch(self.width, self.interleaved, self.wide_index, self.grid, self.block, packed)
@@ -186,16 +200,15 @@ def plan_launches(
         sin_ptr=sin_ptr,
         table_rows=table_rows,
     )
-    pointers = (
+    io = (
         q_in.ptr,
         q_out.ptr,
         0 if k_in is None else k_in.ptr,
         0 if k_out is None else k_out.ptr,
-        cos_ptr,
-        sin_ptr,
-        0 if positions is None else positions.ptr,
     )
-    return [t.bind(pointers, 0 if positions is not None else offset) for t in templates]
+    if positions is not None:
+        return [t.bind(io, positions.ptr, 0) for t in templates]
+    return [t.bind(io, 0, offset) for t in templates]
 
 
 def launch_templates(
@@ -215,8 +228,10 @@ def launch_templates(
     cos_ptr: int,
     sin_ptr: int,
     table_rows: int,
+    bound: int | None = None,
 ) -> list[LaunchTemplate]:
-    """The launches for one geometry; pointers are read only for their alignment.
+    """The launches for one geometry and one pair of tables; the pointers of q, k, their
+    outputs and the positions are read only for their alignment.
 
     One launch for q and k together unless the batch axes of the operands cannot be
     walked with a single stride (then one launch per outer batch index, still exact).
@@ -226,7 +241,8 @@ def launch_templates(
     vectors, and both tables aligned for their reads; otherwise the scalar variant. The
     features past the rotated width are copied in the widest chunks their offset allows.
     ``table_rows`` (rows of cos and sin, ``rotary_dim // 2`` entries each) bounds the
-    table offsets, for the choice of 32-bit indices.
+    table offsets, for the choice of 32-bit indices. The kernel gives NaN for a
+    position array's value outside ``0 .. bound - 1`` (default ``table_rows``).
     """
     ndim = len(q_in.shape)
     batch_axes, s_axis, h_axis = _axes(layout, ndim)
@@ -293,8 +309,9 @@ def launch_templates(
         pos_strides = [0, 0] if pos is None else [inner_strides[-1], pos.strides[-1]]
         byte_shifts = [shift[j] * itemsize for j in range(len(operands))]
         byte_shifts += [0] * (4 - len(byte_shifts))
-        byte_shifts += [0, 0, 0 if pos is None else shift[-1] * position_itemsize]
+        byte_shifts += [0 if pos is None else shift[-1] * position_itemsize]
         constants = (
+            index(table_rows if bound is None else bound),
             *(index(v) for v in strides),
             *(index(v) for v in pos_strides),
             *(index(v) for v in (inner_size, seq, q_heads, heads, half, units, tail_elems)),
@@ -304,7 +321,16 @@ def launch_templates(
         if units * heads * seq * inner_size == 0:
             continue
         templates.append(
-            LaunchTemplate(width, interleaved, wide, grid, block, tuple(byte_shifts), constants)
+            LaunchTemplate(
+                width,
+                interleaved,
+                wide,
+                grid,
+                block,
+                (byte_shifts[0], byte_shifts[1], byte_shifts[2], byte_shifts[3], byte_shifts[4]),
+                (np.uint64(cos_ptr), np.uint64(sin_ptr)),
+                constants,
+            )
         )
     return templates
 

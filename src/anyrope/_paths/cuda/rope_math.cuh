@@ -228,6 +228,7 @@ template <typename C, typename I> struct shared_args {
   const C* sin_t;
   const void* pos;  // int or long long (pos_size 4 or 8); pos_size 0: position = s + offset
   I offset;
+  I rows;           // a position array's values must be below it (at most the table rows)
   I pos_b, pos_s;
   I batch;          // the batch axes, collapsed into one
   I seq;
@@ -240,14 +241,39 @@ template <typename C, typename I> struct shared_args {
   int inverse;
 };
 
-// The table row of token (b, s).
+// A quiet NaN: what the tables give a position they do not hold.
+template <typename C> ANYROPE_HD C quiet_nan();
+template <> ANYROPE_HD float quiet_nan<float>() {
+#if defined(__CUDA_ARCH__)
+  return __int_as_float(0x7fc00000);
+#else
+  return __builtin_nanf("");
+#endif
+}
+template <> ANYROPE_HD double quiet_nan<double>() {
+#if defined(__CUDA_ARCH__)
+  return __longlong_as_double(0x7ff8000000000000LL);
+#else
+  return __builtin_nan("");
+#endif
+}
+
+// The table row of token (b, s), and whether the tables hold it.  A positions array is
+// read here and nowhere else: the host does not wait for the device to check it, so a
+// position outside 0 .. rows - 1 is caught here, compared in 64 bits before any narrowing.
 template <typename C, typename I>
-ANYROPE_HD I table_row(const shared_args<C, I>& a, I b, I s) {
-  if (a.pos_size == 0) return s + a.offset;
+ANYROPE_HD bool table_row(const shared_args<C, I>& a, I b, I s, I& row) {
+  if (a.pos_size == 0) {
+    row = s + a.offset;
+    return true;
+  }
   const I at = b * a.pos_b + s * a.pos_s;
-  const I p = a.pos_size == 4 ? static_cast<I>(static_cast<const int*>(a.pos)[at])
-                              : static_cast<I>(static_cast<const long long*>(a.pos)[at]);
-  return p + a.offset;
+  const long long p = a.pos_size == 4
+                          ? static_cast<long long>(static_cast<const int*>(a.pos)[at])
+                          : static_cast<const long long*>(a.pos)[at];
+  const bool held = p >= 0 && p < static_cast<long long>(a.rows);
+  row = held ? static_cast<I>(p) : I(0);
+  return held;
 }
 
 // Unit u of the row (b, s, h) of one tensor: V pairs rotated, or one chunk of the
@@ -296,13 +322,19 @@ ANYROPE_HD void rope_unit(const tensor_view<T, I>& tv, const shared_args<C, I>& 
     }
   }
 
-  const I row = table_row(a, b, s);
+  I row;
+  const bool held = table_row(a, b, s, row);
   const C* crow = a.cos_t + (row * a.half + i0);
   const C* srow = a.sin_t + (row * a.half + i0);
   C c[V];
   C sn[V];
   load_vec<true, CB>(crow, c);
   load_vec<true, CB>(srow, sn);
+  if (!held) {
+    // Row 0 was read instead; NaN tables make every rotated feature of the token NaN.
+#pragma unroll
+    for (int j = 0; j < V; ++j) c[j] = sn[j] = quiet_nan<C>();
+  }
   if (a.inverse) {
 #pragma unroll
     for (int j = 0; j < V; ++j) sn[j] = negate(sn[j]);
@@ -372,14 +404,14 @@ ANYROPE_HD void rope_thread(const tensor_view<T, I>& q, const tensor_view<T, I>&
 // rope.cu and the host harness both expand it, so they cannot disagree.
 #define ANYROPE_PARAMS(T, C, I)                                                              \
   const T *q_in, T *q_out, const T *k_in, T *k_out, const C *__restrict__ cos_t,              \
-      const C *__restrict__ sin_t, const void *__restrict__ pos, I offset, I q_in_b,          \
+      const C *__restrict__ sin_t, const void *__restrict__ pos, I offset, I rows, I q_in_b,  \
       I q_in_s, I q_in_h, I q_in_d, I q_out_b, I q_out_s, I q_out_h, I q_out_d, I k_in_b,     \
       I k_in_s, I k_in_h, I k_in_d, I k_out_b, I k_out_s, I k_out_h, I k_out_d, I pos_b,      \
       I pos_s, I batch, I seq, I q_heads, I heads, I half, I units, I tail_elems,             \
       int pos_size, int inverse
 
 #define ANYROPE_ARGS                                                                         \
-  q_in, q_out, k_in, k_out, cos_t, sin_t, pos, offset, q_in_b, q_in_s, q_in_h, q_in_d,        \
+  q_in, q_out, k_in, k_out, cos_t, sin_t, pos, offset, rows, q_in_b, q_in_s, q_in_h, q_in_d,  \
       q_out_b, q_out_s, q_out_h, q_out_d, k_in_b, k_in_s, k_in_h, k_in_d, k_out_b, k_out_s,   \
       k_out_h, k_out_d, pos_b, pos_s, batch, seq, q_heads, heads, half, units, tail_elems,    \
       pos_size, inverse
@@ -394,7 +426,7 @@ ANYROPE_HD void rope_entry(ANYROPE_PARAMS(T, typename compute_of<T>::type, I), u
                             q_out_b, q_out_s, q_out_h, q_out_d};
   const tensor_view<T, I> k{k_in, k_out, k_in_b, k_in_s, k_in_h, k_in_d,
                             k_out_b, k_out_s, k_out_h, k_out_d};
-  const shared_args<C, I> a{cos_t, sin_t, pos, offset, pos_b, pos_s, batch, seq, q_heads,
+  const shared_args<C, I> a{cos_t, sin_t, pos, offset, rows, pos_b, pos_s, batch, seq, q_heads,
                             heads, half, units, tail_elems, pos_size, inverse};
   rope_thread<T, V, INTERLEAVED>(q, k, a, block, thread, block_dim, grid_dim);
 }
