@@ -25,12 +25,13 @@ The dynamic-NTK line decodes past the trained context, a new position each call
 ``anyrope.RoPE(128, scaling={"rope_type": "dynamic", "factor": 2.0},
 max_position_embeddings=4096)`` against the same ``RoPE(128)`` without scaling at the
 same positions. Both see the same positions in each round. The frequencies and rows of
-256 lengths are computed at once, in one sample out of about 13, which the median leaves
-out: time a long run of tokens for the cost spread over every token.
+256 lengths are computed at once, and a sample is 256 consecutive tokens: each sample of
+the dynamic line holds one such block, so its median is the cost spread over every
+token. The unscaled ``RoPE`` grows its table once, in the first sample.
 
 torch runs with ``torch.set_num_threads(2)``; the torch lines are left out when torch
 is not installed. The default run takes about two minutes on two cores; ``--quick``
-(5 rounds, at most 500 calls and 5 decode tokens a sample) about 15 seconds.
+(5 rounds, at most 500 calls a sample) about 15 seconds.
 """
 
 from __future__ import annotations
@@ -221,16 +222,14 @@ def main() -> None:
         help="fewer calls per sample for paths slower than this per sample (200)",
     )
     parser.add_argument(
-        "--decode-tokens", type=int, default=None, help="tokens per dynamic-NTK sample (20)"
+        "--decode-tokens", type=int, default=256, help="tokens per dynamic-NTK sample (256)"
     )
-    parser.add_argument(
-        "--quick", action="store_true", help="5 rounds, 500 calls, 5 decode tokens a sample"
-    )
+    parser.add_argument("--quick", action="store_true", help="5 rounds, at most 500 calls a sample")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args()
     rounds = args.rounds or (5 if args.quick else 15)
     max_calls = args.calls or (500 if args.quick else 2000)
-    decode_tokens = args.decode_tokens or (5 if args.quick else 20)
+    decode_tokens = args.decode_tokens
 
     have_torch = importlib.util.find_spec("torch") is not None
     if have_torch:

@@ -206,6 +206,42 @@ def test_blocks_and_fast_paths_give_the_general_bits(monkeypatch: pytest.MonkeyP
             assert _bits(*np.broadcast_arrays(*_results(name, args))) == bits, name
 
 
+def _compiled_cases() -> list[tuple[str, tuple]]:
+    rng = np.random.default_rng(23)
+    n = 200_000
+    sign = rng.choice([-1.0, 1.0], n)
+    quarter = np.pi / 2 * rng.integers(-(2**32), 2**32, n)
+    lengths = np.arange(4097, 4097 + 512)
+    frequencies = hostmath.power(
+        10000.0 * (lengths / 2048.0 - 1.0)[:, None], -np.arange(0, 128, 2), 128
+    )
+    return [
+        ("sincos", (sign * 2.0 ** rng.uniform(-1074, 33, n),)),
+        ("sincos", (rng.uniform(-(2.0**33), 2.0**33, n),)),
+        ("sincos", (np.nextafter(quarter, quarter + sign * np.inf),)),  # next to k pi/2
+        ("sincos", (np.array([0.0, -0.0, 5e-324, -5e-324, 2.0**33 - 1, 1.0] * 400),)),
+        ("sincos", ((lengths - 1.0)[:, None] * frequencies,)),  # dynamic NTK rows
+        ("power", (2.0 ** rng.uniform(-1074, 1024, n), rng.integers(-256, 257, n), 128)),
+        ("power", (10.0 ** rng.uniform(-3, 7, (400, 1)), -np.arange(0, 256, 2), 256)),
+        ("power", (rng.uniform(1.0, 1.0001, n), rng.integers(-(2**39), 2**39, n), 2**35 + 7)),
+        ("power", (2.0, np.arange(-1_100_000, -1_000_000, 7), 1000)),  # subnormal, zero
+        ("power", (3.0, np.arange(640_000, 660_000, 3), 1000)),  # up to overflow
+    ]
+
+
+def test_compiled_host_math_gives_the_numpy_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With numba installed, large arrays go through anyrope._hostmath_numba: it must give
+    every element the bits of the NumPy code."""
+    pytest.importorskip("numba")
+    assert hostmath._compiled(hostmath._COMPILED_FROM) is not None
+    cases = _compiled_cases()
+    with np.errstate(over="ignore", under="ignore"):
+        compiled = [_bits(*np.broadcast_arrays(*_results(name, args))) for name, args in cases]
+        monkeypatch.setattr(hostmath, "_compiled", lambda size: None)
+        for (name, args), bits in zip(cases, compiled, strict=True):
+            assert _bits(*np.broadcast_arrays(*_results(name, args))) == bits, (name, args)
+
+
 def _results(name: str, args: tuple) -> tuple:
     result = getattr(hostmath, name)(*args)
     return result if isinstance(result, tuple) else (result,)

@@ -39,9 +39,9 @@ def _default(d: int, b: float) -> list[float]:
     return [b ** (-2 * i / d) for i in range(d // 2)]
 
 
-def _close(actual: np.ndarray, expected: list[float]) -> None:
+def _close(actual: np.ndarray, expected: list[float], rtol: float = RTOL) -> None:
     assert actual.dtype == np.float64
-    np.testing.assert_allclose(actual, expected, rtol=RTOL, atol=0)
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=0)
 
 
 @settings(max_examples=30, deadline=None)
@@ -233,7 +233,13 @@ def test_llama3(*, d: int, b: float, s: float, low: float, high: float, l0: int)
         high_freq_factor=high,
         original_max_position_embeddings=l0,
     )
-    _close(got, _llama3(d=d, b=b, s=s, low=low, high=high, l0=l0))
+    # Between the two wavelength limits the result blends f / s and f by
+    # smooth = (l0 / wavelen - low) / (high - low): the few ulp by which the reference's
+    # wavelength differs (math.pi against anyrope's own pi) move smooth by up to
+    # high / (high - low) ulp, and the result, at least f / s, by s times that relative to
+    # itself.
+    blend = 4 * np.finfo(np.float64).eps * s * high / (high - low)
+    _close(got, _llama3(d=d, b=b, s=s, low=low, high=high, l0=l0), rtol=RTOL + blend)
 
 
 @settings(max_examples=30, deadline=None)

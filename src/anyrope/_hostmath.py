@@ -30,11 +30,13 @@ allocated once per call: an element's result does not depend on the block it is 
 from __future__ import annotations
 
 import functools
-import math
+import importlib.util
 from fractions import Fraction
 from typing import Any, TypeAlias
 
 import numpy as np
+
+from . import _hostmath_constants as constants
 
 __all__ = ["log", "power", "sincos"]
 
@@ -53,64 +55,15 @@ _FAST_REDUCTION_LIMIT = float(2**33)
 _SHORT_REDUCTION_LIMIT = float(2**26)
 
 
-# -- Constants from integers ------------------------------------------------------------
+# -- Constants from integers (anyrope._hostmath_constants) ------------------------------
 
-
-def _arctan_inverse(n: int, bits: int) -> int:
-    """``floor(atan(1/n) * 2**bits)`` within a few units, by its Taylor series."""
-    scale = 1 << (bits + 16)
-    total, power, k, sign = 0, scale // n, 1, 1
-    while power:
-        total += sign * (power // k)
-        power //= n * n
-        k += 2
-        sign = -sign
-    return total >> 16
-
-
-@functools.cache
-def _pi(bits: int) -> Fraction:
-    """pi to ``bits`` bits by Machin's formula ``pi/4 = 4 atan(1/5) - atan(1/239)``."""
-    guard = bits + 32
-    scaled = 4 * (4 * _arctan_inverse(5, guard) - _arctan_inverse(239, guard))
-    return Fraction(scaled, 1 << guard)
-
-
-def _ln2(bits: int) -> Fraction:
-    """log 2 to ``bits`` bits: ``2 atanh(1/3) = sum 2 / ((2k+1) 3**(2k+1))``."""
-    scale = 1 << (bits + 16)
-    total, power, k = 0, scale // 3, 1
-    while power:
-        total += power // k
-        power //= 9
-        k += 2
-    return Fraction(2 * total >> 16, 1 << bits)
-
-
-def _expansion(value: Fraction, terms: int) -> tuple[float, ...]:
-    """Non-overlapping float64 values whose sum is ``value`` to ``53 * terms`` bits."""
-    parts = []
-    for _ in range(terms):
-        part = float(value)
-        parts.append(part)
-        value -= Fraction(part)
-    return tuple(parts)
-
-
-def _truncated(value: Fraction, bits: int) -> float:
-    """``value`` in [0.5, 1) cut to ``bits`` significant bits, so small multiples are exact."""
-    scale = 1 << bits
-    return float(Fraction(math.floor(value * scale), scale))
-
-
-_PI = _pi(300)
-_PIO2 = _expansion(_PI / 2, 4)
-_TWO_OVER_PI = float(2 / _PI)
-_LN2 = _ln2(200)
-# log 2 split so that e * _LN2_HI is exact for every float64 exponent |e| < 2**11.
-_LN2_HI = _truncated(_LN2, 42)
-_LN2_LO = float(_LN2 - Fraction(_LN2_HI))
-_INV_LN2 = float(1 / _LN2)
+_pi = constants.pi
+_PI = constants.PI
+_PIO2 = constants.PIO2
+_TWO_OVER_PI = constants.TWO_OVER_PI
+_LN2_HI = constants.LN2_HI
+_LN2_LO = constants.LN2_LO
+_INV_LN2 = constants.INV_LN2
 
 
 # -- Operations into buffers -----------------------------------------------------------
@@ -270,33 +223,20 @@ def _horner_into(z: Float64, coefficients: tuple[Float64, ...], *, out: Float64)
 # -- The constants as operands ---------------------------------------------------------
 
 
-def _dd_constant(value: Fraction) -> tuple[Float64, ...]:
-    """``(c0, c1, c0_hi, c0_lo)``: ``value`` as a double-double and the halves of ``c0``."""
-    c0, c1 = _expansion(value, 2)
+def _dd_constant(parts: tuple[float, ...]) -> tuple[Float64, ...]:
+    """``(c0, c1, c0_hi, c0_lo)``: a double-double constant and the halves of ``c0``."""
+    c0, c1 = parts
     return (_constant(c0), _constant(c1), *_split(c0))
 
 
-def _taylor(first: int, step: int, count: int, coefficient: Any) -> tuple[Float64, ...]:
-    return _constants(tuple(float(coefficient(first + step * j)) for j in range(count)))
-
-
-def _alternating_inverse_factorial(n: int) -> Fraction:
-    """The coefficient of ``r**n`` in the Taylor series of sin (odd n) or cos (even n)."""
-    return Fraction(-1 if (n // 2) % 2 else 1, math.factorial(n))
-
-
-# sin(r) = r - r**3/6 + r**5 S(r**2); cos(r) = 1 - r**2/2 + r**4/24 + r**6 C(r**2), |r| <= pi/4:
-# the first omitted terms are below 2**-70 of the result.
-_SIN_TAIL = _taylor(5, 2, 8, _alternating_inverse_factorial)
-_COS_TAIL = _taylor(6, 2, 8, _alternating_inverse_factorial)
-# exp(r) = 1 + r + r**2/2 + r**3/6 + r**4 * E(r), |r| <= log(2)/2.
-_EXP_TAIL = _taylor(4, 1, 12, lambda n: Fraction(1, math.factorial(n)))
-# log(m) = 2s + 2s**3/3 + s**5 * L(s**2), s = (m - 1)/(m + 1), |s| <= 0.172.
-_LOG_TAIL = _taylor(5, 2, 11, lambda n: Fraction(2, n))
-_SIXTH = _dd_constant(Fraction(1, 6))
-_MINUS_SIXTH = _dd_constant(Fraction(-1, 6))
-_TWENTY_FOURTH = _dd_constant(Fraction(1, 24))
-_TWO_THIRDS = _dd_constant(Fraction(2, 3))
+_SIN_TAIL = _constants(constants.SIN_TAIL)
+_COS_TAIL = _constants(constants.COS_TAIL)
+_EXP_TAIL = _constants(constants.EXP_TAIL)
+_LOG_TAIL = _constants(constants.LOG_TAIL)
+_SIXTH = _dd_constant(constants.SIXTH)
+_MINUS_SIXTH = _dd_constant(constants.MINUS_SIXTH)
+_TWENTY_FOURTH = _dd_constant(constants.TWENTY_FOURTH)
+_TWO_THIRDS = _dd_constant(constants.TWO_THIRDS)
 _ONE, _HALF, _TWO, _THREE, _MINUS_HALF = _constants((1.0, 0.5, 2.0, 3.0, -0.5))
 _SQRT_HALF = _constant(0.7071067811865476)
 # The float constants above (the tests read them) as operands; the halves of the first
@@ -483,6 +423,10 @@ def sincos(x: Any) -> DD:
         return sin, cos
     # NaN fails both comparisons.
     lowest, highest = flat.min(), flat.max()
+    compiled = _compiled(flat.size)
+    if compiled is not None and lowest > -_FAST_REDUCTION_LIMIT and highest < _FAST_REDUCTION_LIMIT:
+        compiled.sincos(flat, flat_sin, flat_cos)
+        return sin, cos
     large = np.empty(0, dtype=np.intp)
     if not (lowest > -_FAST_REDUCTION_LIMIT and highest < _FAST_REDUCTION_LIMIT):
         if not np.all(np.isfinite(flat)):
@@ -512,6 +456,31 @@ def sincos(x: Any) -> DD:
         _sincos_into(rh, rl, s, c, buffers)
         _to_quadrant(quadrant, s.view(np.uint64), c.view(np.uint64), buffers[28:31])
     return sin, cos
+
+
+# -- Compiled ---------------------------------------------------------------------------
+
+_COMPILED_FROM = 256
+"""Elements from which :mod:`anyrope._hostmath_numba` runs instead, when numba is
+installed (its first use in a process loads or compiles it: not worth it for a few)."""
+
+
+def _compiled(size: int) -> Any:
+    """:mod:`anyrope._hostmath_numba` for an array of ``size`` elements, or ``None``."""
+    if size < _COMPILED_FROM:
+        return None
+    return _compiled_module()
+
+
+@functools.cache
+def _compiled_module() -> Any:
+    if importlib.util.find_spec("numba") is None:
+        return None
+    try:
+        from . import _hostmath_numba
+    except ImportError:  # a numba that cannot load here: the NumPy code gives the same bits
+        return None
+    return _hostmath_numba
 
 
 # -- log, exp and powers ----------------------------------------------------------------
@@ -699,11 +668,20 @@ def power(x: Any, numerator: Any, denominator: Any) -> Float64:
         raise ValueError("power needs a positive finite base")
     num = np.asarray(numerator, dtype=np.float64)
     den = np.asarray(denominator, dtype=np.float64)
-    lh, ll = _log_dd(x)
     shape = np.broadcast_shapes(x.shape, num.shape, den.shape)
     result = np.empty(shape)
     if not result.size:
         return result
+    compiled = _compiled(result.size)
+    if compiled is not None:
+        # The log of each base once, as below; the rest element by element.
+        flat_x = x.reshape(-1)
+        log_hi, log_lo = np.empty(flat_x.shape), np.empty(flat_x.shape)
+        compiled.log(flat_x, log_hi, log_lo)
+        parts = (log_hi.reshape(x.shape), log_lo.reshape(x.shape), num, den)
+        compiled.power(*[np.broadcast_to(a, shape).ravel() for a in parts], result.reshape(-1))
+        return result if result.ndim else result[()]
+    lh, ll = _log_dd(x)
     # The log, the numerators and the denominators have the shapes of the arguments (a
     # row, a column): split them once. Where all the lower halves of num or den are zero
     # (integers below 2**26, the usual exponents), the products with them are left out.

@@ -10,6 +10,7 @@ default that would change the model.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -398,8 +399,15 @@ class RopeScaling:
                 f"rope_type={self.rope_type!r} has the same frequencies for many lengths; "
                 "use frequencies()"
             )
-        _, factor = method.frequencies(self, rotary_dim, base, None)
-        return method.frequencies_per_length(self, rotary_dim, base, lengths), factor
+        many = method.frequencies_per_length(self, rotary_dim, base, lengths)
+        return many, _attention_factor(self, rotary_dim, base)
+
+
+@functools.lru_cache(maxsize=64)
+def _attention_factor(scaling: RopeScaling, rotary_dim: int, base: float) -> float:
+    """The attention factor of a method whose frequencies change with every length (the
+    same for all lengths): computed once, not with every block of lengths."""
+    return _method(scaling.rope_type).frequencies(scaling, rotary_dim, base, None)[1]
 
 
 def _rope_type(scaling: Mapping[str, Any]) -> _registry.Method:

@@ -1,0 +1,97 @@
+"""The constants of the host math, computed from integers (see :mod:`anyrope._hostmath`).
+
+pi and log 2 come from their series in integer arithmetic, the Taylor coefficients from
+exact fractions; each is rounded to float64 (or split into non-overlapping float64 parts)
+once, here, so nothing depends on a library's rounding of a transcendental function.
+:mod:`anyrope._hostmath` and its compiled twin :mod:`anyrope._hostmath_numba` both read
+them from this module.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from fractions import Fraction
+
+
+def _arctan_inverse(n: int, bits: int) -> int:
+    """``floor(atan(1/n) * 2**bits)`` within a few units, by its Taylor series."""
+    scale = 1 << (bits + 16)
+    total, power, k, sign = 0, scale // n, 1, 1
+    while power:
+        total += sign * (power // k)
+        power //= n * n
+        k += 2
+        sign = -sign
+    return total >> 16
+
+
+@functools.cache
+def pi(bits: int) -> Fraction:
+    """pi to ``bits`` bits by Machin's formula ``pi/4 = 4 atan(1/5) - atan(1/239)``."""
+    guard = bits + 32
+    scaled = 4 * (4 * _arctan_inverse(5, guard) - _arctan_inverse(239, guard))
+    return Fraction(scaled, 1 << guard)
+
+
+def _ln2(bits: int) -> Fraction:
+    """log 2 to ``bits`` bits: ``2 atanh(1/3) = sum 2 / ((2k+1) 3**(2k+1))``."""
+    scale = 1 << (bits + 16)
+    total, power, k = 0, scale // 3, 1
+    while power:
+        total += power // k
+        power //= 9
+        k += 2
+    return Fraction(2 * total >> 16, 1 << bits)
+
+
+def expansion(value: Fraction, terms: int) -> tuple[float, ...]:
+    """Non-overlapping float64 values whose sum is ``value`` to ``53 * terms`` bits."""
+    parts = []
+    for _ in range(terms):
+        part = float(value)
+        parts.append(part)
+        value -= Fraction(part)
+    return tuple(parts)
+
+
+def _truncated(value: Fraction, bits: int) -> float:
+    """``value`` in [0.5, 1) cut to ``bits`` significant bits, so small multiples are exact."""
+    scale = 1 << bits
+    return float(Fraction(math.floor(value * scale), scale))
+
+
+def _taylor(
+    first: int, step: int, count: int, coefficient: Callable[[int], Fraction]
+) -> tuple[float, ...]:
+    return tuple(float(coefficient(first + step * j)) for j in range(count))
+
+
+def _alternating_inverse_factorial(n: int) -> Fraction:
+    """The coefficient of ``r**n`` in the Taylor series of sin (odd n) or cos (even n)."""
+    return Fraction(-1 if (n // 2) % 2 else 1, math.factorial(n))
+
+
+PI = pi(300)
+PIO2 = expansion(PI / 2, 4)
+TWO_OVER_PI = float(2 / PI)
+LN2 = _ln2(200)
+# log 2 split so that e * LN2_HI is exact for every float64 exponent |e| < 2**11.
+LN2_HI = _truncated(LN2, 42)
+LN2_LO = float(LN2 - Fraction(LN2_HI))
+INV_LN2 = float(1 / LN2)
+
+# sin(r) = r - r**3/6 + r**5 S(r**2); cos(r) = 1 - r**2/2 + r**4/24 + r**6 C(r**2), |r| <= pi/4:
+# the first omitted terms are below 2**-70 of the result.
+SIN_TAIL = _taylor(5, 2, 8, _alternating_inverse_factorial)
+COS_TAIL = _taylor(6, 2, 8, _alternating_inverse_factorial)
+# exp(r) = 1 + r + r**2/2 + r**3/6 + r**4 * E(r), |r| <= log(2)/2.
+EXP_TAIL = _taylor(4, 1, 12, lambda n: Fraction(1, math.factorial(n)))
+# log(m) = 2s + 2s**3/3 + s**5 * L(s**2), s = (m - 1)/(m + 1), |s| <= 0.172.
+LOG_TAIL = _taylor(5, 2, 11, lambda n: Fraction(2, n))
+# Double-doubles.
+SIXTH = expansion(Fraction(1, 6), 2)
+MINUS_SIXTH = expansion(Fraction(-1, 6), 2)
+TWENTY_FOURTH = expansion(Fraction(1, 24), 2)
+TWO_THIRDS = expansion(Fraction(2, 3), 2)
