@@ -20,8 +20,10 @@ ulp of the exact value and almost always the correctly rounded float64
   ``log(m * 2**e) = e log 2 + 2 atanh((m - 1)/(m + 1))`` and ``exp`` by ``log 2``
   reduction, both as Taylor series.
 
-The constants (``pi``, ``log 2``, Taylor coefficients) are computed here from integers,
-so nothing depends on a library's rounding of a transcendental function.
+The constants (``pi``, ``log 2``, Taylor coefficients) are computed from integers in
+:mod:`anyrope._hostmath_constants`, so nothing depends on a library's rounding of a
+transcendental function. From :data:`_COMPILED_FROM` elements on, when numba is
+installed, :mod:`anyrope._hostmath_numba` runs the same operations compiled.
 
 Each operation is one NumPy ufunc call over a block of elements, written into a buffer
 allocated once per call: an element's result does not depend on the block it is in.
@@ -46,7 +48,6 @@ DD: TypeAlias = tuple[Float64, Float64]
 _BLOCK = 8192
 """Elements per step of the loops over an array; see "Operations into buffers"."""
 
-_SPLITTER = float(2**27 + 1)
 # Below this magnitude the three-term reduction is exact enough for every float64 (see
 # _reduce_into); above it, each element is reduced with Fractions.
 _FAST_REDUCTION_LIMIT = float(2**33)
@@ -111,7 +112,7 @@ def _buffers(length: int, count: int) -> list[Float64]:
     return [row[:length] for row in block]
 
 
-_SPLITTER_0D = _constant(_SPLITTER)
+_SPLITTER_0D = _constant(constants.SPLITTER)
 
 
 def _split_into(a: Any, *, out: DD) -> None:
@@ -238,7 +239,7 @@ _MINUS_SIXTH = _dd_constant(constants.MINUS_SIXTH)
 _TWENTY_FOURTH = _dd_constant(constants.TWENTY_FOURTH)
 _TWO_THIRDS = _dd_constant(constants.TWO_THIRDS)
 _ONE, _HALF, _TWO, _THREE, _MINUS_HALF = _constants((1.0, 0.5, 2.0, 3.0, -0.5))
-_SQRT_HALF = _constant(0.7071067811865476)
+_SQRT_HALF = _constant(constants.SQRT_HALF)
 # The float constants above (the tests read them) as operands; the halves of the first
 # three parts of pi/2.
 _TWO_OVER_PI_0D = _constant(_TWO_OVER_PI)
@@ -423,12 +424,13 @@ def sincos(x: Any) -> DD:
         return sin, cos
     # NaN fails both comparisons.
     lowest, highest = flat.min(), flat.max()
+    fast = lowest > -_FAST_REDUCTION_LIMIT and highest < _FAST_REDUCTION_LIMIT
     compiled = _compiled(flat.size)
-    if compiled is not None and lowest > -_FAST_REDUCTION_LIMIT and highest < _FAST_REDUCTION_LIMIT:
+    if compiled is not None and fast:
         compiled.sincos(flat, flat_sin, flat_cos)
         return sin, cos
     large = np.empty(0, dtype=np.intp)
-    if not (lowest > -_FAST_REDUCTION_LIMIT and highest < _FAST_REDUCTION_LIMIT):
+    if not fast:
         if not np.all(np.isfinite(flat)):
             raise ValueError("sincos needs finite angles; got inf or nan")
         large = np.flatnonzero(~(np.abs(flat) < _FAST_REDUCTION_LIMIT))

@@ -73,6 +73,10 @@ def _alternating_inverse_factorial(n: int) -> Fraction:
     return Fraction(-1 if (n // 2) % 2 else 1, math.factorial(n))
 
 
+SPLITTER = float(2**27 + 1)
+"""Dekker's splitter: ``t = SPLITTER a`` gives the halves ``t - (t - a)`` and the rest."""
+SQRT_HALF = 0.7071067811865476
+"""The float64 nearest sqrt(1/2): log's mantissas below it are doubled (|s| <= 0.172)."""
 PI = pi(300)
 PIO2 = expansion(PI / 2, 4)
 TWO_OVER_PI = float(2 / PI)

@@ -35,18 +35,19 @@ from ._hostmath_constants import (
     PIO2,
     SIN_TAIL,
     SIXTH,
+    SPLITTER,
+    SQRT_HALF,
     TWENTY_FOURTH,
     TWO_OVER_PI,
     TWO_THIRDS,
 )
 
-_SPLITTER = float(2**27 + 1)
 _P0, _P1, _P2, _P3 = PIO2
 
 
 @njit(inline="always")
 def _split(a: float) -> tuple[float, float]:
-    t = _SPLITTER * a
+    t = SPLITTER * a
     hi = t - (t - a)
     return hi, a - hi
 
@@ -130,7 +131,7 @@ def log(x: Any, hi: Any, lo: Any) -> None:
     """``log(x)`` of the 1-d ``x`` (positive, finite) in double-double, into ``hi``, ``lo``."""
     for i in range(x.size):
         m, e = math.frexp(x[i])
-        low = m < 0.7071067811865476
+        low = m < SQRT_HALF
         if low:
             m = m * 2.0
         exponent = float(e - 1 if low else e)

@@ -141,10 +141,10 @@ class Plan:
     def with_positions_read(self) -> Plan:
         """This plan with its positions read and range-checked on the host (a device
         synchronisation), for the paths that index the tables on the host's word."""
+        # The tables stay: positions go unread only where the frequencies do not depend
+        # on the largest position (TableSource.unread_bound).
         where = tuple(read(stream, self.xp) for stream in self.where)
-        tables = self.source.for_length(max(stream.stop for stream in where))
-        tables = tables.undoing() if self.undo else tables
-        return self._replaced(where=where, tables=tables, unread=False)
+        return self._replaced(where=where, unread=False)
 
     def template(self) -> Plan:
         """This plan without the call's arrays (nor an array of positions), to be kept

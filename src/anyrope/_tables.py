@@ -198,10 +198,10 @@ class TableCache:
         self.attention_factor = attention_factor
         self.amplitude = amplitude
         self.undo = undo
+        """Whether the tables divide by the attention factor (those of inverse=True)."""
         self.capacity = capacity
         """Rows built at once, at the first use on a device (``max_positions``), even
         beyond :data:`MAX_CACHED_ENTRIES`; 0 for none."""
-        """Whether the tables divide by the attention factor (those of inverse=True)."""
         self._undoing: TableCache | None = None
         self._seed = seed
         self.block = None if seed is None else seed[0]

@@ -14,14 +14,14 @@ import functools
 import operator
 import threading
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import Any, NamedTuple
 
 import array_api_compat
 
 from ..._namespace import Array, Namespace
 from ..._plan import Plan
 from ..._positions import Positions
-from ..._tables import Rows, generation
+from ..._tables import Rows, TableCache, generation
 from .launches import Launch, LaunchTemplate, Operand, launch_templates
 
 __all__ = ["Launcher", "launch_on_device", "rotate_raw"]
@@ -80,15 +80,16 @@ def rotate_raw(
         # The plans of one geometry share their memo (Plan.memo): its templates need no
         # geometry in their key, nor the caller's positions (reshaped the same way).
         cache = plan.memo.setdefault(NAME, {})
-        if positions is not None and positions is not where.array:
-            key += _geometry(operand(positions), positions)
+        positions_vary = positions is not None and positions is not where.array
     else:
-        # Gradients flowing back, whose strides are their own.
+        # Gradients flowing back, whose strides are their own (their addresses are in
+        # the alignment above).
         cache = _templates
-        inputs = [operand(x) for x in arrays]
+        inputs = [operand(x)[1:] for x in arrays]  # shape and strides
         key = (plan.dtype, plan.axes.layout, plan.rotary_dim, plan.interleaved, *inputs, key)
-        if positions is not None:
-            key += _geometry(operand(positions), positions)
+        positions_vary = positions is not None
+    if positions_vary:
+        key += _geometry(operand(positions), positions)
     templates = cache.get(key)
     if templates is None:
         pos = None if positions is None else operand(positions)
@@ -205,22 +206,38 @@ def _tables(
     replaced alive until then.
     """
     tables, memo = plan.tables, plan.memo
-    seen = memo.get(_TABLES)
-    if seen is not None and seen[0] == generation() and seen[1] is tables and where.stop <= seen[6]:
-        _, _, cos, sin, cos_ptr, sin_ptr, table_rows = seen
-        rows = Rows(cos, sin, where.array, 0 if where.array is not None else where.offset)
-        return rows, cos_ptr, sin_ptr, table_rows
+    seen: _SeenTables | None = memo.get(_TABLES)
+    if (
+        seen is not None
+        and seen.generation == generation()
+        and seen.tables is tables
+        and where.stop <= seen.rows
+    ):
+        rows = Rows(seen.cos, seen.sin, where.array, 0 if where.array is not None else where.offset)
+        return rows, seen.cos_ptr, seen.sin_ptr, seen.rows
     built = generation()
     rows = tables.rows(where, plan.xp, plan.device, plan.table_dtype)
     cos_ptr, sin_ptr, table_rows = address(rows.cos), address(rows.sin), int(rows.cos.shape[0])
     by_position = rows.offset == where.offset if where.array is None else rows.row_of is where.array
     if tables.block is None and by_position:
-        memo[_TABLES] = (built, tables, rows.cos, rows.sin, cos_ptr, sin_ptr, table_rows)
+        memo[_TABLES] = _SeenTables(built, tables, rows.cos, rows.sin, cos_ptr, sin_ptr, table_rows)
     return rows, cos_ptr, sin_ptr, table_rows
 
 
 _TABLES = "cuda tables"
 """The key of the remembered tables in :attr:`anyrope._plan.Plan.memo`."""
+
+
+class _SeenTables(NamedTuple):
+    """Tables a call of a geometry read, for the next (see :func:`_tables`)."""
+
+    generation: int
+    tables: TableCache
+    cos: Array
+    sin: Array
+    cos_ptr: int
+    sin_ptr: int
+    rows: int
 
 
 def _geometry(op: Operand, x: Array) -> tuple[object, ...]:
