@@ -14,18 +14,25 @@ their cos/sin exactly as the eager path does (float64 with NumPy, rounded once).
 table entry depends only on its own position, so the gathered values are the same bits
 as in eager mode. Offsets given as Python ints and concrete arrays need no callback.
 
+Concrete under a trace: inside ``jit`` every ``jax.numpy`` operation is staged into the
+graph, even on concrete arrays. The work done on the host's word (checking concrete
+positions, building the tables) runs under :func:`outside_trace`, so that it is
+computed at once and enters the graph as constants: nothing built from a tracer is kept
+(the table caches outlive every trace) nor read on the host.
+
 This module is imported only for JAX arrays, when JAX is already in ``sys.modules``.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
 import array_api_compat
 import numpy as np
 
-from ._namespace import Array
+from ._namespace import Array, Namespace
 from ._validation import MAX_POSITION
 
 
@@ -36,6 +43,19 @@ def is_traced(x: Array) -> bool:
     import jax
 
     return isinstance(x, jax.core.Tracer)
+
+
+def outside_trace(xp: Namespace) -> contextlib.AbstractContextManager[Any]:
+    """A context in which JAX computes operations on concrete arrays at once, even inside
+    a trace (``jax.ensure_compile_time_eval``): their results are concrete arrays, which a
+    cache may keep and a check may read. Operations on traced arrays are still traced.
+    Nothing for other libraries.
+    """
+    if not array_api_compat.is_jax_namespace(xp):
+        return contextlib.nullcontext()
+    import jax
+
+    return jax.ensure_compile_time_eval()
 
 
 def on_host(
@@ -73,6 +93,26 @@ def back_to_jax(results: tuple[Array, ...], *, like: tuple[Array, ...]) -> tuple
     )
 
 
+def when_run(
+    compute: Callable[[np.ndarray[Any, Any]], tuple[np.ndarray[Any, Any], ...]],
+    values: Array,
+    outputs: tuple[tuple[tuple[int, ...], np.dtype[Any]], ...],
+) -> tuple[Array, ...]:
+    """Arrays of the ``outputs`` (shape and dtype of each) that ``compute`` makes on the
+    host from the concrete ``values`` when the compiled function runs
+    (``jax.pure_callback``); an error ``compute`` raises is raised then.
+
+    ``compute`` must work value by value: under ``vmap`` it receives the whole batch.
+    """
+    import jax
+
+    def on_host(concrete: Any) -> tuple[np.ndarray[Any, Any], ...]:
+        return tuple(np.asarray(a) for a in compute(np.asarray(concrete)))
+
+    results = tuple(jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in outputs)
+    return tuple(jax.pure_callback(on_host, results, values, vmap_method="expand_dims"))
+
+
 def host_callback(
     build: Callable[[np.ndarray[Any, Any]], tuple[np.ndarray[Any, Any], ...]],
     positions: Array,
@@ -85,16 +125,14 @@ def host_callback(
     Out-of-range positions cannot be reported while tracing; the callback raises a
     ``ValueError`` when the compiled function runs (JAX re-raises it as a runtime error).
     """
-    import jax
 
     def checked(values: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], ...]:
-        host = np.asarray(values, dtype=np.int64)
+        host = values.astype(np.int64)
         if host.size and (int(host.min()) < 0 or int(host.max()) >= MAX_POSITION):
             raise ValueError(
                 f"`positions` must lie in [0, 2**53); got values in [{host.min()}, {host.max()}]"
             )
-        return tuple(np.asarray(a) for a in build(host))
+        return build(host)
 
-    result = jax.ShapeDtypeStruct(shape, dtype)
-    cos, sin = jax.pure_callback(checked, (result, result), positions, vmap_method="expand_dims")
+    cos, sin = when_run(checked, positions, ((shape, dtype), (shape, dtype)))
     return cos, sin

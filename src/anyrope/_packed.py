@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ._jax import is_traced
 from ._namespace import Array, Namespace, device_of, to_host
 from ._offsets import Offsets
 from ._positions import check_integer_array
@@ -26,6 +27,12 @@ from ._validation import MAX_POSITION, describe
 
 def _host_integers(values: Array, name: str, xp: Namespace, x: Array) -> np.ndarray[Any, Any]:
     check_integer_array(values, name, xp, x)
+    if is_traced(values):
+        raise TypeError(
+            f"with layout='thd', `{name}` must be concrete: its values place every token, and "
+            "jax.jit traces it (an argument of the jitted function); close over a concrete "
+            "array instead, or pass per-token positions as `positions` without layout='thd'"
+        )
     if values.ndim != 1:
         raise ValueError(f"`{name}` must be one-dimensional; got shape {tuple(values.shape)}")
     return to_host(values).astype(np.int64)

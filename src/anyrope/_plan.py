@@ -14,6 +14,7 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
+from ._jax import outside_trace
 from ._layout import Axes, axes_of, place_tables, range_table_shape
 from ._memory import extent, has_internal_overlap, may_overlap
 from ._mrope import resolve_streams
@@ -197,7 +198,8 @@ def make_plan(
             check_tensor(x, name)
     if layout == "thd":
         # A packed batch is one sequence whose positions restart at each cu_seqlens entry.
-        positions = packed_positions(cu_seqlens, positions, x=arrays[0], xp=xp)
+        with outside_trace(xp):
+            positions = packed_positions(cu_seqlens, positions, x=arrays[0], xp=xp)
         layout = "bshd"
     elif cu_seqlens is not None:
         raise ValueError(f"`cu_seqlens` needs layout='thd'; got layout={layout!r}")
@@ -207,7 +209,9 @@ def make_plan(
     _check_same_tokens(arrays, names, axes)
     if inplace:
         _check_writable(arrays, names)
-    where = _positions(source, positions, xp, arrays[0], axes[0])
+    # Concrete positions stay concrete inside a jax.jit trace: read, checked, constants.
+    with outside_trace(xp):
+        where = _positions(source, positions, xp, arrays[0], axes[0])
     requires_grad = False
     if torch:
         from ._torch import requires_grad as torch_requires_grad

@@ -20,6 +20,7 @@ import numpy as np
 
 from ._amplitude import Amplitude
 from ._hostmath import sincos
+from ._jax import outside_trace
 from ._mrope import join_sections
 from ._namespace import Array, Namespace, to_host
 from ._positions import Positions
@@ -290,7 +291,9 @@ class TableCache:
                 amplitude=self.amplitude,
                 undo=self.undo,
             )
-        return xp.asarray(cos, device=device), xp.asarray(sin, device=device)
+        # Concrete even inside a jax.jit trace: the caches keep these past the trace.
+        with outside_trace(xp):
+            return xp.asarray(cos, device=device), xp.asarray(sin, device=device)
 
     def get(
         self, stop: int, xp: Namespace, device: Any, dtype: np.dtype[Any]
@@ -332,7 +335,8 @@ class TableCache:
         with self._lock:
             entry = self._wide.get(key)
             if entry is None or entry[2] < stop:
-                entry = (*widen(cos, sin, interleaved, xp), int(cos.shape[0]))
+                with outside_trace(xp):
+                    entry = (*widen(cos, sin, interleaved, xp), int(cos.shape[0]))
                 self._wide[key] = entry
                 _generation += 1
         return entry[0], entry[1]
@@ -500,7 +504,8 @@ class Ahead:
                 entry = self._tables.get(key)
                 if entry is None:
                     cos, sin = self.cos.astype(dtype), self.sin.astype(dtype)
-                    entry = (xp.asarray(cos, device=device), xp.asarray(sin, device=device))
+                    with outside_trace(xp):
+                        entry = (xp.asarray(cos, device=device), xp.asarray(sin, device=device))
                     self._tables[key] = entry
                     _generation += 1
         return entry
@@ -517,7 +522,8 @@ class Ahead:
             with self._lock:
                 entry = self._wide.get(key)
                 if entry is None:
-                    entry = widen(cos, sin, interleaved, xp)
+                    with outside_trace(xp):
+                        entry = widen(cos, sin, interleaved, xp)
                     self._wide[key] = entry
                     _generation += 1
         return entry

@@ -2,7 +2,8 @@
 
 Computed like the RoPE tables (numerics.md, section 2): angles, sines and cosines in
 float64 with NumPy on the host, rounded once to float32 (float64 for float64 output),
-then moved to the caller's library and device.
+then moved to the caller's library and device. JAX positions traced by ``jit`` are
+encoded the same way, on the host, when the compiled function runs.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 
 from ._frequencies import default_inv_freq
 from ._hostmath import sincos
+from ._jax import is_traced, when_run
 from ._namespace import (
     Array,
     Namespace,
@@ -89,6 +91,9 @@ def sinusoidal(
         xp = namespace_of(positions, xp=xp, argument="positions")
         if not xp.isdtype(positions.dtype, "integral"):
             raise TypeError(f"`positions` must have an integer dtype; got {describe(positions)}")
+        if is_traced(positions):
+            _check_dtype(xp, dtype)
+            return _encoded_when_run(positions, dim, base=base, dtype=dtype)
         if device is None:
             device = device_of(positions)
         host = np.asarray(to_host(positions), dtype=np.int64)
@@ -97,10 +102,27 @@ def sinusoidal(
                 "`positions` must be below 2**53 in magnitude, beyond which float64 cannot "
                 f"represent every integer; got a maximum of {int(np.max(np.abs(host)))}"
             )
-    if not is_real_floating(xp, dtype):
-        raise TypeError(f"`dtype` must be a real floating dtype; got {dtype!r}")
+    _check_dtype(xp, dtype)
 
     angles = host.astype(np.float64)[..., None] * default_inv_freq(dim, base)
     table = np.stack(sincos(angles), axis=-1).reshape((*host.shape, dim))
     out = xp.asarray(table.astype(table_dtype(xp, dtype)), device=device)
     return xp.astype(out, dtype, copy=False)
+
+
+def _check_dtype(xp: Namespace, dtype: Any) -> None:
+    if not is_real_floating(xp, dtype):
+        raise TypeError(f"`dtype` must be a real floating dtype; got {dtype!r}")
+
+
+def _encoded_when_run(positions: Array, dim: int, *, base: float, dtype: Any) -> Array:
+    """The encoding of JAX ``positions`` traced by ``jit``: computed on the host by the
+    NumPy path when the compiled function runs (the same bits as an eager call; an
+    out-of-range position raises then)."""
+    host_dtype = np.dtype(dtype)
+
+    def compute(values: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any]]:
+        return (sinusoidal(values, dim, base=base, dtype=host_dtype),)
+
+    (encoding,) = when_run(compute, positions, (((*positions.shape, dim), host_dtype),))
+    return encoding
