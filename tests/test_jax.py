@@ -6,6 +6,8 @@ contract does not cover (numerics.md, section 4): there the promise is one ulp.
 
 from __future__ import annotations
 
+import functools
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -206,3 +208,112 @@ def test_transforms_with_concrete_positions(transform):
     else:
         got = jax.checkpoint(f)(x)
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-6)
+
+
+# A trace must leave nothing behind: the table caches outlive it, so what they keep is
+# built outside it (concrete arrays that enter a jitted function as constants). Each
+# setting fills another cache: tables, windows far away, dynamic-NTK blocks, xPos, undo.
+ROTATIONS = {
+    "default": (lambda: anyrope.RoPE(16).rotate, 3),
+    "yarn-inverse": (
+        lambda: functools.partial(
+            anyrope.RoPE(
+                16, scaling={"rope_type": "yarn", "factor": 4.0}, max_position_embeddings=64
+            ).rotate,
+            inverse=True,
+        ),
+        3,
+    ),
+    "xpos-keys": (lambda: anyrope.XPos(16).rotate_keys, 3),
+    "far-window": (lambda: anyrope.RoPE(16).rotate, 2**40),
+    "dynamic-past-context": (
+        lambda: (
+            anyrope.RoPE(
+                16, scaling={"rope_type": "dynamic", "factor": 2.0}, max_position_embeddings=8
+            ).rotate
+        ),
+        20,
+    ),
+}
+
+
+def _assert_jit_matches_numpy(rotate, x, offset, got):
+    expected = rotate(np.asarray(x), offset)
+    assert got.dtype == x.dtype
+    assert _within_one_ulp_of_fma(x, got, expected, rotary_dim=16, interleaved=False)
+
+
+@pytest.mark.parametrize("name", list(ROTATIONS))
+def test_jit_traces_again_after_a_trace(name):
+    """New shapes (a decode step among them), dtypes, jitted functions, changing static
+    offsets and eager calls after a first trace each get their own call's tables: within
+    one ulp of NumPy under jit, NumPy's bits eagerly."""
+    make, offset = ROTATIONS[name]
+    rotate = make()
+    rng = np.random.default_rng(4)
+
+    def inputs(shape, dtype=np.float32):
+        return jnp.asarray(rng.standard_normal(shape).astype(dtype))
+
+    step = jax.jit(lambda a: rotate(a, offset))
+    for shape in [(2, 6, 3, 16), (1, 9, 3, 16), (3, 2, 16), (2, 1, 3, 16)]:
+        x = inputs(shape)
+        _assert_jit_matches_numpy(rotate, x, offset, step(x))
+    x = inputs((1, 5, 2, 16), ml_dtypes.bfloat16)
+    _assert_jit_matches_numpy(rotate, x, offset, step(x))
+    other = jax.jit(lambda a: rotate(a, offset) * 1)
+    x = inputs((2, 1, 1, 16))
+    _assert_jit_matches_numpy(rotate, x, offset, other(x))
+    moving = jax.jit(rotate, static_argnums=1)
+    for at in (offset, offset + 1, offset + 700):
+        _assert_jit_matches_numpy(rotate, x, at, moving(x, at))
+    eager = rotate(x, offset + 1)
+    np.testing.assert_array_equal(_bits(eager), _bits(rotate(np.asarray(x), offset + 1)))
+    # Eager transformations trace too, with the tables of a jitted call.
+    _assert_jit_matches_numpy(rotate, x, offset, jax.vmap(lambda a: rotate(a, offset))(x))
+    cotangent = inputs(x.shape)
+    grad = jax.grad(lambda a: jnp.sum(rotate(a, offset) * cotangent))(x)
+    # The gradient is the transpose: <grad, x> = <cotangent, rotate(x)>.
+    forward = np.asarray(rotate(np.asarray(x), offset), dtype=np.float64)
+    np.testing.assert_allclose(
+        np.vdot(np.asarray(grad, dtype=np.float64), np.asarray(x, dtype=np.float64)),
+        np.vdot(np.asarray(cotangent, dtype=np.float64), forward),
+        rtol=1e-5,
+    )
+
+
+def test_functional_api_traces_again_after_a_trace():
+    anyrope.clear_cache()
+    rng = np.random.default_rng(5)
+    step = jax.jit(lambda a: anyrope.rotate(a, 3))
+    for shape in [(2, 6, 3, 16), (1, 9, 3, 16)]:
+        x = jnp.asarray(rng.standard_normal(shape).astype(np.float32))
+        expected = anyrope.rotate(np.asarray(x), 3)
+        assert _within_one_ulp_of_fma(x, step(x), expected, rotary_dim=16, interleaved=False)
+    qk = jax.jit(lambda q, k: anyrope.rotate_qk(q, k, 3))
+    q, k = (jnp.asarray(rng.standard_normal((1, 7, h, 16)).astype(np.float32)) for h in (4, 2))
+    expected = anyrope.rotate_qk(np.asarray(q), np.asarray(k), 3)
+    for x, got, want in zip((q, k), qk(q, k), expected, strict=True):
+        assert _within_one_ulp_of_fma(x, got, want, rotary_dim=16, interleaved=False)
+
+
+@pytest.mark.parametrize("decode_positions", ["static", "traced"])
+def test_jit_prefill_then_jit_decode(decode_positions):
+    """The usual generation loop: a jitted prefill, then a jitted decode step per token."""
+    rope = anyrope.RoPE(16)
+    rng = np.random.default_rng(6)
+    prompt = jnp.asarray(rng.standard_normal((2, 6, 4, 16)).astype(np.float32))
+    prefill = jax.jit(lambda q: rope.rotate(q, 0))
+    expected = rope.rotate(np.asarray(prompt), 0)
+    assert _within_one_ulp_of_fma(
+        prompt, prefill(prompt), expected, rotary_dim=16, interleaved=False
+    )
+    if decode_positions == "static":
+        decode = jax.jit(rope.rotate, static_argnums=1)
+    else:
+        decode = jax.jit(lambda q, at: rope.rotate(q, anyrope.Offsets(at)))
+    for at in range(6, 10):
+        token = jnp.asarray(rng.standard_normal((2, 1, 4, 16)).astype(np.float32))
+        got = decode(token, at if decode_positions == "static" else jnp.asarray([at, at]))
+        expected = rope.rotate(np.asarray(token), at)
+        assert _within_one_ulp_of_fma(token, got, expected, rotary_dim=16, interleaved=False)
