@@ -317,3 +317,99 @@ def test_jit_prefill_then_jit_decode(decode_positions):
         got = decode(token, at if decode_positions == "static" else jnp.asarray([at, at]))
         expected = rope.rotate(np.asarray(token), at)
         assert _within_one_ulp_of_fma(token, got, expected, rotary_dim=16, interleaved=False)
+
+
+def _host(value):
+    """A JAX argument as the NumPy call takes it."""
+    if isinstance(value, anyrope.Offsets):
+        return anyrope.Offsets(np.asarray(value.values))
+    return np.asarray(value) if isinstance(value, jax.Array) else value
+
+
+# Concrete positions (closed over, not arguments of the jitted function) are read while
+# tracing: checked, their tables built on the host, then constants of the graph.
+CONCRETE = {
+    "batch-seq": lambda: (anyrope.RoPE(16), jnp.arange(6)[None] + 3, {}),
+    "seq": lambda: (anyrope.RoPE(16), jnp.arange(6) + 3, {}),
+    "offsets": lambda: (anyrope.RoPE(16), anyrope.Offsets(jnp.asarray([3, 9])), {}),
+    "far": lambda: (anyrope.RoPE(16), jnp.arange(6, dtype=jnp.int64) + 2**40, {}),
+    "mrope": lambda: (
+        anyrope.RoPE(16, scaling={"rope_type": "default", "mrope_section": [2, 3, 3]}),
+        jnp.stack([jnp.arange(6), jnp.arange(6) // 2, jnp.arange(6) % 2])[:, None],
+        {},
+    ),
+    "axial": lambda: (
+        anyrope.RoPE(16, scaling={"rope_type": "axial"}),
+        jnp.stack([jnp.arange(6) // 3, jnp.arange(6) % 3], axis=-1),
+        {},
+    ),
+    "dynamic": lambda: (
+        anyrope.RoPE(
+            16, scaling={"rope_type": "dynamic", "factor": 2.0}, max_position_embeddings=4
+        ),
+        jnp.arange(6)[None] + 3,
+        {},
+    ),
+    "thd": lambda: (
+        anyrope.RoPE(16),
+        None,
+        {"layout": "thd", "cu_seqlens": jnp.asarray([0, 2, 6])},
+    ),
+    "thd-offsets": lambda: (
+        anyrope.RoPE(16),
+        jnp.asarray([5, 70]),
+        {"layout": "thd", "cu_seqlens": jnp.asarray([0, 2, 6])},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(CONCRETE))
+def test_concrete_positions_under_jit_need_no_callback(name):
+    with jax.enable_x64(name == "far"):
+        rope, positions, options = CONCRETE[name]()
+        shape = (6, 2, 16) if options else (2, 6, 2, 16)
+        x = jnp.asarray(np.random.default_rng(7).standard_normal(shape).astype(np.float32))
+
+        def step(a):
+            return rope.rotate(a, positions, **options)
+
+        assert "callback" not in str(jax.make_jaxpr(step)(x))
+        got = jax.jit(step)(x)
+        expected = rope.rotate(
+            np.asarray(x), _host(positions), **{k: _host(v) for k, v in options.items()}
+        )
+    assert _within_one_ulp_of_fma(x, got, expected, rotary_dim=16, interleaved=False)
+
+
+@pytest.mark.parametrize("argument", ["cu_seqlens", "positions"])
+def test_traced_packed_lengths_are_a_clear_error(argument):
+    x = jnp.ones((6, 2, 16), dtype=jnp.float32)
+    values = {"cu_seqlens": jnp.asarray([0, 2, 6]), "positions": jnp.asarray([5, 7])}
+    traced = values.pop(argument)
+
+    def step(a, value):
+        arguments = {**values, argument: value}
+        return anyrope.rotate(
+            a, arguments.get("positions"), layout="thd", cu_seqlens=arguments["cu_seqlens"]
+        )
+
+    with pytest.raises(TypeError, match=f"`{argument}` must be concrete"):
+        jax.jit(step)(x, traced)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_sinusoidal_with_traced_positions_equals_numpy_bits(dtype):
+    positions = np.array([[0, 5, 4096], [10**6, 3, 2**20 + 1]])
+    expected = anyrope.sinusoidal(positions, 16, dtype=numpy_dtype(dtype))
+    encode = jax.jit(lambda p: anyrope.sinusoidal(p, 16, dtype=getattr(jnp, dtype)))
+    got = encode(jnp.asarray(positions))
+    assert got.dtype == expected.dtype
+    np.testing.assert_array_equal(_bits(got), _bits(expected))
+    rows = jax.jit(jax.vmap(lambda p: anyrope.sinusoidal(p, 16, dtype=getattr(jnp, dtype))))
+    np.testing.assert_array_equal(_bits(rows(jnp.asarray(positions))), _bits(expected))
+
+
+def test_sinusoidal_traced_positions_out_of_range_fail_when_run(x64):
+    encode = jax.jit(lambda p: anyrope.sinusoidal(p, 8, dtype=jnp.float32))
+    with pytest.raises(Exception, match=r"`positions`.*2\*\*53"):
+        encode(jnp.asarray([0, 2**60])).block_until_ready()
