@@ -49,7 +49,9 @@ def sinusoidal(
     ----------
     positions : int or array of int
         An int ``n`` means positions ``0 .. n-1``; an integer array of any shape gives the
-        positions directly (below ``2**53`` in magnitude, exact in float64).
+        positions directly (below ``2**53`` in magnitude, exact in float64). JAX positions
+        traced by ``jax.jit`` or ``jax.vmap`` are encoded on the host when the traced
+        function runs (the same bits; an out-of-range one raises then).
     dim : int
         Width of the encoding: positive and even.
     base : float, default 10000.0
