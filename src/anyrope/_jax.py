@@ -45,6 +45,10 @@ def is_traced(x: Array) -> bool:
     return isinstance(x, jax.core.Tracer)
 
 
+_NOTHING = contextlib.nullcontext()
+"""The context of the other libraries (reentrant, so one serves every call)."""
+
+
 def outside_trace(xp: Namespace) -> contextlib.AbstractContextManager[Any]:
     """A context in which JAX computes operations on concrete arrays at once, even inside
     a trace (``jax.ensure_compile_time_eval``): their results are concrete arrays, which a
@@ -52,7 +56,7 @@ def outside_trace(xp: Namespace) -> contextlib.AbstractContextManager[Any]:
     Nothing for other libraries.
     """
     if not array_api_compat.is_jax_namespace(xp):
-        return contextlib.nullcontext()
+        return _NOTHING
     import jax
 
     return jax.ensure_compile_time_eval()
