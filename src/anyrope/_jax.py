@@ -59,7 +59,8 @@ def outside_trace(xp: Namespace) -> contextlib.AbstractContextManager[Any]:
         return _NOTHING
     import jax
 
-    return jax.ensure_compile_time_eval()
+    evaluate: contextlib.AbstractContextManager[Any] = jax.ensure_compile_time_eval()
+    return evaluate
 
 
 def on_host(
