@@ -413,3 +413,14 @@ def test_sinusoidal_traced_positions_out_of_range_fail_when_run(x64):
     encode = jax.jit(lambda p: anyrope.sinusoidal(p, 8, dtype=jnp.float32))
     with pytest.raises(Exception, match=r"`positions`.*2\*\*53"):
         encode(jnp.asarray([0, 2**60])).block_until_ready()
+
+
+def test_rope_tables_of_concrete_positions_under_jit_and_traced_ones_a_clear_error():
+    rope = anyrope.RoPE(16)
+    positions = jnp.asarray([[0, 7, 4096]])
+    cos, sin = jax.jit(lambda: rope.tables(positions, dtype=jnp.float32))()
+    expected = rope.tables(np.asarray(positions), dtype=np.float32)
+    np.testing.assert_array_equal(_bits(cos), _bits(expected[0]))
+    np.testing.assert_array_equal(_bits(sin), _bits(expected[1]))
+    with pytest.raises(TypeError, match="`positions` of RoPE.tables must be concrete"):
+        jax.jit(lambda p: rope.tables(p, dtype=jnp.float32))(positions)

@@ -10,6 +10,7 @@ import array_api_compat
 import numpy as np
 
 from . import _mrope, _pipeline, _slices
+from ._jax import is_traced
 from ._lazy import torch_op
 from ._namespace import Array, Namespace, device_of, is_real_floating, namespace_of, to_host
 from ._qkv import join_qkv, split_qkv
@@ -796,6 +797,12 @@ class RoPE:
             xp = namespace_of(positions, xp=xp, argument="positions")
             if not xp.isdtype(positions.dtype, "integral"):  # type: ignore[attr-defined]
                 raise TypeError(f"`positions` must have an integer dtype; got {positions.dtype}")  # type: ignore[attr-defined]
+            if is_traced(positions):
+                raise TypeError(
+                    "`positions` of RoPE.tables must be concrete, as the tables are built on "
+                    "the host when it is called, and jax.jit traces it; close over a concrete "
+                    "array, or pass the traced positions to rotate or __call__ instead"
+                )
             if device is None:
                 device = device_of(positions)
             host = to_host(positions).astype(np.int64)
