@@ -422,5 +422,5 @@ def test_rope_tables_of_concrete_positions_under_jit_and_traced_ones_a_clear_err
     expected = rope.tables(np.asarray(positions), dtype=np.float32)
     np.testing.assert_array_equal(_bits(cos), _bits(expected[0]))
     np.testing.assert_array_equal(_bits(sin), _bits(expected[1]))
-    with pytest.raises(TypeError, match="`positions` of RoPE.tables must be concrete"):
+    with pytest.raises(TypeError, match=r"`positions` of RoPE\.tables must be concrete"):
         jax.jit(lambda p: rope.tables(p, dtype=jnp.float32))(positions)
