@@ -11,6 +11,8 @@ import functools
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import anyrope
 from anyrope._backends import numpy_dtype
@@ -424,3 +426,39 @@ def test_rope_tables_of_concrete_positions_under_jit_and_traced_ones_a_clear_err
     np.testing.assert_array_equal(_bits(sin), _bits(expected[1]))
     with pytest.raises(TypeError, match=r"`positions` of RoPE\.tables must be concrete"):
         jax.jit(lambda p: rope.tables(p, dtype=jnp.float32))(positions)
+
+
+_SHARED = anyrope.RoPE(16, interleaved=True)
+"""One RoPE for every example below: each call meets the caches earlier traces filled."""
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    calls=st.lists(
+        st.tuples(
+            st.integers(1, 3),
+            st.integers(1, 9),
+            st.sampled_from(["offset", "concrete", "traced"]),
+            st.integers(0, 2**31 - 16),
+        ),
+        min_size=1,
+        max_size=3,
+    )
+)
+def test_jit_calls_in_any_order_match_numpy(calls):
+    """Any sequence of jitted calls on one RoPE (shapes, offsets, concrete and traced
+    positions) gives each call its own tables: within one ulp of NumPy."""
+    rng = np.random.default_rng(len(calls))
+    for batch, seq, kind, start in calls:
+        x = jnp.asarray(rng.standard_normal((batch, seq, 2, 16)).astype(np.float32))
+        positions = rng.integers(start, start + 16, size=(batch, seq)).astype(np.int32)
+        if kind == "offset":
+            got = jax.jit(lambda a, at=start: _SHARED.rotate(a, at))(x)
+            positions = np.arange(start, start + seq)
+        elif kind == "concrete":
+            concrete = jnp.asarray(positions)
+            got = jax.jit(lambda a, p=concrete: _SHARED.rotate(a, p))(x)
+        else:
+            got = jax.jit(_SHARED.rotate)(x, jnp.asarray(positions))
+        expected = _SHARED.rotate(np.asarray(x), positions)
+        assert _within_one_ulp_of_fma(x, got, expected, rotary_dim=16, interleaved=True)
