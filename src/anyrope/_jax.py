@@ -98,3 +98,10 @@ def host_callback(
     result = jax.ShapeDtypeStruct(shape, dtype)
     cos, sin = jax.pure_callback(checked, (result, result), positions, vmap_method="expand_dims")
     return cos, sin
+
+
+def has_int64() -> bool:
+    """Whether JAX has 64-bit integers (``jax_enable_x64``); without them int64 is int32."""
+    import jax
+
+    return bool(jax.config.jax_enable_x64)

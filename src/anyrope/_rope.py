@@ -798,13 +798,15 @@ class RoPE:
                 raise TypeError(f"`positions` must have an integer dtype; got {positions.dtype}")  # type: ignore[attr-defined]
             if device is None:
                 device = device_of(positions)
-            host = to_host(positions).astype(np.int64)
+            host = to_host(positions)
         if not is_real_floating(xp, dtype):
             raise TypeError(f"`dtype` must be a real floating dtype of {xp.__name__}; got {dtype}")
+        # Checked in the positions' own dtype: as int64, a uint64 above 2**63 would wrap.
         if host.size and (host.min() < 0 or host.max() >= 2**53):
             raise ValueError(
                 f"`positions` must lie in [0, 2**53); got values in [{host.min()}, {host.max()}]"
             )
+        host = host.astype(np.int64)
         cache = self._source.for_length(int(host.max()) + 1 if host.size else 0)
         if self.sections is None or not (self.axial or hasattr(positions, "shape")):
             cos, sin = cache.build(host, xp, device, np.dtype(np.float64))

@@ -91,12 +91,15 @@ def sinusoidal(
             raise TypeError(f"`positions` must have an integer dtype; got {describe(positions)}")
         if device is None:
             device = device_of(positions)
-        host = np.asarray(to_host(positions), dtype=np.int64)
-        if host.size and int(np.max(np.abs(host))) >= MAX_POSITION:
+        host = np.asarray(to_host(positions))
+        # Checked in the array's own dtype: as int64, a uint64 above 2**63 would wrap and
+        # the magnitude of -2**63 would overflow.
+        if host.size and max(-int(host.min()), int(host.max())) >= MAX_POSITION:
             raise ValueError(
                 "`positions` must be below 2**53 in magnitude, beyond which float64 cannot "
-                f"represent every integer; got a maximum of {int(np.max(np.abs(host)))}"
+                f"represent every integer; got values in [{host.min()}, {host.max()}]"
             )
+        host = host.astype(np.int64)
     if not is_real_floating(xp, dtype):
         raise TypeError(f"`dtype` must be a real floating dtype; got {dtype!r}")
 
