@@ -51,9 +51,7 @@ def test_offsets_of_every_dtype_give_the_bits_of_int64_positions(backend, dtype)
     for got, expected in zip(xpos(x, k, offsets), xpos(x, k, positions), strict=True):
         _assert_same_bits(backend, got, expected)
     qkv = _x(backend, (2, SEQ, 3, 2, 8))
-    _assert_same_bits(
-        backend, anyrope.rotate_qkv(qkv, offsets), anyrope.rotate_qkv(qkv, positions)
-    )
+    _assert_same_bits(backend, anyrope.rotate_qkv(qkv, offsets), anyrope.rotate_qkv(qkv, positions))
 
 
 @pytest.mark.parametrize(
@@ -183,7 +181,10 @@ def test_mrope_and_packed_take_a_0d_offset():
 )
 def test_packed_offsets_past_int64_are_refused_as_themselves(positions):
     packed = np.ones((3, 1, 8), np.float32)
-    with pytest.raises(ValueError, match=r"`positions`.*2\*\*53.*\b(18446744073709551615|2\*\*63|9223372036854775808)"):
+    with pytest.raises(
+        ValueError,
+        match=r"`positions`.*2\*\*53.*\b(18446744073709551615|2\*\*63|9223372036854775808)",
+    ):
         anyrope.rotate(packed, positions, layout="thd", cu_seqlens=np.array([0, 1, 3]))
 
 
@@ -196,7 +197,9 @@ def test_sinusoidal_refuses_positions_beyond_2_53_whatever_the_dtype(positions):
     with pytest.raises(ValueError, match=r"`positions` must be below 2\*\*53") as error:
         anyrope.sinusoidal(positions, 8, dtype=np.float64)
     assert str(int(positions[0])) in str(error.value)
-    with pytest.raises(ValueError, match=rf"`positions` must lie in \[0, 2\*\*53\).*{positions[0]}"):
+    with pytest.raises(
+        ValueError, match=rf"`positions` must lie in \[0, 2\*\*53\).*{positions[0]}"
+    ):
         anyrope.RoPE(8).tables(positions, dtype=np.float64)
 
 
@@ -238,7 +241,7 @@ def test_jax_traced_0d_offset_of_a_small_dtype_does_not_wrap(dtype):
     jax = pytest.importorskip("jax")
     jnp = pytest.importorskip("jax.numpy")
     x = jnp.asarray(np.random.default_rng(0).standard_normal((2, 4, 2, 8)).astype(np.float32))
-    step = jax.jit(lambda a, offset: anyrope.rotate(a, offset))
+    step = jax.jit(anyrope.rotate)
     offset = int(np.iinfo(dtype).max) - 1
     got = step(x, jnp.asarray(np.array(offset, dtype)))
     expected = step(x, jnp.asarray(np.array(offset, np.int32)))
@@ -289,12 +292,18 @@ def test_dask_unknown_chunk_sizes_are_named():
     host, x = _dask_input()
     keep = np.array([True, False])
     masked = x[da.from_array(keep)]
-    with pytest.raises(ValueError, match=r"`x` must be a dask array with known chunk sizes.*compute_chunk_sizes"):
+    with pytest.raises(
+        ValueError, match=r"`x` must be a dask array with known chunk sizes.*compute_chunk_sizes"
+    ):
         anyrope.rotate(masked)
-    with pytest.raises(ValueError, match=r"`k` must .*known chunk sizes.*`k\.compute_chunk_sizes\(\)`"):
+    with pytest.raises(
+        ValueError, match=r"`k` must .*known chunk sizes.*`k\.compute_chunk_sizes\(\)`"
+    ):
         anyrope.rotate_qk(x[:1], masked)
     positions = da.arange(6)[da.from_array(np.ones(6, bool))]
     with pytest.raises(ValueError, match=r"`positions` must .*known chunk sizes"):
         anyrope.rotate(x, positions)
     masked.compute_chunk_sizes()
-    np.testing.assert_array_equal(anyrope.rotate(masked, 4).compute(), anyrope.rotate(host[keep], 4))
+    np.testing.assert_array_equal(
+        anyrope.rotate(masked, 4).compute(), anyrope.rotate(host[keep], 4)
+    )
