@@ -203,6 +203,14 @@ def test_sinusoidal_refuses_positions_beyond_2_53_whatever_the_dtype(positions):
         anyrope.RoPE(8).tables(positions, dtype=np.float64)
 
 
+@pytest.mark.parametrize("count", [np.uint64(2**64 - 1), 2**63, LIMIT + 1])
+def test_sinusoidal_refuses_a_count_past_2_53(count):
+    with pytest.raises(
+        ValueError, match=rf"`positions` as a count must be at most 2\*\*53.*{count}"
+    ):
+        anyrope.sinusoidal(count, 8, dtype=np.float64)
+
+
 def test_sinusoidal_takes_every_position_below_2_53_of_any_dtype():
     values = [LIMIT - 1, 5, 0]
     expected = anyrope.sinusoidal(np.array(values), 8, dtype=np.float64)

@@ -46,8 +46,9 @@ def sinusoidal(
     Parameters
     ----------
     positions : int or array of int
-        An int ``n`` means positions ``0 .. n-1``; an integer array of any shape gives the
-        positions directly (below ``2**53`` in magnitude, exact in float64).
+        An int ``n`` (at most ``2**53``) means positions ``0 .. n-1``; an integer array of
+        any shape and integer dtype gives the positions directly (below ``2**53`` in
+        magnitude, exact in float64; a uint64 value is compared as itself).
     dim : int
         Width of the encoding: positive and even.
     base : float, default 10000.0
@@ -82,6 +83,11 @@ def sinusoidal(
     if isinstance(positions, (int, np.integer)) and not isinstance(positions, bool):
         if positions < 0:
             raise ValueError(f"`positions` as a count must be non-negative; got {positions}")
+        if positions > MAX_POSITION:
+            raise ValueError(
+                f"`positions` as a count must be at most 2**53 (positions below 2**53); "
+                f"got {positions}"
+            )
         if xp is None:
             xp = array_api_compat.array_namespace(np.empty(0))
         host = np.arange(int(positions), dtype=np.int64)
