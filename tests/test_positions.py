@@ -240,7 +240,10 @@ def test_jax_int32_offsets_past_2_31_give_the_bits_of_int64():
             np.asarray(step(jnp.asarray(x), narrow)), np.asarray(step(jnp.asarray(x), wide))
         )
     # Without 64-bit types JAX has no int64: a wrapped position is refused when it runs.
-    with pytest.raises(jax.errors.JaxRuntimeError, match="`positions`"):
+    with (
+        jax.enable_x64(False),
+        pytest.raises(jax.errors.JaxRuntimeError, match="`positions`"),
+    ):
         np.asarray(step(jnp.asarray(x), jnp.asarray(values.astype(np.int32))))
 
 
@@ -315,3 +318,21 @@ def test_dask_unknown_chunk_sizes_are_named():
     np.testing.assert_array_equal(
         anyrope.rotate(masked, 4).compute(), anyrope.rotate(host[keep], 4)
     )
+
+
+def test_jax_without_64_bit_types_refuses_positions_past_int32():
+    """Concrete JAX arrays off the CPU take the array-API path, whose positions are int32
+    without ``jax_enable_x64``: a sum past int32 is refused, not wrapped."""
+    jax = pytest.importorskip("jax")
+    jnp = pytest.importorskip("jax.numpy")
+    from anyrope._positions import resolve_positions
+
+    with jax.enable_x64(False):
+        x = jnp.ones((2, SEQ, 1, 8), dtype=jnp.float32)
+        offsets = anyrope.Offsets(jnp.asarray(np.array([2**31 - SEQ, 0], np.int32)))
+        fits = resolve_positions(offsets, jnp, x, (2,), SEQ)
+        assert fits.stop == 2**31
+        assert int(fits.array.max()) == 2**31 - 1
+        past = anyrope.Offsets(jnp.asarray(np.array([2**31 - SEQ + 1, 0], np.int32)))
+        with pytest.raises(ValueError, match=r"`positions` reach 2147483648.*jax_enable_x64"):
+            resolve_positions(past, jnp, x, (2,), SEQ)
