@@ -273,11 +273,13 @@ def rotate(
         bfloat16, float32, float64); axes as given by ``layout``.
     positions : None, int, Offsets or array of int, optional
         ``None``: positions ``0 .. seq-1``. An int: that offset plus ``0 .. seq-1``
-        (KV-cache decode). :class:`Offsets` of shape ``(batch,)``: row ``b`` at
-        ``offsets[b] + 0 .. seq-1`` (flash-attn's ``seqlen_offsets``). An integer array
-        of the caller's library, shape ``(seq,)`` or ``(*batch, seq)``, broadcastable
-        (left padding, packed and speculative positions). The heads axis never appears
-        in positions.
+        (KV-cache decode); a 0-d integer array (traced under ``jax.jit`` too) or a NumPy
+        integer scalar is the same offset, for every batch row. :class:`Offsets` of
+        shape ``(batch,)``: row ``b`` at ``offsets[b] + 0 .. seq-1`` (flash-attn's
+        ``seqlen_offsets``). An integer array of the caller's library, shape ``(seq,)``
+        or ``(*batch, seq)``, broadcastable (left padding, packed and speculative
+        positions). Any integer dtype (int8 to uint64); every position in
+        ``[0, 2**53)``. The heads axis never appears in positions.
     rotary_dim : int, optional
         Rotate only ``rotary_dim`` features from ``start_index`` on (even, at most
         ``head_dim - start_index``); the rest are copied bit for bit. Defaults to the
@@ -421,9 +423,9 @@ def rotate_qk(
         Queries and keys of one array-API library, real floating dtype (float16,
         bfloat16, float32, float64); axes as given by ``layout``.
     positions : None, int, Offsets or array of int, optional
-        ``None``: ``0 .. seq-1``; an int: that offset plus ``0 .. seq-1``; per-row
-        :class:`Offsets`; an integer array broadcastable to ``(*batch, seq)``. See
-        :func:`rotate`.
+        ``None``: ``0 .. seq-1``; an int or a 0-d integer array: that offset plus
+        ``0 .. seq-1``; per-row :class:`Offsets`; an integer array of one axis or more
+        broadcastable to ``(*batch, seq)``. See :func:`rotate`.
     rotary_dim : int, optional
         Rotate only ``rotary_dim`` features from ``start_index`` on; the whole head by
         default.

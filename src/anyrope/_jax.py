@@ -141,3 +141,10 @@ def host_callback(
 
     cos, sin = when_run(checked, positions, ((shape, dtype), (shape, dtype)))
     return cos, sin
+
+
+def has_int64() -> bool:
+    """Whether JAX has 64-bit integers (``jax_enable_x64``); without them int64 is int32."""
+    import jax
+
+    return bool(jax.config.jax_enable_x64)

@@ -35,7 +35,11 @@ def _host_integers(values: Array, name: str, xp: Namespace, x: Array) -> np.ndar
         )
     if values.ndim != 1:
         raise ValueError(f"`{name}` must be one-dimensional; got shape {tuple(values.shape)}")
-    return to_host(values).astype(np.int64)
+    host = to_host(values)
+    # Checked in the array's own dtype: as int64, a uint64 above 2**63 would wrap.
+    if host.size and host.max() >= MAX_POSITION:
+        raise ValueError(f"`{name}` must be below 2**53; got a maximum of {host.max()}")
+    return host.astype(np.int64)
 
 
 def packed_positions(cu_seqlens: object, offsets: object, *, x: Array, xp: Namespace) -> Array:
@@ -46,8 +50,8 @@ def packed_positions(cu_seqlens: object, offsets: object, *, x: Array, xp: Names
     cu_seqlens : integer array
         ``(num_sequences + 1,)``: starts at 0, non-decreasing, ends at ``x.shape[0]``.
     offsets : None, int or integer array
-        Added to every position of a sequence: ``None`` (0), one int for all, or an
-        array of shape ``(num_sequences,)``.
+        Added to every position of a sequence: ``None`` (0), one int (or 0-d integer
+        array) for all, or an array of shape ``(num_sequences,)``.
     x : array
         The packed input ``(total_tokens, heads, head_dim)``.
     """
@@ -84,15 +88,21 @@ def _offsets(offsets: object, count: int, xp: Namespace, x: Array) -> np.ndarray
         offsets = offsets.values
     if offsets is None:
         return np.zeros(count, dtype=np.int64)
-    if not isinstance(offsets, bool) and isinstance(offsets, numbers.Integral):
-        if int(offsets) < 0:
-            raise ValueError(f"`positions` offset must be non-negative; got {int(offsets)}")
-        return np.full(count, int(offsets), dtype=np.int64)
     if isinstance(offsets, (bool, float, list, tuple)):
         raise TypeError(
             "with layout='thd', `positions` must be None, an integer offset or an integer "
             f"array of per-sequence offsets; got {type(offsets).__name__}"
         )
+    if not isinstance(offsets, numbers.Integral) and getattr(offsets, "ndim", None) == 0:
+        # A 0-d array is an offset, as everywhere: the same for every sequence.
+        check_integer_array(offsets, "positions", xp, x)
+        offsets = int(to_host(offsets))
+    if isinstance(offsets, numbers.Integral):
+        if int(offsets) < 0:
+            raise ValueError(f"`positions` offset must be non-negative; got {int(offsets)}")
+        if int(offsets) >= MAX_POSITION:
+            raise ValueError(f"`positions` offset must be below 2**53; got {int(offsets)}")
+        return np.full(count, int(offsets), dtype=np.int64)
     host = _host_integers(offsets, "positions", xp, x)
     if host.shape != (count,):
         raise ValueError(

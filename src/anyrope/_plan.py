@@ -245,10 +245,11 @@ def _positions(
 ) -> tuple[Positions, ...]:
     """One stream of positions, or one per section for M-RoPE arrays and axial RoPE.
 
-    M-RoPE with ``None`` or an int offset is text only, i.e. ordinary RoPE.
+    M-RoPE with ``None`` or an offset (an int or a 0-d integer array) is text only, i.e.
+    ordinary RoPE.
     """
     sections = source.sections
-    if sections is None or not (source.axial or hasattr(positions, "shape")):
+    if sections is None or not (source.axial or getattr(positions, "ndim", 0) != 0):
         streams = [
             resolve_positions(
                 positions, xp, x, axes.batch, axes.seq, unread_bound=source.unread_bound

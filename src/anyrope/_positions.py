@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import array_api_compat
 
-from ._jax import is_traced
+from ._jax import has_int64, is_traced
 from ._namespace import Array, Namespace, device_of, dtype_name, library_name, to_host
 from ._offsets import Offsets
 from ._validation import MAX_POSITION, describe
@@ -46,9 +46,11 @@ def resolve_positions(
 ) -> Positions:
     """Check ``positions`` against an input with batch axes ``batch`` and ``seq`` tokens.
 
-    A 0-d integer array counts as an offset, like a Python int. Arrays of any integer
-    dtype are accepted; those other than int32 and int64 are range-checked on the host
-    and converted to int64, which every library can index with. With ``unread_bound``,
+    A 0-d integer array (or a NumPy integer scalar) is an offset, like a Python int: the
+    positions ``offset .. offset + seq - 1`` for every batch row; a traced one (under
+    ``jax.jit``) too. Arrays of any integer dtype are accepted; those other than int32
+    and int64 are range-checked on the host and converted to int64, which every library
+    can index with (see :func:`_indexable`). With ``unread_bound``,
     an int32 or int64 array on a GPU is left unread (``Positions.unread``) and may index
     that many table rows.
     """
@@ -72,7 +74,8 @@ def resolve_positions(
     if array.ndim == 0:
         if not is_traced(array):
             return offset_positions(int(to_host(array)), seq)
-        array = xp.reshape(array, (1,)) + xp.arange(seq, dtype=array.dtype)
+        array = _indexable(xp.reshape(array, (1,)), xp, None)
+        array = array + xp.arange(seq, dtype=array.dtype)
     return _resolve_array(array, xp, batch, seq, unread_bound)
 
 
@@ -111,7 +114,9 @@ def row_offsets(
     """The positions ``values[..., None] + 0 .. seq-1`` of per-row :class:`Offsets`.
 
     ``values`` must broadcast to the batch axes ``batch``. Their lowest and highest row
-    are checked on the host, once: the array built from them needs no other check.
+    are checked on the host, once: the array built from them needs no other check. The
+    sum is taken in a dtype that holds every position (:func:`_indexable`), whatever
+    integer dtype the offsets have.
     """
     check_integer_array(values, "positions", xp, x)
     shape = tuple(values.shape)
@@ -129,8 +134,7 @@ def row_offsets(
         offset_positions(int(host.min()), seq)
         highest = offset_positions(int(host.max()), seq)
         stop = highest.stop if seq else 0  # no token, no position
-    if dtype_name(values.dtype) not in _INDEX_DTYPES:
-        values = xp.astype(values, xp.int64)
+    values = _indexable(values, xp, None if traced else stop)
     steps = xp.arange(seq, dtype=values.dtype, device=device_of(values))
     rows = xp.reshape(values, (*padded, 1)) + steps
     return Positions(0, seq, rows, stop, traced=traced)
@@ -184,9 +188,7 @@ def _resolve_array(
         )
     p = xp.reshape(p, padded)
     if is_traced(p):
-        if dtype_name(p.dtype) not in _INDEX_DTYPES:
-            p = xp.astype(p, xp.int64)
-        return Positions(0, seq, p, 0, traced=True)
+        return Positions(0, seq, _indexable(p, xp, None), 0, traced=True)
     return _values(p, xp, seq, unread_bound)
 
 
@@ -239,10 +241,33 @@ def _checked(p: Array, xp: Namespace, seq: int) -> Positions:
                 f"position; got a maximum of {high}"
             )
         stop = high + 1
-    if dtype_name(p.dtype) not in _INDEX_DTYPES:
-        p = xp.astype(p, xp.int64)
-    return Positions(0, seq, p, stop)
+    return Positions(0, seq, _indexable(p, xp, stop), stop)
+
+
+def _indexable(values: Array, xp: Namespace, stop: int | None) -> Array:
+    """``values`` in an integer dtype every library indexes with, holding every position
+    below ``stop`` (``None``: not known, for traced values).
+
+    int64 stays; int32 stays when ``stop`` is known to fit it; any other dtype becomes
+    int64, so that no sum of offsets and steps wraps. JAX without 64-bit types
+    (``jax_enable_x64``) has no int64: its positions are int32, a known ``stop`` beyond
+    int32 is refused, and a traced position that wraps is negative, which the host
+    callback refuses when the compiled function runs.
+    """
+    name = dtype_name(values.dtype)
+    if name == "int64" or (name == "int32" and stop is not None and stop <= _INT32_STOP):
+        return values
+    if library_name(xp) == "jax" and not has_int64():
+        if stop is not None and stop > _INT32_STOP:
+            raise ValueError(
+                f"`positions` reach {stop - 1}, beyond int32, and JAX has no 64-bit integers "
+                "unless jax_enable_x64 is set: set it, or pass the offset as an int"
+            )
+        return values if name == "int32" else xp.astype(values, xp.int32)
+    return xp.astype(values, xp.int64)
 
 
 _INDEX_DTYPES = ("int32", "int64")
 """Integer dtypes every library indexes with; other integer positions become int64."""
+_INT32_STOP = 2**31
+"""int32 holds every position below this."""

@@ -399,8 +399,9 @@ class RoPE:
             Queries and keys of one array-API library, real floating dtype; their head
             counts may differ (grouped-query attention).
         positions : None, int or array of int, optional
-            ``None``: ``0 .. seq-1``; an int: that offset plus ``0 .. seq-1`` (KV-cache
-            decode); an integer array broadcastable to ``(*batch, seq)``.
+            ``None``: ``0 .. seq-1``; an int or a 0-d integer array: that offset plus
+            ``0 .. seq-1`` (KV-cache decode); an integer array of one axis or more
+            broadcastable to ``(*batch, seq)``.
         layout : {"bshd", "bhsd", "sbhd", "thd"}, optional
             Where the batch, sequence and heads axes are; see :func:`anyrope.rotate`.
         inverse : bool, optional
@@ -465,8 +466,9 @@ class RoPE:
         x : array
             An array of any array-API library, real floating dtype.
         positions : None, int or array of int, optional
-            ``None``: ``0 .. seq-1``; an int: that offset plus ``0 .. seq-1`` (KV-cache
-            decode); an integer array broadcastable to ``(*batch, seq)``.
+            ``None``: ``0 .. seq-1``; an int or a 0-d integer array: that offset plus
+            ``0 .. seq-1`` (KV-cache decode); an integer array of one axis or more
+            broadcastable to ``(*batch, seq)``.
         layout : {"bshd", "bhsd", "sbhd", "thd"}, optional
             Where the batch, sequence and heads axes are; see :func:`anyrope.rotate`.
         inverse : bool, optional
@@ -805,13 +807,15 @@ class RoPE:
                 )
             if device is None:
                 device = device_of(positions)
-            host = to_host(positions).astype(np.int64)
+            host = to_host(positions)
         if not is_real_floating(xp, dtype):
             raise TypeError(f"`dtype` must be a real floating dtype of {xp.__name__}; got {dtype}")
+        # Checked in the positions' own dtype: as int64, a uint64 above 2**63 would wrap.
         if host.size and (host.min() < 0 or host.max() >= 2**53):
             raise ValueError(
                 f"`positions` must lie in [0, 2**53); got values in [{host.min()}, {host.max()}]"
             )
+        host = host.astype(np.int64)
         cache = self._source.for_length(int(host.max()) + 1 if host.size else 0)
         if self.sections is None or not (self.axial or hasattr(positions, "shape")):
             cos, sin = cache.build(host, xp, device, np.dtype(np.float64))

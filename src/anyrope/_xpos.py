@@ -197,8 +197,9 @@ class XPos:
             Queries and keys of one array-API library, real floating dtype; their head
             counts may differ (grouped-query attention).
         positions : None, int or array of int, optional
-            ``None``: ``0 .. seq-1``; an int: that offset plus ``0 .. seq-1`` (KV-cache
-            decode); an integer array broadcastable to ``(*batch, seq)``.
+            ``None``: ``0 .. seq-1``; an int or a 0-d integer array: that offset plus
+            ``0 .. seq-1`` (KV-cache decode); an integer array of one axis or more
+            broadcastable to ``(*batch, seq)``.
         layout : {"bshd", "bhsd", "sbhd", "thd"}, optional
             Where the batch, sequence and heads axes are; see :func:`anyrope.rotate`.
         inverse : bool, optional
@@ -264,8 +265,9 @@ class XPos:
         x : array
             Queries of any array-API library, real floating dtype.
         positions : None, int or array of int, optional
-            ``None``: ``0 .. seq-1``; an int: that offset plus ``0 .. seq-1``; an integer
-            array broadcastable to ``(*batch, seq)``.
+            ``None``: ``0 .. seq-1``; an int or a 0-d integer array: that offset plus
+            ``0 .. seq-1``; an integer array of one axis or more broadcastable to
+            ``(*batch, seq)``.
         layout : {"bshd", "bhsd", "sbhd", "thd"}, optional
             Where the batch, sequence and heads axes are; see :func:`anyrope.rotate`.
         inverse : bool, optional
@@ -326,8 +328,9 @@ class XPos:
         x : array
             Keys of any array-API library, real floating dtype.
         positions : None, int or array of int, optional
-            ``None``: ``0 .. seq-1``; an int: that offset plus ``0 .. seq-1``; an integer
-            array broadcastable to ``(*batch, seq)``.
+            ``None``: ``0 .. seq-1``; an int or a 0-d integer array: that offset plus
+            ``0 .. seq-1``; an integer array of one axis or more broadcastable to
+            ``(*batch, seq)``.
         layout : {"bshd", "bhsd", "sbhd", "thd"}, optional
             Where the batch, sequence and heads axes are; see :func:`anyrope.rotate`.
         inverse : bool, optional

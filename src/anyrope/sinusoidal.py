@@ -48,8 +48,9 @@ def sinusoidal(
     Parameters
     ----------
     positions : int or array of int
-        An int ``n`` means positions ``0 .. n-1``; an integer array of any shape gives the
-        positions directly (below ``2**53`` in magnitude, exact in float64). JAX positions
+        An int ``n`` (at most ``2**53``) means positions ``0 .. n-1``; an integer array of
+        any shape and integer dtype gives the positions directly (below ``2**53`` in
+        magnitude, exact in float64; a uint64 value is compared as itself). JAX positions
         traced by ``jax.jit`` or ``jax.vmap`` are encoded on the host when the traced
         function runs (the same bits; an out-of-range one raises then).
     dim : int
@@ -86,6 +87,11 @@ def sinusoidal(
     if isinstance(positions, (int, np.integer)) and not isinstance(positions, bool):
         if positions < 0:
             raise ValueError(f"`positions` as a count must be non-negative; got {positions}")
+        if positions > MAX_POSITION:
+            raise ValueError(
+                f"`positions` as a count must be at most 2**53 (positions below 2**53); "
+                f"got {positions}"
+            )
         if xp is None:
             xp = array_api_compat.array_namespace(np.empty(0))
         host = np.arange(int(positions), dtype=np.int64)
@@ -98,12 +104,15 @@ def sinusoidal(
             return _encoded_when_run(positions, dim, base=base, dtype=dtype)
         if device is None:
             device = device_of(positions)
-        host = np.asarray(to_host(positions), dtype=np.int64)
-        if host.size and int(np.max(np.abs(host))) >= MAX_POSITION:
+        host = np.asarray(to_host(positions))
+        # Checked in the array's own dtype: as int64, a uint64 above 2**63 would wrap and
+        # the magnitude of -2**63 would overflow.
+        if host.size and max(-int(host.min()), int(host.max())) >= MAX_POSITION:
             raise ValueError(
                 "`positions` must be below 2**53 in magnitude, beyond which float64 cannot "
-                f"represent every integer; got a maximum of {int(np.max(np.abs(host)))}"
+                f"represent every integer; got values in [{host.min()}, {host.max()}]"
             )
+        host = host.astype(np.int64)
     _check_dtype(xp, dtype)
 
     angles = host.astype(np.float64)[..., None] * default_inv_freq(dim, base)

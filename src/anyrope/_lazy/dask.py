@@ -6,13 +6,15 @@ library (NumPy, CuPy, ...) with its own positions: the slice of the caller's pos
 array, or the offset of its first token. A rotation only mixes the features of one
 token, so blocks along batch, sequence and heads are independent and the result is the
 same bits as one call on the whole array. A head dimension split across chunks is
-joined for the rotation and split again afterwards.
+joined for the rotation and split again afterwards. A 0-d dask array of positions is an
+offset, like an int, whose value is read (and checked) by each block when it runs.
 
 This module is imported only for dask arrays, when dask is already in ``sys.modules``.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import array_api_compat
@@ -72,6 +74,10 @@ def rotate_dask(
         )
     if xp is not None:
         check_namespace(xp)
+    for x, name in zip(arrays, names, strict=True):
+        _check_known_chunks(x, name)
+    if array_api_compat.is_dask_array(positions):
+        _check_known_chunks(positions, "positions")
     if isinstance(positions, Offsets) and not array_api_compat.is_numpy_array(positions.values):
         raise TypeError(
             "`positions`=Offsets(...) for a dask array takes a NumPy integer array of offsets; "
@@ -101,6 +107,10 @@ def rotate_dask(
     )
     tasks = [BlockRotation(source, impl=impl, **options) for source in sources]
     where = plan.where[0]
+    if array_api_compat.is_dask_array(positions) and positions.ndim == 0:
+        # A lazy offset (make_plan saw a stand-in zero): each block reads its value.
+        lazy = positions.reshape((1,) * arrays[0].ndim)
+        return tuple(_map(task.by_offset, x, lazy) for task, x in zip(tasks, arrays, strict=True))
     if where.array is None:
         return tuple(
             _map(task.by_offset, x, offset=where.offset)
@@ -111,6 +121,16 @@ def rotate_dask(
     offsets = isinstance(positions, Offsets)
     spread = _spread_positions(where.array if offsets else positions, plan.axes, arrays[0].ndim)
     return tuple(_map(task.by_positions, x, spread) for task, x in zip(tasks, arrays, strict=True))
+
+
+def _check_known_chunks(x: Array, name: str) -> None:
+    """Blocks are matched to their positions by their place in ``x``: dask must know it."""
+    if any(math.isnan(n) for n in x.shape):
+        raise ValueError(
+            f"`{name}` must be a dask array with known chunk sizes; got shape {x.shape} "
+            f"(unknown sizes, as after boolean indexing): call `{name}.compute_chunk_sizes()` "
+            "first"
+        )
 
 
 def _stand_in(x: Array) -> np.ndarray[Any, Any]:
@@ -192,10 +212,16 @@ class BlockRotation:
             )
         return y
 
-    def by_offset(self, block: Array, *, offset: int, block_info: Any = None) -> Array:
-        """Rotate a block whose tokens start at ``offset`` plus its place in the array."""
+    def by_offset(
+        self, block: Array, lazy: Array | None = None, *, offset: int = 0, block_info: Any = None
+    ) -> Array:
+        """Rotate a block whose tokens start at ``offset`` plus its place in the array;
+        ``lazy``, a block of one element, holds the offset instead (a 0-d dask array)."""
         seq_axis = {"bshd": block.ndim - 3, "bhsd": block.ndim - 2, "sbhd": 0}[self.layout]
         start = 0 if block_info is None else block_info[0]["array-location"][seq_axis][0]
+        if lazy is not None:
+            # As a Python int: the sum must not wrap in the offset's own dtype.
+            offset = int(lazy.reshape(()))
         return self._rotate(block, offset + start)
 
     def by_positions(self, block: Array, positions: Array) -> Array:
