@@ -90,9 +90,8 @@ def test_golden_tables_are_within_one_ulp(table):
     """
     name = table["name"]
     positions = DATA[f"{name}_positions"]
-    if positions.ndim == 2:  # axial: equal sections of the pairs follow one coordinate each
-        pairs = DATA[f"{name}_inv_freq"].size // positions.shape[1]
-        angles_positions = np.repeat(positions, pairs, axis=1)
+    if positions.ndim == 2:  # axial: each section of the pairs follows its own coordinate
+        angles_positions = np.repeat(positions, _table_rope(table).sections, axis=1)
     else:
         angles_positions = positions[:, None]
     inv_freq = DATA[f"{name}_inv_freq"].view(np.float64)

@@ -224,6 +224,43 @@ def _rotation_cases(rng: np.random.Generator) -> tuple[list[dict[str, Any]], dic
             scaling=scaling,
             max_position_embeddings=131072,
         )
+
+    # 5. Scaled RoPEs whose factors and lengths are not powers of two, where dividing by
+    # the factor and multiplying by its reciprocal, or (f * L) / L_max and f * (L / L_max),
+    # give other bits; positions past each method's original context.
+    for dtype, (_, kwargs, _lengths) in itertools.product(("float32", "float64"), ROTATION_ROPES):
+        head_dim = kwargs["head_dim"]
+        options = {key: value for key, value in kwargs.items() if key != "head_dim"}
+        positions = rng.integers(0, 200_000, size=(2, 5), dtype=np.int64)
+        add(
+            "scaled",
+            dtype,
+            _input(rng, (2, 5, 2, head_dim), dtype),
+            positions,
+            interleaved=options.pop("interleaved", False),
+            layout="bshd",
+            rotary_dim=head_dim,
+            base=options.pop("base", 10000.0),
+            **options,
+        )
+
+    # 6. Dynamic NTK decoding past the context: one token at position L - 1, with the
+    # frequencies of the length L, which a decoding step takes from a block of the
+    # lengths that follow (the bits of each length alone, whichever came first).
+    _, dynamic_rope, lengths = DYNAMIC_NPOT
+    for dtype, length in itertools.product(("float32", "float64"), lengths[1:]):
+        add(
+            "decode",
+            dtype,
+            _input(rng, (1, 1, 4, dynamic_rope["head_dim"]), dtype),
+            length - 1,
+            interleaved=False,
+            layout="bshd",
+            rotary_dim=dynamic_rope["head_dim"],
+            base=10000.0,
+            scaling=dynamic_rope["scaling"],
+            max_position_embeddings=dynamic_rope["max_position_embeddings"],
+        )
     return cases, arrays
 
 
@@ -339,6 +376,109 @@ TABLE_ROPES: tuple[tuple[str, dict[str, Any], tuple[int | None, ...]], ...] = (
             "head_dim": 128,
             "base": 1e6,
             "scaling": {"rope_type": "proportional", "partial_rotary_factor": 0.25},
+        },
+        (None,),
+    ),
+)
+
+# Factors and lengths that are not powers of two, for every scaling method: with a factor
+# of 4 and lengths of 2**k most roundings are exact, and formulas written in another
+# order give the same bits.
+DYNAMIC_NPOT: tuple[str, dict[str, Any], tuple[int | None, ...]] = (
+    "dynamic-3",
+    {
+        "head_dim": 128,
+        "scaling": {"rope_type": "dynamic", "factor": 3.0},
+        "max_position_embeddings": 40960,
+    },
+    (40960, 40961, 50001, 50002, 50100, 99999, 123457),
+)
+
+ROTATION_ROPES: tuple[tuple[str, dict[str, Any], tuple[int | None, ...]], ...] = (
+    ("linear-3", {"head_dim": 128, "scaling": {"rope_type": "linear", "factor": 3.0}}, (None,)),
+    ("ntk-3", {"head_dim": 96, "scaling": {"rope_type": "ntk", "factor": 3.0}}, (None,)),
+    DYNAMIC_NPOT,
+    (
+        "yarn-3",
+        {
+            "head_dim": 128,
+            "base": 1e6,
+            "scaling": {
+                "rope_type": "yarn",
+                "factor": 3.0,
+                "original_max_position_embeddings": 6000,
+            },
+            "max_position_embeddings": 18000,
+        },
+        (None,),
+    ),
+    (
+        "yarn-mscale-3",
+        {
+            "head_dim": 96,
+            "interleaved": True,
+            "scaling": {
+                "rope_type": "yarn",
+                "factor": 3.0,
+                "mscale": 0.9,
+                "mscale_all_dim": 0.6,
+                "beta_fast": 24.0,
+                "beta_slow": 1.5,
+                "truncate": False,
+                "original_max_position_embeddings": 3000,
+            },
+        },
+        (None,),
+    ),
+    (
+        "longrope-3000",
+        {
+            "head_dim": 64,
+            "scaling": {
+                "rope_type": "longrope",
+                "short_factor": [1.0 + 0.037 * i for i in range(32)],
+                "long_factor": [1.3 + 2.71 * i for i in range(32)],
+                "original_max_position_embeddings": 3000,
+            },
+            "max_position_embeddings": 100000,
+        },
+        (3000, 3001, 77777),
+    ),
+    (
+        "llama3-3",
+        {
+            "head_dim": 128,
+            "base": 500000.0,
+            "scaling": {
+                "rope_type": "llama3",
+                "factor": 3.0,
+                "low_freq_factor": 1.5,
+                "high_freq_factor": 5.0,
+                "original_max_position_embeddings": 6000,
+            },
+            "max_position_embeddings": 18000,
+        },
+        (None,),
+    ),
+    (
+        "proportional-3",
+        {
+            "head_dim": 96,
+            "base": 1e6,
+            "scaling": {"rope_type": "proportional", "factor": 3.0, "partial_rotary_factor": 0.3},
+        },
+        (None,),
+    ),
+)
+
+TABLE_ROPES += (
+    *ROTATION_ROPES,
+    (
+        "axial-wan",
+        {
+            "head_dim": 128,
+            "interleaved": True,
+            "scaling": {"rope_type": "axial", "axial_sections": [22, 21, 21]},
         },
         (None,),
     ),
