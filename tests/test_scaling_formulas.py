@@ -125,7 +125,8 @@ def _powers(x: Any, numerators: Any, denominator: int) -> list[Rounded]:
     """anyrope's ``x ** (n / denominator)`` for each ``x`` and ``n`` (broadcast together,
     flattened), each checked against mpmath first."""
     pairs = np.broadcast_arrays(np.asarray(x, dtype=np.float64), numerators)
-    xs, ns = (np.array(a).reshape(-1) for a in pairs)  # copies: hostmath writes nothing
+    # Copies: numba warns on the read-only views that broadcasting makes.
+    xs, ns = (np.array(a).reshape(-1) for a in pairs)
     got = np.asarray(hostmath.power(xs, ns, denominator)).reshape(-1)
     with mpmath.workprec(PRECISION):
         for value, base, numerator in zip(got, xs, ns, strict=True):
