@@ -4,7 +4,8 @@ Three kinds of golden data, all stored as raw bits (bfloat16 and float16 payload
 
 - ``cases.json`` + ``golden.npz``: rotations. Random inputs over every dtype, pairing,
   axis layout and partial width; special values (subnormal inputs and outputs, signed
-  zeros, infinities, NaN, overflow); positions up to ``2**53 - 1``; scaled RoPEs.
+  zeros, infinities, NaN, overflow); positions up to ``2**53 - 1``; scaled RoPEs, with
+  factors and lengths that are not powers of two too; dynamic NTK decoding steps.
 - ``tables.json`` + ``golden.npz``: ``inv_freq``, attention factor, softmax scale and the
   float64 and float32 cos/sin tables of every scaling method, at positions up to
   ``2**53 - 1``.
@@ -12,8 +13,10 @@ Three kinds of golden data, all stored as raw bits (bfloat16 and float16 payload
 Every test session compares its results with these bits exactly (NaN: at the same
 places), on every machine; ``tests/test_golden.py`` also checks the tables against mpmath,
 so the files are right and not only self-consistent. Needs ml_dtypes for bfloat16.
-Regenerating is only needed when a case is added: the bits must not depend on where this
-script runs, and the tests prove that they do not.
+Regenerating is only needed when a case is added, at the end of its list (a new rotation
+case draws from the random generator after all the others): the script refuses to
+write if any entry already in the files would change its bits. The bits must not depend
+on where this script runs, and the tests prove that they do not.
 """
 
 from __future__ import annotations
@@ -413,15 +416,15 @@ ROTATION_ROPES: tuple[tuple[str, dict[str, Any], tuple[int | None, ...]], ...] =
         (None,),
     ),
     (
-        "yarn-mscale-3",
+        "yarn-mscale-5.5",
         {
             "head_dim": 96,
             "interleaved": True,
             "scaling": {
                 "rope_type": "yarn",
-                "factor": 3.0,
-                "mscale": 0.9,
-                "mscale_all_dim": 0.6,
+                "factor": 5.5,
+                "mscale": 1.1,
+                "mscale_all_dim": 0.7,
                 "beta_fast": 24.0,
                 "beta_slow": 1.5,
                 "truncate": False,
@@ -453,10 +456,10 @@ ROTATION_ROPES: tuple[tuple[str, dict[str, Any], tuple[int | None, ...]], ...] =
                 "rope_type": "llama3",
                 "factor": 3.0,
                 "low_freq_factor": 1.5,
-                "high_freq_factor": 5.0,
-                "original_max_position_embeddings": 6000,
+                "high_freq_factor": 12.0,
+                "original_max_position_embeddings": 24000,
             },
-            "max_position_embeddings": 18000,
+            "max_position_embeddings": 72000,
         },
         (None,),
     ),
@@ -531,10 +534,34 @@ def _table_cases() -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return cases, arrays
 
 
+def _check_kept(cases: list[Any], tables: list[Any], arrays: dict[str, np.ndarray]) -> None:
+    """Refuse to write unless every entry of the files already there keeps its bits: a
+    case is added at the end of its list, never changed (a machine must not pass by
+    regenerating)."""
+    if not (HERE / "golden.npz").exists():
+        return
+    old = np.load(HERE / "golden.npz")
+    changed = [
+        key
+        for key in old.files
+        if key not in arrays
+        or old[key].dtype != arrays[key].dtype
+        or old[key].shape != arrays[key].shape
+        or old[key].tobytes() != arrays[key].tobytes()
+    ]
+    for name, entries in (("cases.json", cases), ("tables.json", tables)):
+        kept = json.loads((HERE / name).read_text())
+        if entries[: len(kept)] != kept:
+            changed.append(name)
+    if changed:
+        raise SystemExit(f"existing golden entries would change: {changed}")
+
+
 def main() -> None:
     rng = np.random.default_rng(20261123)
     cases, arrays = _rotation_cases(rng)
     tables, table_arrays = _table_cases()
+    _check_kept(cases, tables, {**arrays, **table_arrays})
     np.savez_compressed(HERE / "golden.npz", **arrays, **table_arrays)
     (HERE / "cases.json").write_text(json.dumps(cases, indent=1) + "\n")
     (HERE / "tables.json").write_text(json.dumps(tables, indent=1) + "\n")
