@@ -99,7 +99,7 @@ LARGE_MODES = {
 
 
 def _large_input(library: str, dtype: str) -> Any:
-    """(batch, seq, 4, 136) with a rotated width of 128: just past the library's threshold."""
+    """(batch, seq, heads, 136), rotated width 128: just past the library's threshold."""
     batch, heads, rotary = (2, 4, 128) if library == "numpy" else (1, 8, 128)
     seq = LARGE_ELEMENTS[library] // (batch * heads * rotary) + 1
     values = RNG.standard_normal((batch, seq, heads, rotary + 8), dtype=np.float32)
