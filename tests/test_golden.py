@@ -8,6 +8,7 @@ against mpmath, so the golden bits are right and not only the same everywhere.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import ml_dtypes
@@ -17,6 +18,8 @@ import pytest
 
 import anyrope
 from anyrope._paths import numba_cpu
+from anyrope.scaling import ROPE_TYPES
+from anyrope.scaling._registry import get as get_method
 from goldens import CASES, DATA, TABLES, assert_same_bits, case_id, is_nan_bits, rotate_case
 
 BITS = {"float32": np.uint32, "float64": np.uint64}
@@ -72,6 +75,37 @@ def test_golden_tables(table):
         np.testing.assert_array_equal(sin.view(BITS[dtype]), DATA[f"{name}_sin_{dtype}"])
 
 
+def _power_of_two(value: float) -> bool:
+    return math.frexp(value)[0] == 0.5
+
+
+@pytest.mark.parametrize("rope_type", ROPE_TYPES)
+def test_every_scaling_method_has_tables_off_powers_of_two(rope_type: str) -> None:
+    """With factors and lengths of 2**k most roundings are exact, and a formula evaluated
+    in another order (``x * (1 / f)`` for ``x / f``) gives the same bits: each method
+    needs golden tables with a factor, lengths and contexts that are not powers of two."""
+    tables = [t for t in TABLES if _table_rope(t).scaling.rope_type == rope_type]
+    assert tables, f"no golden table for rope_type={rope_type!r}"
+    ropes = [_table_rope(t) for t in tables]
+    if "factor" in get_method(rope_type).keys:
+        # LongRoPE without a factor takes L_max / L0.
+        factors = [
+            r.scaling.factor
+            or (r.scaling.max_position_embeddings or 1)
+            / (r.scaling.original_max_position_embeddings or 1)
+            for r in ropes
+        ]
+        assert any(not _power_of_two(f) for f in factors), factors
+    if ropes[0].scaling.depends_on_length:
+        lengths = [int(DATA[f"{t['name']}_positions"].max()) + 1 for t in tables]
+        assert any(not _power_of_two(n) for n in lengths)
+        contexts = [
+            r.scaling.original_max_position_embeddings or r.scaling.max_position_embeddings
+            for r in ropes
+        ]
+        assert any(not _power_of_two(n) for n in contexts if n is not None)
+
+
 def _ulps(got: np.ndarray, exact: list[Any]) -> np.ndarray:
     """|got - exact| in ulps of the float64 nearest to ``exact``."""
     errors = []
@@ -90,9 +124,8 @@ def test_golden_tables_are_within_one_ulp(table):
     """
     name = table["name"]
     positions = DATA[f"{name}_positions"]
-    if positions.ndim == 2:  # axial: equal sections of the pairs follow one coordinate each
-        pairs = DATA[f"{name}_inv_freq"].size // positions.shape[1]
-        angles_positions = np.repeat(positions, pairs, axis=1)
+    if positions.ndim == 2:  # axial: each section of the pairs follows its own coordinate
+        angles_positions = np.repeat(positions, _table_rope(table).sections, axis=1)
     else:
         angles_positions = positions[:, None]
     inv_freq = DATA[f"{name}_inv_freq"].view(np.float64)

@@ -7,17 +7,19 @@ reference path (``impl="array_api"``), which the golden files pin.
 from __future__ import annotations
 
 import copy
+import itertools
 import multiprocessing
 import pickle
 import warnings
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 import anyrope
 from anyrope import _functional
-from anyrope._paths import AUTO_ORDER, IMPLS, PATHS, numba_cpu
+from anyrope._paths import AUTO_ORDER, IMPLS, PATHS, blocked, numba_cpu
 from subprocess_run import run_python
 
 RNG = np.random.default_rng(12)
@@ -75,6 +77,96 @@ def test_cuda_rejects_several_position_streams_instead_of_running_another_path(
         xp=None,
     )
     assert "one position stream" in cuda.rejects(plan)
+
+
+# -- every CPU path past its whole-array threshold (issue 23) ------------------------------
+
+# Rotated elements above which each library's inputs leave the small-input code: NumPy's
+# for the blocked path's cache blocks; torch's for its blocked loop over torch operations
+# (float16, bfloat16), over NumPy views (float32, float64) and for numba's threads.
+LARGE_ELEMENTS = {
+    "numpy": blocked.WHOLE_ELEMENTS,
+    "torch": max(blocked.TORCH_WHOLE_ELEMENTS, numba_cpu.PARALLEL_ELEMENTS),
+}
+
+# (inverse, in place, positions) of each call: an offset and arrays of positions too.
+LARGE_MODES = {
+    "forward": (False, False, None),
+    "in-place": (False, True, 70_001),
+    "inverse": (True, False, "array"),
+    "inverse-in-place": (True, True, "array"),
+}
+
+
+def _large_input(library: str, dtype: str) -> Any:
+    """(batch, seq, heads, 136), rotated width 128: just past the library's threshold."""
+    batch, heads, rotary = (2, 4, 128) if library == "numpy" else (1, 8, 128)
+    seq = LARGE_ELEMENTS[library] // (batch * heads * rotary) + 1
+    values = RNG.standard_normal((batch, seq, heads, rotary + 8), dtype=np.float32)
+    if library == "numpy":
+        return values.astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
+    torch = pytest.importorskip("torch")
+    return torch.from_numpy(values).to(getattr(torch, dtype))
+
+
+def _bits(a: Any) -> np.ndarray:
+    """The bit patterns of a NumPy array or a torch CPU tensor, as unsigned integers."""
+    if not isinstance(a, np.ndarray):
+        import torch
+
+        unsigned = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+        a = a.view(unsigned).numpy()
+    return a.view(f"u{a.dtype.itemsize}")
+
+
+def _cpu_paths(rope: anyrope.RoPE, x: Any) -> list[str]:
+    """The registry's paths that take ``x``: the reference and blocked ones at least."""
+    names = []
+    for name in PATHS:
+        try:
+            rope.path(x, impl=name)
+        except ValueError:
+            continue
+        names.append(name)
+    assert {"array_api", "blocked"} <= set(names), names
+    return names
+
+
+@pytest.mark.parametrize(
+    ("library", "dtype", "interleaved"),
+    [
+        *itertools.product(["numpy"], ["float16", "bfloat16", "float32", "float64"], [False, True]),
+        # 16 times larger: torch's own operations, and NumPy views of torch's memory
+        ("torch", "bfloat16", True),
+        ("torch", "float32", True),
+    ],
+    ids=lambda value: {False: "half", True: "interleaved"}.get(value, value),
+)
+def test_large_inputs_on_every_cpu_path(library: str, dtype: str, interleaved: bool) -> None:
+    """Every path the registry has for CPU arrays, on inputs just past the size where
+    they are cut in blocks or threads: forward, in place, inverse (with an attention
+    factor) and both, the bits of the reference."""
+    x = _large_input(library, dtype)
+    rope = anyrope.RoPE(
+        136,
+        rotary_dim=128,
+        interleaved=interleaved,
+        scaling={"rope_type": "yarn", "factor": 3.0, "original_max_position_embeddings": 3000},
+    )
+    positions_array = RNG.integers(0, 100_000, size=x.shape[:2])
+    if library == "torch":
+        import torch
+
+        positions_array = torch.from_numpy(positions_array)
+    paths = _cpu_paths(rope, x)
+    for mode, (inverse, inplace, positions) in LARGE_MODES.items():
+        where = positions_array if isinstance(positions, str) else positions
+        want = _bits(rope.rotate(x, where, inverse=inverse, impl="array_api"))
+        for path in paths:
+            y = copy.deepcopy(x)
+            got = rope.rotate(y, where, inverse=inverse, inplace=inplace, impl=path)
+            assert (got is y) == inplace
+            np.testing.assert_array_equal(_bits(got), want, err_msg=f"{path}, {mode}")
 
 
 # -- defect 1: fork after the thread pool started -----------------------------------------

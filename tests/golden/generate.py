@@ -4,7 +4,8 @@ Three kinds of golden data, all stored as raw bits (bfloat16 and float16 payload
 
 - ``cases.json`` + ``golden.npz``: rotations. Random inputs over every dtype, pairing,
   axis layout and partial width; special values (subnormal inputs and outputs, signed
-  zeros, infinities, NaN, overflow); positions up to ``2**53 - 1``; scaled RoPEs.
+  zeros, infinities, NaN, overflow); positions up to ``2**53 - 1``; scaled RoPEs, with
+  factors and lengths that are not powers of two too; dynamic NTK decoding steps.
 - ``tables.json`` + ``golden.npz``: ``inv_freq``, attention factor, softmax scale and the
   float64 and float32 cos/sin tables of every scaling method, at positions up to
   ``2**53 - 1``.
@@ -12,8 +13,10 @@ Three kinds of golden data, all stored as raw bits (bfloat16 and float16 payload
 Every test session compares its results with these bits exactly (NaN: at the same
 places), on every machine; ``tests/test_golden.py`` also checks the tables against mpmath,
 so the files are right and not only self-consistent. Needs ml_dtypes for bfloat16.
-Regenerating is only needed when a case is added: the bits must not depend on where this
-script runs, and the tests prove that they do not.
+Regenerating is only needed when a case is added, at the end of its list (a new rotation
+case draws from the random generator after all the others): the script refuses to
+write if any entry already in the files would change its bits. The bits must not depend
+on where this script runs, and the tests prove that they do not.
 """
 
 from __future__ import annotations
@@ -224,6 +227,43 @@ def _rotation_cases(rng: np.random.Generator) -> tuple[list[dict[str, Any]], dic
             scaling=scaling,
             max_position_embeddings=131072,
         )
+
+    # 5. Scaled RoPEs whose factors and lengths are not powers of two, where dividing by
+    # the factor and multiplying by its reciprocal, or (f * L) / L_max and f * (L / L_max),
+    # give other bits; positions past each method's original context.
+    for dtype, (_, kwargs, _lengths) in itertools.product(("float32", "float64"), ROTATION_ROPES):
+        head_dim = kwargs["head_dim"]
+        options = {key: value for key, value in kwargs.items() if key != "head_dim"}
+        positions = rng.integers(0, 200_000, size=(2, 5), dtype=np.int64)
+        add(
+            "scaled",
+            dtype,
+            _input(rng, (2, 5, 2, head_dim), dtype),
+            positions,
+            interleaved=options.pop("interleaved", False),
+            layout="bshd",
+            rotary_dim=head_dim,
+            base=options.pop("base", 10000.0),
+            **options,
+        )
+
+    # 6. Dynamic NTK decoding past the context: one token at position L - 1, with the
+    # frequencies of the length L, which a decoding step takes from a block of the
+    # lengths that follow (the bits of each length alone, whichever came first).
+    _, dynamic_rope, lengths = DYNAMIC_NPOT
+    for dtype, length in itertools.product(("float32", "float64"), lengths[1:]):
+        add(
+            "decode",
+            dtype,
+            _input(rng, (1, 1, 4, dynamic_rope["head_dim"]), dtype),
+            length - 1,
+            interleaved=False,
+            layout="bshd",
+            rotary_dim=dynamic_rope["head_dim"],
+            base=10000.0,
+            scaling=dynamic_rope["scaling"],
+            max_position_embeddings=dynamic_rope["max_position_embeddings"],
+        )
     return cases, arrays
 
 
@@ -344,6 +384,109 @@ TABLE_ROPES: tuple[tuple[str, dict[str, Any], tuple[int | None, ...]], ...] = (
     ),
 )
 
+# Factors and lengths that are not powers of two, for every scaling method: with a factor
+# of 4 and lengths of 2**k most roundings are exact, and formulas written in another
+# order give the same bits.
+DYNAMIC_NPOT: tuple[str, dict[str, Any], tuple[int | None, ...]] = (
+    "dynamic-3",
+    {
+        "head_dim": 128,
+        "scaling": {"rope_type": "dynamic", "factor": 3.0},
+        "max_position_embeddings": 40960,
+    },
+    (40960, 40961, 50001, 50002, 50100, 99999, 123457),
+)
+
+ROTATION_ROPES: tuple[tuple[str, dict[str, Any], tuple[int | None, ...]], ...] = (
+    ("linear-3", {"head_dim": 128, "scaling": {"rope_type": "linear", "factor": 3.0}}, (None,)),
+    ("ntk-3", {"head_dim": 96, "scaling": {"rope_type": "ntk", "factor": 3.0}}, (None,)),
+    DYNAMIC_NPOT,
+    (
+        "yarn-3",
+        {
+            "head_dim": 128,
+            "base": 1e6,
+            "scaling": {
+                "rope_type": "yarn",
+                "factor": 3.0,
+                "original_max_position_embeddings": 6000,
+            },
+            "max_position_embeddings": 18000,
+        },
+        (None,),
+    ),
+    (
+        "yarn-mscale-5.5",
+        {
+            "head_dim": 96,
+            "interleaved": True,
+            "scaling": {
+                "rope_type": "yarn",
+                "factor": 5.5,
+                "mscale": 1.1,
+                "mscale_all_dim": 0.7,
+                "beta_fast": 24.0,
+                "beta_slow": 1.5,
+                "truncate": False,
+                "original_max_position_embeddings": 3000,
+            },
+        },
+        (None,),
+    ),
+    (
+        "longrope-3000",
+        {
+            "head_dim": 64,
+            "scaling": {
+                "rope_type": "longrope",
+                "short_factor": [1.0 + 0.037 * i for i in range(32)],
+                "long_factor": [1.3 + 2.71 * i for i in range(32)],
+                "original_max_position_embeddings": 3000,
+            },
+            "max_position_embeddings": 100000,
+        },
+        (3000, 3001, 77777),
+    ),
+    (
+        "llama3-3",
+        {
+            "head_dim": 128,
+            "base": 500000.0,
+            "scaling": {
+                "rope_type": "llama3",
+                "factor": 3.0,
+                "low_freq_factor": 1.5,
+                "high_freq_factor": 12.0,
+                "original_max_position_embeddings": 24000,
+            },
+            "max_position_embeddings": 72000,
+        },
+        (None,),
+    ),
+    (
+        "proportional-3",
+        {
+            "head_dim": 96,
+            "base": 1e6,
+            "scaling": {"rope_type": "proportional", "factor": 3.0, "partial_rotary_factor": 0.3},
+        },
+        (None,),
+    ),
+)
+
+TABLE_ROPES += (
+    *ROTATION_ROPES,
+    (
+        "axial-wan",
+        {
+            "head_dim": 128,
+            "interleaved": True,
+            "scaling": {"rope_type": "axial", "axial_sections": [22, 21, 21]},
+        },
+        (None,),
+    ),
+)
+
 TABLE_POSITIONS = (0, 1, 2, 3, 7, 100, 4095, 4096, 65535, 131071, 10**6 + 3, 2**31 - 1)
 HUGE_POSITIONS = (2**40 + 5, LARGEST_POSITION)
 
@@ -391,10 +534,34 @@ def _table_cases() -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return cases, arrays
 
 
+def _check_kept(cases: list[Any], tables: list[Any], arrays: dict[str, np.ndarray]) -> None:
+    """Refuse to write unless every entry of the files already there keeps its bits: a
+    case is added at the end of its list, never changed (a machine must not pass by
+    regenerating)."""
+    if not (HERE / "golden.npz").exists():
+        return
+    old = np.load(HERE / "golden.npz")
+    changed = [
+        key
+        for key in old.files
+        if key not in arrays
+        or old[key].dtype != arrays[key].dtype
+        or old[key].shape != arrays[key].shape
+        or old[key].tobytes() != arrays[key].tobytes()
+    ]
+    for name, entries in (("cases.json", cases), ("tables.json", tables)):
+        kept = json.loads((HERE / name).read_text())
+        if entries[: len(kept)] != kept:
+            changed.append(name)
+    if changed:
+        raise SystemExit(f"existing golden entries would change: {changed}")
+
+
 def main() -> None:
     rng = np.random.default_rng(20261123)
     cases, arrays = _rotation_cases(rng)
     tables, table_arrays = _table_cases()
+    _check_kept(cases, tables, {**arrays, **table_arrays})
     np.savez_compressed(HERE / "golden.npz", **arrays, **table_arrays)
     (HERE / "cases.json").write_text(json.dumps(cases, indent=1) + "\n")
     (HERE / "tables.json").write_text(json.dumps(tables, indent=1) + "\n")
