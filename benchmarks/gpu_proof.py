@@ -293,10 +293,14 @@ def summary_markdown(results: Sequence[StepResult], info: dict[str, str]) -> str
 
 
 def _result_table(rows: Sequence[dict[str, Any]]) -> str:
-    lines = ["| case | dtype | implementation | us | fraction of copy |", "|---|---|---|---|---|"]
+    lines = [
+        "| case | dtype | implementation | device us | fraction of copy | host us per call |",
+        "|---|---|---|---|---|---|",
+    ]
     lines += [
         f"| {r['case']} | {r['dtype']} | {r['impl']} | {r['us']:.1f} | "
-        f"{r['fraction_of_copy']:.2f} |"
+        f"{r['fraction_of_copy']:.2f} | "
+        f"{'-' if r.get('host_us') is None else format(r['host_us'], '.1f')} |"
         for r in rows
     ]
     return "\n".join(lines)

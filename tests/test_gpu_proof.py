@@ -12,20 +12,24 @@ from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).parents[1] / "benchmarks" / "gpu_proof.py"
+import anyrope
+
+BENCHMARKS = Path(__file__).parents[1] / "benchmarks"
+SCRIPT = BENCHMARKS / "gpu_proof.py"
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_proof", SCRIPT)
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_proof"] = module
+    sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
 
-proof = _load()
+proof = _load("gpu_proof")
+bench_gpu = _load("bench_gpu")
 
 
 def test_without_a_gpu_it_says_so_in_one_line(tmp_path: Path) -> None:
@@ -152,7 +156,16 @@ def test_summaries_from_fake_results(tmp_path: Path) -> None:
                 "impl": "copy (floor)",
                 "us": 119.0,
                 "fraction_of_copy": 1.0,
-            }
+                "host_us": None,
+            },
+            {
+                "case": "decode b64",
+                "dtype": "bf16",
+                "impl": "anyrope kernel (torch)",
+                "us": 8.0,
+                "fraction_of_copy": 0.9875,
+                "host_us": 11.5,
+            },
         ],
         "targets": ["PASS prefill bf16: 0.980 of the copy (target >= 0.97)"],
     }
@@ -177,9 +190,21 @@ def test_summaries_from_fake_results(tmp_path: Path) -> None:
     assert "- device: stand-in" in text
     assert "| tests-torch-cuda | PASS | 61.0 |" in text
     assert "| memcheck | FAIL | 30.0 |" in text
-    assert "| prefill | bf16 | copy (floor) | 119.0 | 1.00 |" in text
+    assert "| prefill | bf16 | copy (floor) | 119.0 | 1.00 | - |" in text
+    assert "| decode b64 | bf16 | anyrope kernel (torch) | 8.0 | 0.99 | 11.5 |" in text
     assert "- PASS prefill bf16: 0.980 of the copy (target >= 0.97)" in text
     assert "| torch int offset | 12.5 | 4.25 | same bits |" in text
     assert "## memcheck: fail" in text
     assert "Invalid __global__ read" in text
     assert "300 passed" not in text  # the output of a step that passed stays in the JSON
+
+
+def test_gpu_benchmark_makes_its_rope_as_the_docs_say() -> None:
+    """With ``max_positions`` (the decode cases draw their positions below it): a
+    positions tensor on the device is then never read on the host (no synchronisation
+    per call)."""
+    for case in bench_gpu.CASES:
+        rope = bench_gpu.make_rope(anyrope, case)
+        assert rope.max_positions == (bench_gpu.MAX_POSITIONS if case.decode else case.seq)
+        assert rope.rotary_dim == case.rotary_dim
+    assert any(case.decode for case in bench_gpu.CASES)
