@@ -375,3 +375,97 @@ def test_tables_are_held_until_the_launch_has_read_them(monkeypatch: pytest.Monk
     assert [kept for _, kept in cuda_launch._held] == [second, first]
     cuda_launch.hold_until_read(np.zeros(2), np.zeros(2))  # host tables: nothing to hold
     assert len(cuda_launch._held) == 2
+
+
+@pytest.mark.parametrize(
+    ("driver", "wheel"),
+    [((12, 8), "cupy-cuda12x[ctk]"), ((13, 0), "cupy-cuda13x[ctk]"), ((14, 1), "cupy-cuda13x")],
+    ids=["driver-cuda12.8", "driver-cuda13.0", "driver-cuda14.1"],
+)
+def test_missing_cupy_names_the_wheel_of_the_driver(
+    monkeypatch: pytest.MonkeyPatch, driver: tuple[int, int], wheel: str
+) -> None:
+    """A CUDA 12 driver cannot run cupy-cuda13x: the advice follows the driver's version
+    (a newer driver runs the newest wheel)."""
+    from anyrope._paths import cuda
+    from anyrope._plan import make_plan
+
+    monkeypatch.setattr(cuda, "cuda_array", lambda x: True)
+    monkeypatch.setattr(cuda, "_cupy_installed", lambda: False)
+    monkeypatch.setattr(cuda, "driver_cuda_version", lambda: driver)
+    x = np.zeros((1, 4, 2, 16), dtype=np.float32)
+    plan = make_plan(
+        anyrope.RoPE(16)._source,
+        (x,),
+        ("x",),
+        None,
+        head_dim=16,
+        interleaved=False,
+        layout="bshd",
+        inverse=False,
+        inplace=False,
+        xp=None,
+    )
+    reason = cuda.rejects(plan)
+    assert reason is not None
+    assert f"pip install '{wheel}" in reason
+    assert f"the driver runs CUDA {driver[0]}.{driver[1]}" in reason
+    other = "cupy-cuda13x" if "12x" in wheel else "cupy-cuda12x"
+    assert other not in reason
+
+
+def test_cupy_advice_without_a_driver_or_with_an_old_one() -> None:
+    from anyrope._paths.cuda import cupy_advice
+
+    assert "'cupy-cuda13x[ctk]' or 'cupy-cuda12x[ctk]'" in cupy_advice(None)
+    old = cupy_advice((11, 8))
+    assert "update the driver" in old
+    assert "pip install" not in old
+
+
+def test_driver_version_is_read_from_libcuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``cuDriverGetVersion`` gives 1000 x major + 10 x minor; no library, no version."""
+    import ctypes
+
+    from anyrope._paths import cuda
+
+    class Driver:
+        def __init__(self, path: str) -> None:
+            assert path in {"libcuda.so.1", "nvcuda.dll"}
+
+        @staticmethod
+        def cuDriverGetVersion(pointer: object) -> int:
+            ctypes.cast(pointer, ctypes.POINTER(ctypes.c_int))[0] = 12080
+            return 0
+
+    def no_driver(path: str) -> None:
+        raise OSError(f"{path}: cannot open shared object file")
+
+    try:
+        for library, want in ((Driver, (12, 8)), (no_driver, None)):
+            cuda.driver_cuda_version.cache_clear()
+            monkeypatch.setattr(cuda.ctypes, "CDLL", library)
+            assert cuda.driver_cuda_version() == want
+    finally:
+        cuda.driver_cuda_version.cache_clear()
+
+
+def test_a_broken_cupy_warning_names_the_wheel_of_the_driver(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """cupy-cuda13x installed under a CUDA 12 driver fails to import: the warning says
+    which CuPy fits."""
+    from anyrope._paths import cuda
+    from anyrope._paths.cuda import _module
+
+    def wrong_cupy(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("CUDA driver version is insufficient for CUDA runtime version")
+
+    monkeypatch.setattr(_module, "get_kernel", wrong_cupy)
+    monkeypatch.setattr(cuda, "driver_cuda_version", lambda: (12, 4))
+    cuda.unusable.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match=r"pip install 'cupy-cuda12x\[ctk\]'"):
+            cuda.unusable(0)
+    finally:
+        cuda.unusable.cache_clear()
