@@ -73,9 +73,9 @@ def cpu_tensors_as_cuda() -> Iterator[list[Any]]:
     saved_waits = _positions.waits_for_device
     launches: list[Any] = []
 
-    def no_op(first: Any, name: str, launch: Any, *rest: Any) -> None:
+    def no_op(first: Any, name: str, call: Any, tables: Any) -> None:
         # What launch_on_device hands CuPy, packed as it packs it; only the call is left out.
-        launches.append(launch.device_args())
+        launches.extend(launch.device_args() for launch in call)
 
     cuda.cuda_array = lambda x: True  # type: ignore[assignment]
     cuda._cupy_installed = lambda: True  # type: ignore[assignment]

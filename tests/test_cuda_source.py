@@ -25,6 +25,7 @@ import threading
 import time
 import types
 import zlib
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -289,21 +290,22 @@ def _data(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype[Any]
 def _harness_launcher(harness: Any, launches: list[Launch], grid_cap: int | None = None) -> Any:
     """A launcher for anyrope._paths.cuda.launch that runs each launch in the host harness."""
 
-    def launcher(x: Any, name: str, launch: Launch) -> None:
-        launches.append(launch)
-        grid = launch.grid if grid_cap is None else tuple(min(grid_cap, n) for n in launch.grid)
-        args = (ctypes.c_longlong * len(launch.args))(*launch.args)
-        code = harness.anyrope_harness_run(
-            DTYPE_CODES[name],
-            launch.width,
-            int(launch.interleaved),
-            int(launch.wide_index),
-            (ctypes.c_uint * 3)(*grid),
-            (ctypes.c_uint * 3)(*launch.block),
-            args,
-            len(launch.args),
-        )
-        assert code == 0
+    def launcher(x: Any, name: str, call: Sequence[Launch], tables: tuple[Any, Any]) -> None:
+        for launch in call:
+            launches.append(launch)
+            grid = launch.grid if grid_cap is None else tuple(min(grid_cap, n) for n in launch.grid)
+            args = (ctypes.c_longlong * len(launch.args))(*launch.args)
+            code = harness.anyrope_harness_run(
+                DTYPE_CODES[name],
+                launch.width,
+                int(launch.interleaved),
+                int(launch.wide_index),
+                (ctypes.c_uint * 3)(*grid),
+                (ctypes.c_uint * 3)(*launch.block),
+                args,
+                len(launch.args),
+            )
+            assert code == 0
 
     return launcher
 
@@ -808,7 +810,7 @@ def torch_as_cuda(monkeypatch: pytest.MonkeyPatch) -> list[Launch]:
     monkeypatch.setattr(cuda, "_device_id", lambda x: 0)
     monkeypatch.setattr(_positions, "waits_for_device", lambda values: True)
     monkeypatch.setattr(
-        cuda_launch, "launch_on_device", lambda first, name, launch: launches.append(launch)
+        cuda_launch, "launch_on_device", lambda first, name, call, tables: launches.extend(call)
     )
     return launches
 
