@@ -117,10 +117,14 @@ def test_kernel_compiles(arch: str, instantiations: Path, tmp_path: Path) -> Non
             for entry in variants:
                 seen += 1
                 kind = access[width * itemsize]
-                assert f"ld.global.{kind}" in entry
+                x_load = f"ld.relaxed.gpu.global.{kind}"
+                assert x_load in entry
                 assert f"st.global.{kind}" in entry
-                # x is read before the position selects the table rows (ld.global.nc).
-                assert entry.index(f"ld.global.{kind}") < entry.index("ld.global.nc")
+                # x is read before the position, and the position before the table rows
+                # it selects (ld.global.nc); x and the position are strong (relaxed)
+                # loads, which ptxas keeps in this order (tests/test_cuda_sass.py).
+                position = entry.index("ld.relaxed.gpu.global.s32")
+                assert entry.index(x_load) < position < entry.index("ld.global.nc")
     assert seen == 4 * (3 + 3 + 2 + 1)
     # The grid walks (token, head, unit) without dividing: no integer division or
     # remainder anywhere (the old flat grid had three 64-bit divisions per unit).
