@@ -397,6 +397,9 @@ def _decode_form(name: str, call: Callable[[], Any], change: Callable[[], None])
     graph, outputs = capture(lambda: [call() for _ in range(GRAPH_CALLS)])
     device_us = 1000.0 * elapsed(replay, graph) / GRAPH_CALLS
     change()
+    # The change ran on the caller's stream; the replay may be on another (CuPy's capture
+    # stream does not wait for the legacy default stream).
+    torch.cuda.synchronize()
     replay(graph)
     torch.cuda.synchronize()
     want = call()
@@ -465,7 +468,6 @@ def _graph_api(
             stream.begin_capture()
             outputs = body()
             graph = stream.end_capture()
-        graph.upload(stream)
         return (graph, stream), outputs
 
     def cupy_replay(handle: Any) -> None:
@@ -497,22 +499,23 @@ def launches(out: Path) -> None:
 
     rope = anyrope.RoPE(64, rotary_dim=32, max_positions=256)
     pairs = anyrope.RoPE(64, interleaved=True, max_positions=256)
-    x = torch.randn(2, 16, 4, 65, device="cuda")[..., 1:]  # rows off 16-byte boundaries
+    x = torch.randn(2, 16, 4, 64, device="cuda")
     positions = torch.arange(32, device="cuda").reshape(2, 16) * 11  # some past 256
     done = []
     for dtype in (torch.bfloat16, torch.float16, torch.float32, torch.float64):
-        unaligned = x.to(dtype)
-        xd = unaligned.contiguous()
+        xd = x.to(dtype).contiguous()
+        unaligned = torch.zeros(2, 16, 4, 65, dtype=dtype, device="cuda")[..., 1:]
+        unaligned.copy_(xd)
         done.append(rope(xd, xd[:, :, :2], positions, impl="cuda"))
-        done.append(pairs(xd, positions=5, impl="cuda"))
-        done.append(rope(xd[:, ::2], positions=3, impl="cuda"))
-        done.append(rope(xd.transpose(1, 2), positions, layout="bhsd", impl="cuda"))
-        done.append(rope(unaligned, positions, impl="cuda"))
-        done.append(pairs(xd.clone(), positions, inplace=True, impl="cuda"))
+        done.append(pairs.rotate(xd, 5, impl="cuda"))
+        done.append(rope.rotate(xd[:, ::2], 3, impl="cuda"))
+        done.append(rope.rotate(xd.transpose(1, 2), positions, layout="bhsd", impl="cuda"))
+        done.append(rope.rotate(unaligned, positions, impl="cuda"))  # rows off 16-byte boundaries
+        done.append(pairs.rotate(xd.clone(), positions, inplace=True, impl="cuda"))
     if importlib.util.find_spec("cupy") is not None:
         import cupy
 
-        xc = cupy.asarray(x.contiguous())
+        xc = cupy.asarray(x)
         done.append(rope(xc, xc[:, :, :2], cupy.asarray(positions), impl="cuda"))
     torch.cuda.synchronize()
     (out / "launches.json").write_text(json.dumps({"launches": len(done)}) + "\n")
