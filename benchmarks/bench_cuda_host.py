@@ -21,8 +21,9 @@ docs/performance.rst), keeping the tables (two ``record_stream`` for torch; for 
 stream's capture state and one dictionary lookup, no event) and the kernel itself.
 CuPy's own launch code cannot run here with only its driver call stubbed: the CUDA
 runtime linked into ``cupy_backends`` needs a driver (``libcuda``) for the current
-device before any launch, so a stand-in would have to be a whole driver. With a positions tensor, the host range check
-reads a CPU tensor here; on a GPU that check is a device synchronisation.
+device before any launch, so a stand-in would have to be a whole driver. With a positions
+tensor, the host range check reads a CPU tensor here; on a GPU that check is a device
+synchronisation.
 
 * ``anyrope offset``: ``rope(q, k, positions=1000, impl="cuda")`` (a KV-cache offset).
 * ``anyrope tensor, max_positions``: ``rope(q, k, positions=p, impl="cuda")`` with
