@@ -208,3 +208,21 @@ def test_gpu_benchmark_makes_its_rope_as_the_docs_say() -> None:
         assert rope.max_positions == (bench_gpu.MAX_POSITIONS if case.decode else case.seq)
         assert rope.rotary_dim == case.rotary_dim
     assert any(case.decode for case in bench_gpu.CASES)
+
+
+def test_a_later_run_keeps_the_steps_it_did_not_repeat(tmp_path: Path) -> None:
+    """A machine lent a few minutes at a time runs a few steps per call into one folder."""
+    first = [
+        proof.StepResult("memcheck", "fail", ["sanitizer"], 30.0, "Invalid read"),
+        proof.StepResult("tests-cupy", "pass", ["pytest"], 50.0),
+    ]
+    proof.write_summaries(tmp_path, proof.merged(tmp_path, first), {})
+    again = [proof.StepResult("memcheck", "pass", ["sanitizer"], 31.0)]
+    steps = proof.merged(tmp_path, again)
+    assert [(s.name, s.status) for s in steps] == [("tests-cupy", "pass"), ("memcheck", "pass")]
+    proof.write_summaries(tmp_path, steps, {})
+    record = json.loads((tmp_path / "proof.json").read_text())
+    assert record["passed"] is False  # steps are missing: not proven yet
+    every = [proof.StepResult(name, "pass", [], 1.0) for name in proof.STEPS]
+    proof.write_summaries(tmp_path, proof.merged(tmp_path, every), {})
+    assert json.loads((tmp_path / "proof.json").read_text())["passed"] is True
