@@ -184,6 +184,9 @@ def step_commands(
                 sanitizer,
                 "--tool",
                 "memcheck",
+                # Memory errors only: torch and CuPy probe the driver with calls that fail.
+                "--report-api-errors",
+                "no",
                 "--error-exitcode",
                 "1",
                 python,
