@@ -28,8 +28,8 @@ limit, in this order:
 Writes ``proof.json`` (every step: command, exit status, seconds, the tail of its output
 and its figures) and ``proof.md`` (the same for a reader) under ``--out``, and exits 0
 when every step of the run passed. Steps of an earlier run into the same ``--out`` that
-this run did not repeat are kept: the proof can be run a few steps at a time. On a machine without a CUDA GPU it says so in one line and
-exits 2, before running anything.
+this run did not repeat are kept: the proof can be run a few steps at a time. On a
+machine without a CUDA GPU it says so in one line and exits 2, before running anything.
 """
 
 from __future__ import annotations

@@ -121,7 +121,8 @@ def rotate_raw(
         io += (0, 0)
     offset = rows.offset if positions is None else 0
     launches = [template.bind(io, pos_ptr, offset) for template in templates]
-    launcher(arrays[0], plan.dtype, launches, (rows.cos, rows.sin))
+    if launches:  # none for empty arrays: nothing to launch, no table to keep
+        launcher(arrays[0], plan.dtype, launches, (rows.cos, rows.sin))
     return outputs
 
 
