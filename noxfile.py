@@ -7,6 +7,8 @@ backend that is installed, and each session here only chooses what is installed.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import nox
 
 nox.needs_version = ">=2024.3.2"
@@ -23,6 +25,10 @@ TRANSFORMERS = "transformers==5.23.0"
 ROTARY_EMBEDDING_TORCH = ("rotary-embedding-torch==0.9.1", "einops==0.8.2")
 # NVRTC of the CUDA 13 toolkit that nvcc comes from; CuPy compiles rope.cu with NVRTC.
 NVRTC = "nvidia-cuda-nvrtc==13.5.37"
+# The NVRTC of torch's CUDA (13.0), whose machine code differs: the SASS is checked for both.
+NVRTC_TORCH = "nvidia-cuda-nvrtc==13.0.88"
+# Disassembles what NVRTC compiles, for the checks on the order of loads in the SASS.
+NVDISASM = "nvidia-cuda-nvdisasm==13.5.37"
 # The GPU sessions: PyPI's torch (built for one CUDA major version) and the CuPy of that
 # same major version, with the toolkit wheels (NVRTC included) from its `ctk` extra.
 TORCH_GPU = "torch==2.13.0"
@@ -145,9 +151,19 @@ def tests_dispatch(session: nox.Session) -> None:
 @nox.session(name="tests-kernel")
 def tests_kernel(session: nox.Session) -> None:
     """The CUDA kernel without a GPU: nvcc for sm_80 and sm_90, NVRTC as CuPy compiles it,
-    and the host harness that runs its index mapping and arithmetic on the CPU."""
-    session.install("-e", ".[test]", NVRTC)
-    _pytest(session, "tests/test_cuda_source.py")
+    the order of loads in the sm_90 SASS of two NVRTC versions, and the host harness that
+    runs its index mapping and arithmetic on the CPU."""
+    session.install("-e", ".[test]", NVRTC, NVDISASM)
+    # The second NVRTC beside the first, not over it: the test finds it by its path.
+    second = Path(session.create_tmp()) / "nvrtc-torch"
+    session.install("--no-deps", "--target", str(second), NVRTC_TORCH)
+    session.run(
+        "pytest",
+        "tests/test_cuda_source.py",
+        "tests/test_cuda_sass.py",
+        *session.posargs,
+        env={"ANYROPE_NVRTC": str(second / "nvidia" / "cu13" / "lib" / "libnvrtc.so.13")},
+    )
 
 
 @nox.session(name="tests-hf")

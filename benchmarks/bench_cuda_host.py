@@ -10,14 +10,20 @@ and the interquartile range, in microseconds per call.
 What is measured, and what is not. The torch tensors are CPU tensors that stand in for
 CUDA ones: ``anyrope._paths.cuda`` is told to take them (its ``cuda_array`` test, the CuPy
 install check and the once-per-device compile check are replaced for the run), and the
-launcher is replaced by a no-op that receives the launch. So a line times the whole host
-side of ``rope(q, k, positions)`` with ``impl="cuda"``: the geometry lookup and plan, the
-position checks, the table lookup, the output allocation (``torch.empty`` on the CPU
-allocator instead of the CUDA caching allocator), the launch planning and the argument
-packing, down to the call of the launcher. Not measured: ``torch.cuda.current_stream``,
-CuPy's launch of the kernel (about 3.6 us for an empty kernel on an H100, see
-docs/performance.rst) and the kernel itself. With a positions tensor, the host range check
-reads a CPU tensor here; on a GPU that check is a device synchronisation.
+launcher is replaced by a no-op that receives the call's launches and tables. So a line
+times the whole host side of ``rope(q, k, positions)`` with ``impl="cuda"``: the geometry
+lookup and plan, the position checks, the table lookup, the output allocation
+(``torch.empty`` on the CPU allocator instead of the CUDA caching allocator), the launch
+planning and the argument packing, down to the call of the launcher. Not measured: what
+the launcher does, once per call: ``torch.cuda.current_stream`` (or CuPy's current
+stream), CuPy's launch of the kernel (about 3.6 us for an empty kernel on an H100, see
+docs/performance.rst), keeping the tables (two ``record_stream`` for torch; for CuPy a
+stream's capture state and one dictionary lookup, no event) and the kernel itself.
+CuPy's own launch code cannot run here with only its driver call stubbed: the CUDA
+runtime linked into ``cupy_backends`` needs a driver (``libcuda``) for the current
+device before any launch, so a stand-in would have to be a whole driver. With a positions
+tensor, the host range check reads a CPU tensor here; on a GPU that check is a device
+synchronisation.
 
 * ``anyrope offset``: ``rope(q, k, positions=1000, impl="cuda")`` (a KV-cache offset).
 * ``anyrope tensor, max_positions``: ``rope(q, k, positions=p, impl="cuda")`` with
@@ -73,9 +79,9 @@ def cpu_tensors_as_cuda() -> Iterator[list[Any]]:
     saved_waits = _positions.waits_for_device
     launches: list[Any] = []
 
-    def no_op(first: Any, name: str, launch: Any, *rest: Any) -> None:
+    def no_op(first: Any, name: str, call: Any, tables: Any) -> None:
         # What launch_on_device hands CuPy, packed as it packs it; only the call is left out.
-        launches.append(launch.device_args())
+        launches.extend(launch.device_args() for launch in call)
 
     cuda.cuda_array = lambda x: True  # type: ignore[assignment]
     cuda._cupy_installed = lambda: True  # type: ignore[assignment]

@@ -8,7 +8,11 @@ without Triton, CUDA events around each call after zeroing a 256 MiB buffer:
 - prefill: q (4, 4096, 32, 128) + k (4, 4096, 8, 128); the same with a 64-dim partial
   rotary; the same in the bhsd layout;
 - decode: q (B, 1, 32, 128) + k (B, 1, 8, 128) for B = 64 and 256, one new token per
-  sequence at positions taken from a KV cache (random lengths below 4096);
+  sequence at positions taken from a KV cache (random lengths below 4096), a device
+  tensor, with ``RoPE(128, max_positions=4096)`` as the docs tell users to call it: the
+  positions stay on the device (the kernel checks them), no synchronisation per call.
+  Besides the device time, the host time per call of anyrope's kernel paths: calls back
+  to back without a synchronisation, wall time over the count;
 
 for: a device copy of the same bytes (the floor), the PyTorch eager Hugging Face
 expression, ``torch.compile`` of it, anyrope's CuPy array-API path, Liger's Triton RoPE
@@ -28,6 +32,7 @@ import json
 import platform
 import statistics
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -73,6 +78,7 @@ class Result:
     impl: str
     us: float
     fraction_of_copy: float
+    host_us: float | None = None
 
 
 def _require_gpu() -> Any:
@@ -124,12 +130,42 @@ def _shapes(case: Case) -> tuple[tuple[int, ...], tuple[int, ...]]:
     )
 
 
+MAX_POSITIONS = 4096
+"""The decode cases' table length (their positions are KV-cache lengths below it)."""
+
+
 def _positions(torch: Any, case: Case) -> Any:
     if case.decode:
         generator = torch.Generator(device="cpu").manual_seed(0)
-        lengths = torch.randint(1, 4096, (case.batch, 1), generator=generator)
+        lengths = torch.randint(1, MAX_POSITIONS, (case.batch, 1), generator=generator)
         return lengths.to("cuda")
     return torch.arange(case.seq, device="cuda")
+
+
+def make_rope(anyrope: Any, case: Case) -> Any:
+    """The :class:`anyrope.RoPE` of a case, made as the docs tell users to: with
+    ``max_positions``, so that a positions tensor on the device is never read on the
+    host (without it, every decode call would wait for the device twice, for the
+    positions' minimum and maximum)."""
+    return anyrope.RoPE(
+        case.head_dim,
+        rotary_dim=case.rotary_dim,
+        max_positions=MAX_POSITIONS if case.decode else case.seq,
+    )
+
+
+def _host_us(torch: Any, fn: Callable[[], Any], calls: int = 200) -> float:
+    """Host microseconds per call: ``calls`` calls back to back, no synchronisation
+    between them (the device queue holds them all)."""
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return 1e6 * elapsed / calls
 
 
 def _hf_tables(torch: Any, rope: Any, positions: Any, case: Case, dtype: Any) -> tuple[Any, Any]:
@@ -181,7 +217,7 @@ def _bench_case(
     k = torch.randn(k_shape, device="cuda").to(dtype)
     q_copy, k_copy = torch.empty_like(q), torch.empty_like(k)
     positions = _positions(torch, case)
-    rope = anyrope.RoPE(case.head_dim, rotary_dim=case.rotary_dim)
+    rope = make_rope(anyrope, case)
     cos, sin = _hf_tables(torch, rope, positions, case, dtype)
     hf = _hf_expression(torch, case.rotary_dim)
     # Every case compiles afresh for its static shapes: dynamo keys its cache on the code
@@ -212,14 +248,30 @@ def _bench_case(
         paths[LIGER] = lambda: liger(lq, lk, lcos, lsin)
 
     times = {name: timer(fn) for name, fn in paths.items()}
+    host = (
+        {
+            name: _host_us(torch, paths[name])
+            for name in (KERNEL_TORCH, KERNEL_CUPY)
+            if name in paths
+        }
+        if case.decode
+        else {}
+    )
     floor = times[COPY]
-    return [Result(case.name, dtype_key, name, us, floor / us) for name, us in times.items()]
+    return [
+        Result(case.name, dtype_key, name, us, floor / us, host.get(name))
+        for name, us in times.items()
+    ]
 
 
 def _table(results: list[Result]) -> str:
-    lines = ["| case | dtype | implementation | us | fraction of copy |", "|---|---|---|---|---|"]
+    lines = [
+        "| case | dtype | implementation | device us | fraction of copy | host us per call |",
+        "|---|---|---|---|---|---|",
+    ]
     lines += [
-        f"| {r.case} | {r.dtype} | {r.impl} | {r.us:.1f} | {r.fraction_of_copy:.2f} |"
+        f"| {r.case} | {r.dtype} | {r.impl} | {r.us:.1f} | {r.fraction_of_copy:.2f} | "
+        f"{'-' if r.host_us is None else f'{r.host_us:.1f}'} |"
         for r in results
     ]
     return "\n".join(lines)

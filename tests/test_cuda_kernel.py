@@ -12,7 +12,7 @@ import subprocess
 import sys
 import types
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -51,9 +51,9 @@ def launches(monkeypatch: pytest.MonkeyPatch) -> list[Launch]:
     seen: list[Launch] = []
     run = cuda_launch.launch_on_device
 
-    def counting(first: Any, name: str, launch: Launch) -> None:
-        seen.append(launch)
-        run(first, name, launch)
+    def counting(first: Any, name: str, call: list[Launch], tables: tuple[Any, Any]) -> None:
+        seen.extend(call)
+        run(first, name, call, tables)
 
     monkeypatch.setattr(cuda_launch, "launch_on_device", counting)
     return seen
@@ -327,51 +327,245 @@ def test_a_broken_cupy_is_warned_about_once_and_skipped(monkeypatch: pytest.Monk
         cuda.unusable.cache_clear()
 
 
-def test_tables_are_held_until_the_launch_has_read_them(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A table the cache drops (grown, moved, cleared) while a kernel on another stream
-    is queued must not be reused meanwhile: torch tables get ``record_stream`` on the
-    launch's stream, CuPy tables are kept with an event until it has passed."""
+class _Event:
+    """A stand-in for ``cupy.cuda.Event`` that fails if made or queried under capture."""
+
+    made: ClassVar[list[_Event]] = []
+
+    def __init__(self, **options: object) -> None:
+        self.passed = False
+        self.stream: _Stream | None = None
+        _Event.made.append(self)
+
+    def record(self, stream: _Stream) -> None:
+        assert not stream.capturing, "an event recorded under capture"
+        self.stream = stream
+
+    @property
+    def done(self) -> bool:
+        assert self.stream is not None
+        assert not any(s.capturing for s in _Stream.every), "an event queried under capture"
+        return self.passed
+
+
+class _Stream:
+    """A stand-in for a CuPy stream whose capture state the test sets."""
+
+    every: ClassVar[list[_Stream]] = []
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr, self.capturing = ptr, False
+        _Stream.every.append(self)
+
+    def is_capturing(self) -> bool:
+        return self.capturing
+
+
+@pytest.fixture
+def fake_cupy(monkeypatch: pytest.MonkeyPatch) -> Any:
+    _Event.made, _Stream.every = [], []
+    for name, empty in (("_in_use", {}), ("_retired", []), ("_captured", {})):
+        monkeypatch.setattr(cuda_launch, name, empty)
+    return types.SimpleNamespace(cuda=types.SimpleNamespace(Event=_Event))
+
+
+def test_the_same_tables_take_no_event(fake_cupy: Any) -> None:
+    """Every decode step of a model reads the tables of the step before: no event per
+    call, no query, and the tables stay held while the stream may still read them."""
+    stream = _Stream(7)
+    tables = (object(), object())
+    for _ in range(100):
+        cuda_launch.hold_cupy_tables(fake_cupy, stream, tables)
+    assert _Event.made == []
+    assert cuda_launch._in_use == {7: tables}
+
+
+def test_tables_a_stream_moved_on_from_are_held_until_it_read_them(fake_cupy: Any) -> None:
+    """A table the cache drops (grown, cleared) while a kernel is queued must not be
+    reused meanwhile: when a stream's tables change, one event recorded on that stream
+    keeps the old ones until it has passed; other streams keep their own."""
+    one, two = _Stream(1), _Stream(2)
+    first, second, third = ((object(), object()) for _ in range(3))
+    cuda_launch.hold_cupy_tables(fake_cupy, one, first)
+    cuda_launch.hold_cupy_tables(fake_cupy, two, first)
+    cuda_launch.hold_cupy_tables(fake_cupy, one, second)
+    (event,) = _Event.made
+    assert event.stream is one
+    assert [kept for _, kept in cuda_launch._retired] == [first]
+    assert cuda_launch._in_use == {1: second, 2: first}
+    cuda_launch.hold_cupy_tables(fake_cupy, one, third)  # the first event has not passed
+    assert [kept for _, kept in cuda_launch._retired] == [first, second]
+    event.passed = True
+    cuda_launch.hold_cupy_tables(fake_cupy, one, first)
+    assert [kept for _, kept in cuda_launch._retired] == [second, third]
+    assert len(_Event.made) == 3
+
+
+def test_under_capture_no_event_no_query(fake_cupy: Any) -> None:
+    """A launch under stream capture records no event and queries none (either breaks
+    the capture); the tables it read are kept for good (the graph may replay at any
+    time), and the stream's tables before the capture stay held."""
+    stream = _Stream(3)
+    before, captured = (object(), object()), (object(), object())
+    cuda_launch.hold_cupy_tables(fake_cupy, stream, before)
+    cuda_launch.hold_cupy_tables(fake_cupy, stream, (object(), object()))
+    stream.capturing = True
+    for tables in (before, captured, captured):
+        cuda_launch.hold_cupy_tables(fake_cupy, stream, tables)
+    assert len(_Event.made) == 1  # the change before the capture
+    assert list(cuda_launch._captured.values()) == [before, captured]
+    stream.capturing = False
+    cuda_launch.hold_cupy_tables(fake_cupy, stream, captured)
+    assert cuda_launch._captured[id(captured[0])] is captured
+
+
+def test_torch_tables_are_recorded_on_the_launch_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch's caching allocator keeps the tables until the launch's stream (looked up
+    once per call) has passed them."""
     torch = pytest.importorskip("torch")
-    stream = object()
+    stream = types.SimpleNamespace(cuda_stream=99)
+    looked_up: list[int] = []
     recorded: list[object] = []
+    ran: list[object] = []
 
     class DeviceTensor(torch.Tensor):
         @property
-        def is_cuda(self) -> bool:
-            return True
+        def device(self) -> Any:
+            return types.SimpleNamespace(index=0)
 
         def record_stream(self, on: object) -> None:
             recorded.append(on)
 
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: stream)
-    tables = [torch.zeros(4).as_subclass(DeviceTensor) for _ in range(2)]
-    cuda_launch.hold_until_read(*tables)
-    assert recorded == [stream, stream]
+    def current_stream(device: int) -> Any:
+        looked_up.append(device)
+        return stream
 
-    events: list[Any] = []
+    class Device:
+        def __init__(self, device_id: int) -> None:
+            pass
 
-    class Event:
-        def __init__(self, **options: object) -> None:
-            self.done = False
-            events.append(self)
+        def __enter__(self) -> None:
+            pass
 
-        def record(self, on: object) -> None:
-            assert on == ("stream of", 3)
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+    class External:
+        def __init__(self, handle: int, device_id: int) -> None:
+            self.handle = handle
+
+        def __enter__(self) -> None:
+            pass
+
+        def __exit__(self, *exc: object) -> None:
+            pass
 
     fake = types.ModuleType("cupy")
-    fake.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
-        Event=Event, get_current_stream=lambda device_id: ("stream of", device_id)
-    )
-    array = type("ndarray", (), {"__module__": "cupy", "device": types.SimpleNamespace(id=3)})
-    fake.ndarray = array  # type: ignore[attr-defined]
+    fake.cuda = types.SimpleNamespace(Device=Device, ExternalStream=External)  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "cupy", fake)
-    monkeypatch.setattr(cuda_launch, "_held", [])
-    first, second = (array(), array()), (array(), array())
-    cuda_launch.hold_until_read(*first)
-    cuda_launch.hold_until_read(*second)
-    assert [kept for _, kept in cuda_launch._held] == [first, second]
-    events[0].done = True
-    cuda_launch.hold_until_read(*first)
-    assert [kept for _, kept in cuda_launch._held] == [second, first]
-    cuda_launch.hold_until_read(np.zeros(2), np.zeros(2))  # host tables: nothing to hold
-    assert len(cuda_launch._held) == 2
+    monkeypatch.setattr(torch.cuda, "current_stream", current_stream)
+    monkeypatch.setattr(cuda_launch, "_external_streams", {})
+    from anyrope._paths.cuda import _module
+
+    monkeypatch.setattr(_module, "get_kernel", lambda *a, **k: lambda *args: ran.append(args))
+    x = torch.zeros(4).as_subclass(DeviceTensor)
+    tables = (torch.zeros(2).as_subclass(DeviceTensor), torch.zeros(2).as_subclass(DeviceTensor))
+    launch = Launch(1, False, False, (1, 1, 1), (1, 1, 1), ())
+    cuda_launch.launch_on_device(x, "float32", [launch, launch], tables)
+    assert looked_up == [0]
+    assert len(ran) == 2
+    assert recorded == [stream, stream]
+
+
+@pytest.mark.parametrize(
+    ("driver", "wheel"),
+    [((12, 8), "cupy-cuda12x[ctk]"), ((13, 0), "cupy-cuda13x[ctk]"), ((14, 1), "cupy-cuda13x")],
+    ids=["driver-cuda12.8", "driver-cuda13.0", "driver-cuda14.1"],
+)
+def test_missing_cupy_names_the_wheel_of_the_driver(
+    monkeypatch: pytest.MonkeyPatch, driver: tuple[int, int], wheel: str
+) -> None:
+    """A CUDA 12 driver cannot run cupy-cuda13x: the advice follows the driver's version
+    (a newer driver runs the newest wheel)."""
+    from anyrope._paths import cuda
+    from anyrope._plan import make_plan
+
+    monkeypatch.setattr(cuda, "cuda_array", lambda x: True)
+    monkeypatch.setattr(cuda, "_cupy_installed", lambda: False)
+    monkeypatch.setattr(cuda, "driver_cuda_version", lambda: driver)
+    x = np.zeros((1, 4, 2, 16), dtype=np.float32)
+    plan = make_plan(
+        anyrope.RoPE(16)._source,
+        (x,),
+        ("x",),
+        None,
+        head_dim=16,
+        interleaved=False,
+        layout="bshd",
+        inverse=False,
+        inplace=False,
+        xp=None,
+    )
+    reason = cuda.rejects(plan)
+    assert reason is not None
+    assert f"pip install '{wheel}" in reason
+    assert f"the driver runs CUDA {driver[0]}.{driver[1]}" in reason
+    other = "cupy-cuda13x" if "12x" in wheel else "cupy-cuda12x"
+    assert other not in reason
+
+
+def test_cupy_advice_without_a_driver_or_with_an_old_one() -> None:
+    from anyrope._paths.cuda import cupy_advice
+
+    assert "'cupy-cuda13x[ctk]' or 'cupy-cuda12x[ctk]'" in cupy_advice(None)
+    old = cupy_advice((11, 8))
+    assert "update the driver" in old
+    assert "pip install" not in old
+
+
+def test_driver_version_is_read_from_libcuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``cuDriverGetVersion`` gives 1000 x major + 10 x minor; no library, no version."""
+    import ctypes
+
+    from anyrope._paths import cuda
+
+    class Driver:
+        def __init__(self, path: str) -> None:
+            assert path in {"libcuda.so.1", "nvcuda.dll"}
+
+        @staticmethod
+        def cuDriverGetVersion(pointer: object) -> int:
+            ctypes.cast(pointer, ctypes.POINTER(ctypes.c_int))[0] = 12080
+            return 0
+
+    def no_driver(path: str) -> None:
+        raise OSError(f"{path}: cannot open shared object file")
+
+    try:
+        for library, want in ((Driver, (12, 8)), (no_driver, None)):
+            cuda.driver_cuda_version.cache_clear()
+            monkeypatch.setattr(cuda.ctypes, "CDLL", library)
+            assert cuda.driver_cuda_version() == want
+    finally:
+        cuda.driver_cuda_version.cache_clear()
+
+
+def test_a_broken_cupy_warning_names_the_wheel_of_the_driver(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """cupy-cuda13x installed under a CUDA 12 driver fails to import: the warning says
+    which CuPy fits."""
+    from anyrope._paths import cuda
+    from anyrope._paths.cuda import _module
+
+    def wrong_cupy(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("CUDA driver version is insufficient for CUDA runtime version")
+
+    monkeypatch.setattr(_module, "get_kernel", wrong_cupy)
+    monkeypatch.setattr(cuda, "driver_cuda_version", lambda: (12, 4))
+    cuda.unusable.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match=r"pip install 'cupy-cuda12x\[ctk\]'"):
+            cuda.unusable(0)
+    finally:
+        cuda.unusable.cache_clear()

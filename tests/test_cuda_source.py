@@ -25,6 +25,7 @@ import threading
 import time
 import types
 import zlib
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -116,10 +117,14 @@ def test_kernel_compiles(arch: str, instantiations: Path, tmp_path: Path) -> Non
             for entry in variants:
                 seen += 1
                 kind = access[width * itemsize]
-                assert f"ld.global.{kind}" in entry
+                x_load = f"ld.relaxed.gpu.global.{kind}"
+                assert x_load in entry
                 assert f"st.global.{kind}" in entry
-                # x is read before the position selects the table rows (ld.global.nc).
-                assert entry.index(f"ld.global.{kind}") < entry.index("ld.global.nc")
+                # x is read before the position, and the position before the table rows
+                # it selects (ld.global.nc); x and the position are strong (relaxed)
+                # loads, which ptxas keeps in this order (tests/test_cuda_sass.py).
+                position = entry.index("ld.relaxed.gpu.global.s32")
+                assert entry.index(x_load) < position < entry.index("ld.global.nc")
     assert seen == 4 * (3 + 3 + 2 + 1)
     # The grid walks (token, head, unit) without dividing: no integer division or
     # remainder anywhere (the old flat grid had three 64-bit divisions per unit).
@@ -289,21 +294,22 @@ def _data(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype[Any]
 def _harness_launcher(harness: Any, launches: list[Launch], grid_cap: int | None = None) -> Any:
     """A launcher for anyrope._paths.cuda.launch that runs each launch in the host harness."""
 
-    def launcher(x: Any, name: str, launch: Launch) -> None:
-        launches.append(launch)
-        grid = launch.grid if grid_cap is None else tuple(min(grid_cap, n) for n in launch.grid)
-        args = (ctypes.c_longlong * len(launch.args))(*launch.args)
-        code = harness.anyrope_harness_run(
-            DTYPE_CODES[name],
-            launch.width,
-            int(launch.interleaved),
-            int(launch.wide_index),
-            (ctypes.c_uint * 3)(*grid),
-            (ctypes.c_uint * 3)(*launch.block),
-            args,
-            len(launch.args),
-        )
-        assert code == 0
+    def launcher(x: Any, name: str, call: Sequence[Launch], tables: tuple[Any, Any]) -> None:
+        for launch in call:
+            launches.append(launch)
+            grid = launch.grid if grid_cap is None else tuple(min(grid_cap, n) for n in launch.grid)
+            args = (ctypes.c_longlong * len(launch.args))(*launch.args)
+            code = harness.anyrope_harness_run(
+                DTYPE_CODES[name],
+                launch.width,
+                int(launch.interleaved),
+                int(launch.wide_index),
+                (ctypes.c_uint * 3)(*grid),
+                (ctypes.c_uint * 3)(*launch.block),
+                args,
+                len(launch.args),
+            )
+            assert code == 0
 
     return launcher
 
@@ -808,7 +814,7 @@ def torch_as_cuda(monkeypatch: pytest.MonkeyPatch) -> list[Launch]:
     monkeypatch.setattr(cuda, "_device_id", lambda x: 0)
     monkeypatch.setattr(_positions, "waits_for_device", lambda values: True)
     monkeypatch.setattr(
-        cuda_launch, "launch_on_device", lambda first, name, launch: launches.append(launch)
+        cuda_launch, "launch_on_device", lambda first, name, call, tables: launches.extend(call)
     )
     return launches
 

@@ -5,8 +5,10 @@ Nothing here imports CuPy or torch at import time; :func:`run` does so on first 
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import importlib.util
+import sys
 import warnings
 
 import array_api_compat
@@ -48,7 +50,7 @@ def rejects(plan: Plan) -> str | None:
         )
         return f"needs CuPy arrays or PyTorch CUDA tensors; got {kinds}"
     if not _cupy_installed():
-        return "needs CuPy (pip install 'cupy-cuda13x[ctk]'), which is not installed"
+        return f"needs CuPy ({cupy_advice(driver_cuda_version())}), which is not installed"
     if len(plan.where) > 1:
         return (
             "takes one position stream; M-RoPE and axial positions (several streams) "
@@ -76,6 +78,7 @@ def unusable(device_id: int) -> str | None:
         detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
         reason = f"cannot run: CuPy failed to import or compile the kernel ({type(error).__name__}"
         reason += f": {detail})" if detail else ")"
+        reason += f"; the CuPy for this machine's driver: {cupy_advice(driver_cuda_version())}"
         warnings.warn(
             f"anyrope: the CUDA path {reason}; impl='auto' takes the next path for CUDA arrays",
             RuntimeWarning,
@@ -83,6 +86,43 @@ def unusable(device_id: int) -> str | None:
         )
         return reason
     return None
+
+
+#: The CuPy wheel (with its toolkit wheels) of each CUDA major version CuPy is built for.
+CUPY_FOR_CUDA: dict[int, str] = {12: "cupy-cuda12x[ctk]", 13: "cupy-cuda13x[ctk]"}
+
+
+@functools.cache
+def driver_cuda_version() -> tuple[int, int] | None:
+    """(major, minor) of the newest CUDA the installed driver runs, or ``None`` without a
+    driver.
+
+    Asked of the driver library itself (``cuDriverGetVersion``, which needs no device
+    and no initialisation), since CuPy, whose wheel must match it, may be missing.
+    """
+    try:
+        driver = ctypes.CDLL("nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1")
+        version = ctypes.c_int(0)
+        if driver.cuDriverGetVersion(ctypes.byref(version)) != 0 or version.value <= 0:
+            return None
+    except (OSError, AttributeError):
+        return None
+    return version.value // 1000, version.value % 1000 // 10
+
+
+def cupy_advice(driver: tuple[int, int] | None) -> str:
+    """What to install for a driver that runs CUDA ``driver`` (``None``: unknown)."""
+    if driver is None:
+        choices = " or ".join(f"'{wheel}'" for wheel in reversed(CUPY_FOR_CUDA.values()))
+        return f"pip install {choices}, the one of your driver's CUDA major version"
+    major, minor = driver
+    if major < min(CUPY_FOR_CUDA):
+        return (
+            f"the driver runs CUDA {major}.{minor}, older than any CuPy wheel's "
+            f"(CUDA {min(CUPY_FOR_CUDA)} or newer): update the driver"
+        )
+    wheel = CUPY_FOR_CUDA[min(major, max(CUPY_FOR_CUDA))]
+    return f"pip install '{wheel}' (the driver runs CUDA {major}.{minor})"
 
 
 def _device_id(x: Array) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import operator
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, NamedTuple
 
 import array_api_compat
@@ -24,10 +24,12 @@ from ..._positions import Positions
 from ..._tables import Rows, TableCache, generation
 from .launches import Launch, LaunchTemplate, Operand, launch_templates
 
-__all__ = ["Launcher", "launch_on_device", "rotate_raw"]
+__all__ = ["Launcher", "hold_cupy_tables", "launch_on_device", "rotate_raw"]
 
-Launcher = Callable[[Array, str, Launch], None]
-"""``launcher(first_array, dtype_name, launch)`` runs one launch."""
+Launcher = Callable[[Array, str, Sequence[Launch], tuple[Array, Array]], None]
+"""``launcher(first_array, dtype_name, launches, tables)`` runs a call's launches, in
+order, on one stream, and keeps ``tables`` (the cos and sin they read) from reuse until
+that stream has read them."""
 
 NAME = "cuda"
 """The key of this path's entries in :attr:`anyrope._plan.Plan.memo`."""
@@ -118,44 +120,50 @@ def rotate_raw(
     if len(io) == 2:
         io += (0, 0)
     offset = rows.offset if positions is None else 0
-    first, name = arrays[0], plan.dtype
-    for template in templates:
-        launcher(first, name, template.bind(io, pos_ptr, offset))
-    hold_until_read(rows.cos, rows.sin)
+    launches = [template.bind(io, pos_ptr, offset) for template in templates]
+    if launches:  # none for empty arrays: nothing to launch, no table to keep
+        launcher(arrays[0], plan.dtype, launches, (rows.cos, rows.sin))
     return outputs
 
 
-_held: list[tuple[Any, tuple[Array, ...]]] = []
 _held_lock = threading.Lock()
+#: Stream handle -> the CuPy tables its latest launch read (kept while it may be queued).
+_in_use: dict[int, tuple[Array, ...]] = {}
+#: Tables a stream has moved on from, each with an event recorded after its last reader.
+_retired: list[tuple[Any, tuple[Array, ...]]] = []
+#: Tables read by a launch under stream capture, by ``id`` of cos: a CUDA graph may
+#: replay at any time, so they are kept for the life of the process.
+_captured: dict[int, tuple[Array, ...]] = {}
 
 
-def hold_until_read(*tables: Array) -> None:
-    """Keep the tables a launch reads from reuse until its stream has read them.
+def hold_cupy_tables(cupy: Any, stream: Any, tables: tuple[Array, ...]) -> None:
+    """Keep CuPy ``tables`` from reuse until ``stream`` has run the launches that read them.
 
     The tables were put on the device earlier, maybe on another stream, and the cache
-    may drop them (grown, moved, cleared, or their RoPE freed) while the kernel is
-    still queued. torch's caching allocator is told with ``record_stream``; CuPy's
-    memory pool has no such call, so the arrays are kept, with an event recorded after
-    the launch, until that event has passed. Host arrays (the CPU harness) need nothing.
+    may drop them (grown, cleared, their RoPE freed) while a kernel is still queued;
+    CuPy's memory pool, unlike torch's (``record_stream``), cannot be told. Tables stay
+    in use on a stream until a launch there reads others: a call that reads the tables
+    of the previous call on its stream (every decode step of a model) records no event,
+    queries none and takes no lock. When they change, one event, recorded after the
+    launches that read the old ones, keeps those until it has passed (checked at the
+    next change). Under stream capture there is no event, no query and no device
+    allocation: a graph replays whenever it is launched, so the tables it reads are
+    kept for good.
     """
-    first = tables[0]
-    if array_api_compat.is_torch_array(first):
-        if first.is_cuda:
-            import torch
-
-            stream = torch.cuda.current_stream(first.device)
-            for table in tables:
-                table.record_stream(stream)
+    if stream.is_capturing():
+        with _held_lock:
+            _captured.setdefault(id(tables[0]), tables)
         return
-    if not array_api_compat.is_cupy_array(first):
+    last = _in_use.get(stream.ptr)
+    if last is not None and all(a is b for a, b in zip(last, tables, strict=True)):
         return
-    import cupy
-
-    event = cupy.cuda.Event(block=False, disable_timing=True)
-    event.record(cupy.cuda.get_current_stream(int(first.device.id)))
     with _held_lock:
-        _held[:] = [(done, kept) for done, kept in _held if not done.done]
-        _held.append((event, tables))
+        if last is not None:
+            event = cupy.cuda.Event(block=False, disable_timing=True)
+            event.record(stream)
+            _retired[:] = [(done, kept) for done, kept in _retired if not done.done]
+            _retired.append((event, last))
+        _in_use[stream.ptr] = tables
 
 
 # Alignment that the choice of a variant reads from a pointer (its widest access).
@@ -270,30 +278,42 @@ _stream_lock = threading.Lock()
 _external_streams: dict[tuple[int, int], Any] = {}
 
 
-def launch_on_device(first: Array, name: str, launch: Launch) -> None:
+def launch_on_device(
+    first: Array, name: str, launches: Sequence[Launch], tables: tuple[Array, Array]
+) -> None:
+    """Run ``launches`` on the caller's current stream (torch's for torch tensors, looked
+    up once per call) and keep ``tables`` until that stream has read them."""
     import cupy
 
     from ._module import get_kernel
 
+    torch_stream = None
     if array_api_compat.is_torch_array(first):
         import torch
 
         device_id = int(first.device.index)
-        stream = _torch_stream(
-            cupy, device_id, int(torch.cuda.current_stream(device_id).cuda_stream)
-        )
+        torch_stream = torch.cuda.current_stream(device_id)
+        stream = _torch_stream(cupy, device_id, int(torch_stream.cuda_stream))
     else:
         device_id = int(first.device.id)
         stream = cupy.cuda.get_current_stream(device_id)
-    kernel = get_kernel(
-        device_id,
-        name,
-        width=launch.width,
-        interleaved=launch.interleaved,
-        wide_index=launch.wide_index,
-    )
     with cupy.cuda.Device(device_id), stream:
-        kernel(launch.grid, launch.block, launch.device_args())
+        for launch in launches:
+            kernel = get_kernel(
+                device_id,
+                name,
+                width=launch.width,
+                interleaved=launch.interleaved,
+                wide_index=launch.wide_index,
+            )
+            kernel(launch.grid, launch.block, launch.device_args())
+    if torch_stream is not None:
+        # torch's caching allocator keeps a block until the streams it was recorded on
+        # have passed this point (under graph capture too).
+        for table in tables:
+            table.record_stream(torch_stream)
+    else:
+        hold_cupy_tables(cupy, stream, tables)
 
 
 def _torch_stream(cupy: Any, device_id: int, handle: int) -> Any:

@@ -120,19 +120,24 @@ template <> struct chunk_of<2> { using type = unsigned short; };
 // On the device the instruction is written out: a copy of a 16-byte struct becomes a
 // memcpy that the optimizer may split into four 4-byte stores (seen in the PTX of nvcc 13),
 // which halves the store throughput.  `volatile` keeps the loads of x ahead of the
-// position and table loads, in the order the source issues them.
+// position and table loads in the PTX.  They are relaxed (strong) loads at GPU scope
+// because ptxas keeps strong loads in program order and moves weak ones freely: with weak
+// loads, every vector variant's SASS (NVRTC 13.0 and 13.5, sm_90) issued the loads of x
+// only after the position had arrived, two trips to memory in a row
+// (tests/test_cuda_sass.py).  x is read once, so skipping L1 (as strong loads do) loses
+// nothing and leaves L1 to the table rows.
 template <int B> ANYROPE_HD typename chunk_of<B>::type load_chunk(const void* p) {
   typename chunk_of<B>::type r;
 #if defined(__CUDA_ARCH__)
   const size_t g = __cvta_generic_to_global(p);
   if constexpr (B == 16) {
-    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+    asm volatile("ld.relaxed.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                  : "l"(g));
   } else if constexpr (B == 8) {
-    asm volatile("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(g));
+    asm volatile("ld.relaxed.gpu.global.v2.u32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(g));
   } else if constexpr (B == 4) {
-    asm volatile("ld.global.u32 %0, [%1];" : "=r"(r) : "l"(g));
+    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(r) : "l"(g));
   } else {
     asm volatile("ld.global.u16 %0, [%1];" : "=h"(r) : "l"(g));
   }
@@ -261,17 +266,32 @@ template <> ANYROPE_HD double quiet_nan<double>() {
 // The table row of token (b, s), and whether the tables hold it.  A positions array is
 // read here and nowhere else: the host does not wait for the device to check it, so a
 // position outside 0 .. rows - 1 is caught here, compared in 64 bits before any narrowing.
+// On the device the position is a predicated load, strong like the loads of x (see
+// load_chunk), so that ptxas issues it after them and before anything uses either, with no
+// branch in between (ptxas also sinks loads past a branch): x and the position are in
+// flight together, the table rows the position selects follow.
 template <typename C, typename I>
 ANYROPE_HD bool table_row(const shared_args<C, I>& a, I b, I s, I& row) {
-  if (a.pos_size == 0) {
-    row = s + a.offset;
-    return true;
-  }
-  const I at = b * a.pos_b + s * a.pos_s;
-  const long long p = a.pos_size == 4
-                          ? static_cast<long long>(static_cast<const int*>(a.pos)[at])
-                          : static_cast<const long long*>(a.pos)[at];
-  const bool held = p >= 0 && p < static_cast<long long>(a.rows);
+  const long long at = static_cast<long long>(b * a.pos_b + s * a.pos_s) * a.pos_size;
+  const long long by_offset = static_cast<long long>(s) + static_cast<long long>(a.offset);
+  long long p;
+#if defined(__CUDA_ARCH__)
+  asm volatile(
+      "{\n\t.reg .pred is4, is8;\n\t.reg .s32 narrow;\n\t"
+      "setp.eq.s32 is4, %2, 4;\n\tsetp.eq.s32 is8, %2, 8;\n\tmov.b64 %0, %3;\n\t"
+      "@is4 ld.relaxed.gpu.global.s32 narrow, [%1];\n\t@is4 cvt.s64.s32 %0, narrow;\n\t"
+      "@is8 ld.relaxed.gpu.global.s64 %0, [%1];\n\t}"
+      : "=l"(p)
+      : "l"(__cvta_generic_to_global(static_cast<const char*>(a.pos) + at)), "r"(a.pos_size),
+        "l"(by_offset));
+#else
+  const char* at_ptr = static_cast<const char*>(a.pos) + at;
+  p = a.pos_size == 4   ? static_cast<long long>(*reinterpret_cast<const int*>(at_ptr))
+      : a.pos_size == 8 ? *reinterpret_cast<const long long*>(at_ptr)
+                        : by_offset;
+#endif
+  // `|` and `&`, not `||` and `&&`: no short circuit, no branch.
+  const bool held = (a.pos_size == 0) | ((p >= 0) & (p < static_cast<long long>(a.rows)));
   row = held ? static_cast<I>(p) : I(0);
   return held;
 }

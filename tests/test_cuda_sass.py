@@ -1,0 +1,299 @@
+"""The machine code of the CUDA kernel: the order in which it issues its loads.
+
+The PTX is not the last word: ptxas schedules the instructions again, and may sink a load
+next to its first use. For the kernel to keep memory busy, every vector variant must issue
+its loads of x and of the position before the first instruction that depends on any of
+them; otherwise a call with a positions tensor makes two trips to memory one after the
+other (the position, then x with the table rows) instead of one for x and the position
+together. Checked on the sm_90 SASS that NVRTC (as CuPy uses it) makes, disassembled
+by ``nvdisasm``, for every NVRTC found: the one of the ``nvidia-cuda-nvrtc`` wheel and
+those listed in ``ANYROPE_NVRTC`` (paths of other ``libnvrtc.so``, separated by
+``os.pathsep``; the tests-kernel nox session adds the NVRTC of torch's CUDA, 13.0).
+
+Skips without NVRTC, nvdisasm (``pip install nvidia-cuda-nvdisasm``) or nvcc (for the
+CUDA headers), except where ``ANYROPE_NVRTC`` is set (the tests-kernel nox session, which
+installs them all), where a missing tool fails.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from anyrope._paths.cuda import _module
+from test_cuda_source import _cuda_include_dir, _nvcc
+
+ARCH = "sm_90"
+
+
+def _missing(what: str) -> None:
+    if os.environ.get("ANYROPE_NVRTC"):
+        pytest.fail(f"{what} is required where ANYROPE_NVRTC is set (the tests-kernel session)")
+    pytest.skip(f"{what} is not installed, so the kernel's SASS cannot be checked here")
+
+
+def _wheel_files(pattern: str) -> list[Path]:
+    """Files of the NVIDIA wheels (the ``nvidia`` namespace package) matching ``pattern``."""
+    spec = importlib.util.find_spec("nvidia")
+    folders = [] if spec is None else list(spec.submodule_search_locations or [])
+    return sorted(p for folder in folders for p in Path(folder).glob(pattern))
+
+
+def _nvrtc_paths() -> list[str]:
+    extra = [p for p in os.environ.get("ANYROPE_NVRTC", "").split(os.pathsep) if p]
+    return [*(str(p) for p in _wheel_files("*/lib/libnvrtc.so.*")), *extra]
+
+
+def _nvdisasm() -> str:
+    found = shutil.which("nvdisasm") or next(map(str, _wheel_files("*/bin/nvdisasm")), None)
+    if found is None:
+        _missing("nvdisasm (pip install nvidia-cuda-nvdisasm)")
+    assert found is not None
+    return found
+
+
+@functools.cache
+def _sass(nvrtc_path: str) -> tuple[str, dict[str, str]]:
+    """The SASS of every variant of every dtype, by the NVRTC at ``nvrtc_path``, and the
+    lowered name of each variant."""
+    # libnvrtc opens its builtins by name: load the ones beside it first.
+    for builtins in sorted(Path(nvrtc_path).parent.glob("libnvrtc-builtins.so*")):
+        ctypes.CDLL(str(builtins))
+    lib = ctypes.CDLL(nvrtc_path)
+    program = ctypes.c_void_p()
+    source = _module.kernel_source().encode()
+    assert lib.nvrtcCreateProgram(ctypes.byref(program), source, b"rope.cu", 0, None, None) == 0
+    names = [name for dtype in _module.KERNEL_TYPES for name in _module.kernel_names(dtype)]
+    for name in names:
+        assert lib.nvrtcAddNameExpression(program, name.encode()) == 0
+    # CuPy's options: the kernel's own, the CUDA headers, a real architecture (CuPy asks
+    # NVRTC for a cubin when it can) and the -ftz=true CuPy appends.
+    options = [
+        *_module.COMPILE_OPTIONS,
+        f"-I{_cuda_include_dir(_nvcc())}",
+        f"--gpu-architecture={ARCH}",
+        "-ftz=true",
+    ]
+    encoded = (ctypes.c_char_p * len(options))(*(o.encode() for o in options))
+    status = lib.nvrtcCompileProgram(program, len(options), encoded)
+    size = ctypes.c_size_t()
+    lib.nvrtcGetProgramLogSize(program, ctypes.byref(size))
+    log = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetProgramLog(program, log)
+    assert status == 0, log.value.decode()
+    lowered = {}
+    for name in names:
+        out = ctypes.c_char_p()
+        assert lib.nvrtcGetLoweredName(program, name.encode(), ctypes.byref(out)) == 0
+        assert out.value is not None
+        lowered[name] = out.value.decode()
+    lib.nvrtcGetCUBINSize(program, ctypes.byref(size))
+    cubin = ctypes.create_string_buffer(size.value)
+    assert lib.nvrtcGetCUBIN(program, cubin) == 0
+    lib.nvrtcDestroyProgram(ctypes.byref(program))
+    return _disassemble(cubin.raw), lowered
+
+
+def _disassemble(cubin: bytes) -> str:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "rope.cubin"
+        path.write_bytes(cubin)
+        done = subprocess.run(
+            [_nvdisasm(), "-c", str(path)], capture_output=True, text=True, check=True
+        )
+    return done.stdout
+
+
+def _nvrtc_version(nvrtc_path: str) -> str:
+    for builtins in sorted(Path(nvrtc_path).parent.glob("libnvrtc-builtins.so*")):
+        ctypes.CDLL(str(builtins))
+    lib = ctypes.CDLL(nvrtc_path)
+    major, minor = ctypes.c_int(), ctypes.c_int()
+    assert lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor)) == 0
+    return f"{major.value}.{minor.value}"
+
+
+def _function(sass: str, lowered_name: str) -> str:
+    """The SASS of one kernel: from its ``.text`` label to the next section."""
+    start = sass.index(f".text.{lowered_name}:")
+    end = sass.find("\n\t.section", start)
+    return sass[start : end if end >= 0 else len(sass)]
+
+
+# -- a reading of SASS just deep enough for the order of loads ---------------------------
+
+_INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)\s*([^;]*);")
+_REGISTER = re.compile(r"\bR(\d+)\b")
+_NO_REGISTER_WRITTEN = ("ST", "BRA", "EXIT", "BSYNC", "BSSY", "RET", "CALL", "ISETP", "FSETP")
+
+
+@dataclass(frozen=True)
+class Instruction:
+    address: int
+    opcode: str
+    operands: tuple[str, ...]
+    reads: frozenset[int]
+    writes: frozenset[int]
+
+    @property
+    def load(self) -> bool:
+        return self.opcode.startswith("LDG")
+
+    @property
+    def ends_block(self) -> bool:
+        """An unconditional branch or exit: what follows is reached another way."""
+        return self.opcode in {"BRA", "EXIT"}
+
+
+def _registers(operand: str, count: int) -> set[int]:
+    return {int(m.group(1)) + i for m in _REGISTER.finditer(operand) for i in range(count)}
+
+
+def _written_count(opcode: str) -> int:
+    if opcode.startswith("LDG"):
+        return 4 if ".128" in opcode else 2 if ".64" in opcode else 1
+    return 2 if ".64" in opcode or opcode.startswith("IMAD.WIDE") else 1
+
+
+def parse(sass: str) -> list[Instruction]:
+    """The instructions of ``sass``: the registers each reads and writes (a 64-bit
+    address ``[R4.64]`` reads R4 and R5; a 128-bit load writes four registers)."""
+    program = []
+    for match in _INSTRUCTION.finditer(sass):
+        opcode = match.group(3)
+        operands = tuple(o.strip() for o in match.group(4).split(",") if o.strip())
+        if opcode.startswith(_NO_REGISTER_WRITTEN) or not operands:
+            sources, writes = operands, set()
+        else:
+            sources, writes = operands[1:], _registers(operands[0], _written_count(opcode))
+        reads = {r for o in sources for r in _registers(o, 2 if ".64" in o else 1)}
+        program.append(
+            Instruction(
+                int(match.group(1), 16), opcode, operands, frozenset(reads), frozenset(writes)
+            )
+        )
+    return program
+
+
+def first_use(program: list[Instruction], at: int) -> int | None:
+    """Index of the first instruction after ``at`` that reads what ``at`` loaded, along
+    the straight-line code that follows it."""
+    live = set(program[at].writes)
+    for i in range(at + 1, len(program)):
+        if program[i].reads & live:
+            return i
+        live -= program[i].writes
+        if not live or program[i].ends_block:
+            return None
+    return None
+
+
+def feeds_an_address(program: list[Instruction], at: int) -> bool:
+    """Whether what ``at`` loads goes, through arithmetic, into the address of another
+    load (the position does: it selects the table rows)."""
+    taint = set(program[at].writes)
+    for instruction in program[at + 1 :]:
+        if instruction.ends_block:
+            return False
+        if instruction.reads & taint:
+            if instruction.load:
+                return True
+            taint |= instruction.writes
+        else:
+            taint -= instruction.writes
+    return False
+
+
+@dataclass(frozen=True)
+class Loads:
+    """The loads of a rotated unit in one kernel, by what they load, and the loads that
+    some instruction that depends on them precedes (empty when the order is right)."""
+
+    position: list[int]
+    x: list[int]
+    late: list[int]
+
+
+def unit_loads(program: list[Instruction]) -> Loads:
+    """Position loads: those whose value makes an address, and their alternatives at the
+    same address (32- or 64-bit, predicated). Table loads are read-only (``.CONSTANT``).
+    x loads: the others but the copies past the rotated width (a load stored as is)."""
+    loads = [i for i, instruction in enumerate(program) if instruction.load]
+    uses = {i: first_use(program, i) for i in loads}
+    addresses = {program[i].operands[-1] for i in loads if feeds_an_address(program, i)}
+    position = [i for i in loads if program[i].operands[-1] in addresses]
+    x = [
+        i
+        for i in loads
+        if i not in position
+        and ".CONSTANT" not in program[i].opcode
+        and (uses[i] is None or not program[uses[i]].opcode.startswith("ST"))
+    ]
+    late = []
+    for p in position:
+        issued = [*x, p]
+        first = min((u for u in (uses[i] for i in issued) if u is not None), default=None)
+        late += [program[i].address for i in issued if first is not None and i > first]
+    return Loads(
+        [program[i].address for i in position], [program[i].address for i in x], sorted(set(late))
+    )
+
+
+def _vector_variants() -> list[tuple[str, str]]:
+    return [
+        (dtype, name)
+        for dtype in _module.KERNEL_TYPES
+        for name in _module.kernel_names(dtype)
+        if ", 1, " not in name
+    ]
+
+
+def _variant_id(dtype: str, name: str) -> str:
+    width = name.split(", ")[1]
+    layout = "interleaved" if ", true, " in name else "half-split"
+    index = "int64" if "long long" in name else "int32"
+    return f"{dtype}-V{width}-{layout}-{index}"
+
+
+def _nvrtc_params() -> list[object]:
+    """One parameter per NVRTC found, named by its version."""
+    paths = _nvrtc_paths()
+    if not paths:
+        return [pytest.param(None, id="no-nvrtc")]
+    return [pytest.param(path, id=f"nvrtc{_nvrtc_version(path)}") for path in paths]
+
+
+VECTOR_VARIANTS = _vector_variants()
+
+
+@pytest.mark.parametrize("nvrtc", _nvrtc_params())
+@pytest.mark.parametrize(
+    ("dtype", "name"), VECTOR_VARIANTS, ids=[_variant_id(*v) for v in VECTOR_VARIANTS]
+)
+def test_x_and_position_loads_are_issued_before_their_first_use(
+    nvrtc: str | None, dtype: str, name: str
+) -> None:
+    if nvrtc is None:
+        _missing("NVRTC (pip install nvidia-cuda-nvrtc)")
+        return
+    sass, lowered = _sass(nvrtc)
+    loads = unit_loads(parse(_function(sass, lowered[name])))
+    assert loads.position, f"no position load found in {name}"
+    assert len(loads.x) >= 1, f"no load of x found in {name}"
+    assert loads.late == [], (
+        f"{name} (NVRTC {_nvrtc_version(nvrtc)}, {ARCH}): the loads at "
+        f"{[hex(a) for a in loads.late]} come after an instruction that uses a load of x or "
+        f"of the position (positions {[hex(a) for a in loads.position]}, "
+        f"x {[hex(a) for a in loads.x]})"
+    )
