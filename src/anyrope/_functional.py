@@ -473,7 +473,7 @@ def rotate_qk(
     True
     """
     if not hasattr(q, "shape") or not hasattr(k, "shape"):
-        namespace_of(q, k, argument="q and k")
+        namespace_of(q, k, argument=("q", "k"))
     target = _compiled_target(
         q,
         "q",

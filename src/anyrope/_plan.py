@@ -186,15 +186,16 @@ def make_plan(
     rotation ``inverse`` asks for: the same tables with the other sign of the angle, so
     ``a * R(-angle)`` for a forward rotation and ``R(angle) / a`` for an inverse one.
     """
-    xp = namespace_of(*arrays, xp=xp, argument=" and ".join(names))
+    xp = namespace_of(*arrays, xp=xp, argument=names)
     check_bool(inverse, "inverse")
     check_bool(inplace, "inplace")
     torch = array_api_compat.is_torch_array(arrays[0])
     if torch:
-        from ._torch import check_tensor
+        from ._torch import check_tensor, resolved
 
         for x, name in zip(arrays, names, strict=True):
             check_tensor(x, name)
+        arrays = tuple(resolved(x, inplace=inplace) for x in arrays)
     if layout == "thd":
         # A packed batch is one sequence whose positions restart at each cu_seqlens entry.
         positions = packed_positions(cu_seqlens, positions, x=arrays[0], xp=xp)

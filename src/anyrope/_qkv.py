@@ -67,8 +67,11 @@ def split_qkv(qkv: Array, layout: str, num_heads_q: int | None) -> FusedQKV:
 def join_qkv(fused: FusedQKV, q: Array, k: Array, xp: Namespace) -> Array:
     """A new fused array of the rotated ``q`` and ``k`` and the untouched ``v``."""
     if fused.stacked:
-        return xp.stack((q, k, fused.v), axis=fused.axis)
-    return xp.concat((q, k, fused.v), axis=fused.axis)
+        joined = xp.stack((q, k, fused.v), axis=fused.axis)
+    else:
+        joined = xp.concat((q, k, fused.v), axis=fused.axis)
+    # NumPy joins arrays of the other byte order (">f4") in native order: keep the dtype.
+    return xp.astype(joined, fused.v.dtype, copy=False)
 
 
 def _take(x: Array, axis: int, start: int, stop: int, *, squeeze: bool) -> Array:

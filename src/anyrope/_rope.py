@@ -11,7 +11,16 @@ import numpy as np
 
 from . import _mrope, _pipeline, _slices
 from ._lazy import torch_op
-from ._namespace import Array, Namespace, device_of, is_real_floating, namespace_of, to_host
+from ._namespace import (
+    Array,
+    Namespace,
+    check_namespace,
+    device_of,
+    is_real_floating,
+    library_name,
+    namespace_of,
+    to_host,
+)
 from ._qkv import join_qkv, split_qkv
 from ._tables import TableSource
 from ._validation import (
@@ -706,7 +715,7 @@ class RoPE:
         rotated = self._rotate_whole(views, names, positions, options, start=start)
         if options["inplace"]:
             return arrays
-        xp = namespace_of(*arrays, xp=options["xp"], argument=" and ".join(names))
+        xp = namespace_of(*arrays, xp=options["xp"], argument=names)
         return _slices.rejoin(arrays, rotated, start, xp)
 
     def _rotate_whole(
@@ -792,6 +801,7 @@ class RoPE:
             host = np.arange(count, dtype=np.int64)
             if xp is None:
                 xp = namespace_of(np.empty(0), argument="positions")
+            check_namespace(xp)
         else:
             xp = namespace_of(positions, xp=xp, argument="positions")
             if not xp.isdtype(positions.dtype, "integral"):  # type: ignore[attr-defined]
@@ -800,7 +810,9 @@ class RoPE:
                 device = device_of(positions)
             host = to_host(positions).astype(np.int64)
         if not is_real_floating(xp, dtype):
-            raise TypeError(f"`dtype` must be a real floating dtype of {xp.__name__}; got {dtype}")
+            raise TypeError(
+                f"`dtype` must be a real floating dtype of {library_name(xp)}; got {dtype!r}"
+            )
         if host.size and (host.min() < 0 or host.max() >= 2**53):
             raise ValueError(
                 f"`positions` must lie in [0, 2**53); got values in [{host.min()}, {host.max()}]"

@@ -17,8 +17,10 @@ from ._hostmath import sincos
 from ._namespace import (
     Array,
     Namespace,
+    check_namespace,
     device_of,
     is_real_floating,
+    library_name,
     namespace_of,
     table_dtype,
     to_host,
@@ -84,6 +86,7 @@ def sinusoidal(
             raise ValueError(f"`positions` as a count must be non-negative; got {positions}")
         if xp is None:
             xp = array_api_compat.array_namespace(np.empty(0))
+        check_namespace(xp)
         host = np.arange(int(positions), dtype=np.int64)
     else:
         xp = namespace_of(positions, xp=xp, argument="positions")
@@ -98,7 +101,9 @@ def sinusoidal(
                 f"represent every integer; got a maximum of {int(np.max(np.abs(host)))}"
             )
     if not is_real_floating(xp, dtype):
-        raise TypeError(f"`dtype` must be a real floating dtype; got {dtype!r}")
+        raise TypeError(
+            f"`dtype` must be a real floating dtype of {library_name(xp)}; got {dtype!r}"
+        )
 
     angles = host.astype(np.float64)[..., None] * default_inv_freq(dim, base)
     table = np.stack(sincos(angles), axis=-1).reshape((*host.shape, dim))
