@@ -601,6 +601,7 @@ class RoPE:
                 xp=xp,
                 cu_seqlens=cu_seqlens,
             )
+        namespace = namespace_of(qkv, xp=xp, argument="qkv")
         fused = split_qkv(qkv, layout, num_heads_q)
         q, k = self._rotate(
             fused.q,
@@ -615,7 +616,7 @@ class RoPE:
         )
         if inplace:
             return qkv
-        return join_qkv(fused, q, k, namespace_of(qkv, xp=xp, argument="qkv"))
+        return join_qkv(fused, q, k, namespace)
 
     def path(
         self,
