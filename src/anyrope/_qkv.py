@@ -70,8 +70,10 @@ def join_qkv(fused: FusedQKV, q: Array, k: Array, xp: Namespace) -> Array:
         joined = xp.stack((q, k, fused.v), axis=fused.axis)
     else:
         joined = xp.concat((q, k, fused.v), axis=fused.axis)
-    # NumPy joins arrays of the other byte order (">f4") in native order: keep the dtype.
-    return xp.astype(joined, fused.v.dtype, copy=False)
+    if joined.dtype != fused.v.dtype:
+        # NumPy joins arrays of the other byte order (">f4") in native order.
+        joined = joined.astype(fused.v.dtype)
+    return joined
 
 
 def _take(x: Array, axis: int, start: int, stop: int, *, squeeze: bool) -> Array:
