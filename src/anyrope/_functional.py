@@ -270,7 +270,8 @@ def rotate(
     ----------
     x : array
         Queries or keys of any array-API library, real floating dtype (float16,
-        bfloat16, float32, float64); axes as given by ``layout``.
+        bfloat16, float32, float64); axes as given by ``layout``. A NumPy array of the
+        other byte order gets the bits of its values in native order, in its own dtype.
     positions : None, int, Offsets or array of int, optional
         ``None``: positions ``0 .. seq-1``. An int: that offset plus ``0 .. seq-1``
         (KV-cache decode). :class:`Offsets` of shape ``(batch,)``: row ``b`` at
@@ -308,7 +309,9 @@ def rotate(
         ``blocked`` and ``array_api`` that can take the call; all give the same bits.
         A path named here that cannot take the call raises a ``ValueError`` saying why.
     xp : namespace, optional
-        The array namespace; inferred from ``x`` by default.
+        The array namespace, of the library of ``x`` (``array_api_compat.torch`` for
+        torch tensors); inferred from ``x`` by default. A namespace of another library
+        raises ``TypeError``.
     scaling : dict or RopeScaling, optional
         Context-extension scaling, a Hugging Face ``rope_scaling`` dict (``linear``,
         ``ntk``, ``dynamic``, ``yarn``, ``longrope``, ``llama3``; ``mrope_section`` for
