@@ -51,6 +51,18 @@ BAD_CALLS = [
         ["`x`", "complex64"],
     ),
     ("x-list", lambda: anyrope.rotate([[1.0, 2.0]]), TypeError, ["`x`", "list"]),
+    (
+        "x-masked",
+        lambda: anyrope.rotate(np.ma.masked_array(X, mask=X > 0)),
+        TypeError,
+        ["`x`", "masked array", "(2, 5, 3, 8)"],
+    ),
+    (
+        "k-masked",
+        lambda: anyrope.rotate_qk(Q, np.ma.masked_array(K), impl="blocked"),
+        TypeError,
+        ["`k`", "masked array"],
+    ),
     ("x-scalar", lambda: anyrope.rotate(3.0), TypeError, ["`x`", "float"]),
     (
         "x-rank-too-low",

@@ -271,7 +271,8 @@ def rotate(
     x : array
         Queries or keys of any array-API library, real floating dtype (float16,
         bfloat16, float32, float64); axes as given by ``layout``. A NumPy array of the
-        other byte order gets the bits of its values in native order, in its own dtype.
+        other byte order gets the bits of its values in native order, in its own dtype;
+        a NumPy masked array is refused (pass its ``.data``).
     positions : None, int, Offsets or array of int, optional
         ``None``: positions ``0 .. seq-1``. An int: that offset plus ``0 .. seq-1``
         (KV-cache decode). :class:`Offsets` of shape ``(batch,)``: row ``b`` at

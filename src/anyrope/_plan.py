@@ -271,6 +271,12 @@ def _positions(
 
 
 def _check_input(x: Array, name: str, head_dim: int, layout: str, xp: Namespace) -> Axes:
+    if isinstance(x, np.ma.MaskedArray):
+        # The paths would rotate the masked elements on some paths and not on others.
+        raise TypeError(
+            f"`{name}` must not be a NumPy masked array; got {describe(x)} with a mask: "
+            "pass its .data (every element rotated) or .filled(value)"
+        )
     if not is_real_floating(xp, x.dtype):
         raise TypeError(
             f"`{name}` must have a real floating dtype (float16, bfloat16, float32 or float64); "
