@@ -601,7 +601,8 @@ class RoPE:
                 xp=xp,
                 cu_seqlens=cu_seqlens,
             )
-        namespace = namespace_of(qkv, xp=xp, argument="qkv")
+        if xp is not None:  # a namespace of another library is named for `qkv`, not its views
+            namespace_of(qkv, xp=xp, argument="qkv")
         fused = split_qkv(qkv, layout, num_heads_q)
         q, k = self._rotate(
             fused.q,
@@ -616,7 +617,7 @@ class RoPE:
         )
         if inplace:
             return qkv
-        return join_qkv(fused, q, k, namespace)
+        return join_qkv(fused, q, k, namespace_of(qkv, xp=xp, argument="qkv"))
 
     def path(
         self,
