@@ -336,6 +336,14 @@ def test_xp_of_the_arrays_library_gives_the_same_bits(library):
     np.testing.assert_array_equal(backend.to_numpy(anyrope.rotate(x, 3, xp=backend.xp)), want)
 
 
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_path_takes_the_xp_of_the_arrays_library(library):
+    backend = _library(library)
+    x = backend.from_numpy(X)
+    rope = anyrope.RoPE(8)
+    assert rope.path(x, xp=backend.xp) == rope.path(x)
+
+
 @pytest.mark.parametrize("xp", ["numpy", 3], ids=["str", "int"])
 @pytest.mark.parametrize("library", LIBRARIES)
 def test_xp_that_is_not_a_namespace_is_refused(library, xp):

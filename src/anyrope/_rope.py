@@ -674,7 +674,9 @@ class RoPE:
         from ._pipeline import path_name
 
         if array_api_compat.is_dask_array(x):
-            x = x._meta.reshape((0,) * (x.ndim - 1) + (x.shape[-1],))
+            # `xp` is the dask array's; the path named is that of its blocks.
+            namespace_of(x, xp=xp)
+            x, xp = x._meta.reshape((0,) * (x.ndim - 1) + (x.shape[-1],)), None
         start = 0
         if self.start_index and array_api_compat.is_array_api_obj(x) and x.shape:
             # The call rotates a view from start_index on: name the path that view takes.
