@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 import anyrope
+from anyrope._backends import extra_backends, known_backends
+from subprocess_run import run_python
 
 X = np.zeros((2, 5, 3, 8), dtype=np.float32)
 Q = np.zeros((2, 5, 4, 8), dtype=np.float32)
@@ -47,6 +51,18 @@ BAD_CALLS = [
         ["`x`", "complex64"],
     ),
     ("x-list", lambda: anyrope.rotate([[1.0, 2.0]]), TypeError, ["`x`", "list"]),
+    (
+        "x-masked",
+        lambda: anyrope.rotate(np.ma.masked_array(X, mask=X > 0)),
+        TypeError,
+        ["`x`", "masked array", "(2, 5, 3, 8)"],
+    ),
+    (
+        "k-masked",
+        lambda: anyrope.rotate_qk(Q, np.ma.masked_array(K), impl="blocked"),
+        TypeError,
+        ["`k`", "masked array"],
+    ),
     ("x-scalar", lambda: anyrope.rotate(3.0), TypeError, ["`x`", "float"]),
     (
         "x-rank-too-low",
@@ -181,6 +197,58 @@ BAD_CALLS = [
         ValueError,
         ["positions", "-1"],
     ),
+    ("base-huge-int", lambda: anyrope.RoPE(8, base=10**400), ValueError, ["`base`", "1000"]),
+    ("rotate-base-huge-int", lambda: anyrope.rotate(X, base=10**400), ValueError, ["`base`"]),
+    (
+        "sinusoidal-base-huge-int",
+        lambda: anyrope.sinusoidal(4, 8, base=10**400, dtype=np.float32),
+        ValueError,
+        ["`base`"],
+    ),
+    (
+        "scaling-factor-huge-int",
+        lambda: anyrope.RoPE(8, scaling={"rope_type": "linear", "factor": 10**400}),
+        ValueError,
+        ["`factor`", "finite"],
+    ),
+    (
+        "max_position_embeddings-huge-int",
+        lambda: anyrope.rotate(
+            X, scaling={"rope_type": "dynamic", "factor": 2.0}, max_position_embeddings=10**400
+        ),
+        ValueError,
+        ["`max_position_embeddings`", "2**53"],
+    ),
+    (
+        "sinusoidal-xp-str",
+        lambda: anyrope.sinusoidal(4, 8, dtype=np.float32, xp="numpy"),
+        TypeError,
+        ["`xp`", "'numpy'"],
+    ),
+    (
+        "tables-xp-str",
+        lambda: anyrope.RoPE(8).tables(4, dtype=np.float32, xp="numpy"),
+        TypeError,
+        ["`xp`", "'numpy'"],
+    ),
+    (
+        "attention-rope-str",
+        lambda: anyrope.attention(Q, Q, Q, rope="rope"),
+        TypeError,
+        ["`rope`", "'rope'", "str"],
+    ),
+    (
+        "linear_attention-rope-int",
+        lambda: anyrope.linear_attention(Q, Q, Q, rope=8),
+        TypeError,
+        ["`rope`", "8", "int"],
+    ),
+    (
+        "attention-mask-list",
+        lambda: anyrope.attention(Q, Q, Q, mask=[[True]]),
+        TypeError,
+        ["`mask`", "list"],
+    ),
     (
         "tables-float-positions",
         lambda: anyrope.RoPE(8).tables(np.arange(3.0), dtype=np.float32),
@@ -205,16 +273,132 @@ def test_there_are_at_least_thirty_distinct_checks():
     assert len({c[0] for c in BAD_CALLS}) >= 30
 
 
-def test_q_and_k_from_different_libraries():
-    torch = pytest.importorskip("torch")
-    with pytest.raises(TypeError, match="q and k"):
-        anyrope.rotate_qk(Q, torch.zeros(2, 5, 2, 8))
+LIBRARIES = ["numpy", "torch", "array_api_strict", "jax", "dask"]
+PAIRS = [(a, b) for a in LIBRARIES for b in LIBRARIES if a != b]
 
 
-def test_positions_from_another_library():
-    torch = pytest.importorskip("torch")
-    with pytest.raises(TypeError, match=r"positions.*same library"):
-        anyrope.rotate(torch.zeros(2, 5, 3, 8), positions=np.arange(5))
+def _library(name):
+    """The CPU backend of the library called ``name`` (skipped when not installed)."""
+    for backend in (*known_backends(), *extra_backends()):
+        if backend.name == name and backend.device_label == "cpu":
+            if backend.unavailable is not None:
+                pytest.skip(backend.unavailable)
+            return backend
+    pytest.skip(f"no CPU backend {name}")
+    return None
+
+
+@pytest.mark.parametrize(("first", "second"), PAIRS, ids=[f"{a}-{b}" for a, b in PAIRS])
+def test_q_and_k_from_different_libraries(first, second):
+    q = _library(first).from_numpy(Q)
+    k = _library(second).from_numpy(K)
+    for call in (lambda: anyrope.rotate_qk(q, k), lambda: anyrope.XPos(8)(q, k)):
+        with pytest.raises(TypeError) as info:
+            call()
+        message = str(info.value)
+        for word in ("`q`", "`k`", f"from {first}", f"from {second}"):
+            assert word in message, f"{word!r} not in {message!r}"
+
+
+FOREIGN = [pair for pair in PAIRS if pair != ("dask", "numpy")]  # NumPy positions are dask's too
+
+
+@pytest.mark.parametrize(("first", "second"), FOREIGN, ids=[f"{a}-{b}" for a, b in FOREIGN])
+def test_positions_from_another_library(first, second):
+    x = _library(first).from_numpy(X)
+    positions = _library(second).from_numpy(np.arange(5, dtype=np.int64))
+    with pytest.raises(TypeError, match=r"`positions`.*(same library|NumPy or dask)"):
+        anyrope.rotate(x, positions=positions)
+
+
+@pytest.mark.parametrize(("library", "other"), PAIRS, ids=[f"x-{a}-xp-{b}" for a, b in PAIRS])
+def test_xp_of_another_library_is_named(library, other):
+    x = _library(library).from_numpy(X)
+    xp = _library(other).xp
+    calls = {
+        "x": lambda: anyrope.rotate(x, xp=xp),
+        "q` and `k": lambda: anyrope.rotate_qk(x, x, xp=xp),
+        "qkv": lambda: anyrope.RoPE(8).rotate_qkv(x[:, :, :, None, :], xp=xp),
+    }
+    for names, call in calls.items():
+        with pytest.raises(TypeError) as info:
+            call()
+        message = str(info.value)
+        for word in (f"`{names}`", library, "`xp`", other):
+            assert word in message, f"{word!r} not in {message!r}"
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_xp_of_the_arrays_library_gives_the_same_bits(library):
+    backend = _library(library)
+    x = backend.from_numpy(np.random.default_rng(0).standard_normal(X.shape).astype(np.float32))
+    want = backend.to_numpy(anyrope.rotate(x, 3))
+    np.testing.assert_array_equal(backend.to_numpy(anyrope.rotate(x, 3, xp=backend.xp)), want)
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_path_takes_the_xp_of_the_arrays_library(library):
+    backend = _library(library)
+    x = backend.from_numpy(X)
+    rope = anyrope.RoPE(8)
+    assert rope.path(x, xp=backend.xp) == rope.path(x)
+
+
+@pytest.mark.parametrize("xp", ["numpy", 3], ids=["str", "int"])
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_xp_that_is_not_a_namespace_is_refused(library, xp):
+    x = _library(library).from_numpy(X)
+    with pytest.raises(TypeError, match=rf"`xp` must be an array-API namespace.*got {xp!r}"):
+        anyrope.rotate(x, xp=xp)
+
+
+FLAGS = [("inverse", True, 1), ("inverse", False, 0), ("inplace", False, 0)]
+FLAG_IDS = [f"{name}={bad}" for name, _, bad in FLAGS]
+
+
+@pytest.mark.parametrize(("flag", "good", "bad"), FLAGS, ids=FLAG_IDS)
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_flags_are_checked_whatever_ran_before(library, flag, good, bad):
+    """1 for True and 0 for False are refused, also after the same call with True/False
+    was planned (and kept: the plan cache compares keys by ==, and 1 == True)."""
+    x = _library(library).from_numpy(X)
+    rope = anyrope.RoPE(8)
+    calls = [
+        lambda value: anyrope.rotate(x, 2, **{flag: value}),
+        lambda value: anyrope.rotate_qk(x, x, **{flag: value}),
+        lambda value: rope.rotate(x, **{flag: value}),
+        lambda value: anyrope.XPos(8)(x, x, **{flag: value}),
+    ]
+    for call in calls:
+        call(good)
+        with pytest.raises(TypeError, match=rf"`{flag}` must be True or False; got {bad}"):
+            call(bad)
+
+
+CACHE_ORDER = """
+import json, numpy as np, anyrope
+x = np.zeros((2, 5, 3, 8), np.float32)
+seen = []
+for value in {values}:
+    try:
+        anyrope.rotate(x, 2, {flag}=value)
+        seen.append("accepted")
+    except TypeError as error:
+        seen.append(str(error))
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.parametrize(("flag", "good", "bad"), FLAGS, ids=FLAG_IDS)
+def test_the_same_call_gets_the_same_answer_in_a_fresh_process(flag, good, bad):
+    """A bad flag alone in a fresh process, and after the good one in the same process."""
+    answers = []
+    for values in ([bad], [good, bad]):
+        done = run_python("-c", CACHE_ORDER.format(values=values, flag=flag))
+        assert done.returncode == 0, done.stderr
+        answers.append(json.loads(done.stdout)[-1])
+    assert answers[0] == answers[1]
+    assert answers[0] == f"`{flag}` must be True or False; got {bad}"
 
 
 def test_meta_tensors_are_refused_by_name():
@@ -239,3 +423,36 @@ def test_empty_axes_return_empty_arrays(backend, shape):
     y = anyrope.rotate(x, positions=3)
     assert tuple(y.shape) == shape
     assert y.dtype == x.dtype
+
+
+def test_arrays_and_dtypes_of_another_library_are_named():
+    torch = pytest.importorskip("torch")
+    q = torch.zeros(2, 5, 4, 8)
+    with pytest.raises(TypeError, match=r"`dtype` must be a real floating dtype of torch"):
+        anyrope.sinusoidal(torch.arange(4), 8, dtype=np.float32)
+    with pytest.raises(TypeError, match=r"`dtype` must be a real floating dtype of torch"):
+        anyrope.RoPE(8).tables(torch.arange(4), dtype=np.float32)
+    with pytest.raises(TypeError, match=r"`q` and `mask`.*`q` from torch and `mask` from numpy"):
+        anyrope.attention(q, q, q, mask=np.ones((5, 5), bool))
+    with pytest.raises(TypeError, match=r"`positions` is an array of torch but `xp` is .* numpy"):
+        anyrope.sinusoidal(torch.arange(4), 8, dtype=np.float32, xp=np)
+
+
+@pytest.mark.parametrize(
+    ("call", "words"),
+    [
+        (lambda x: anyrope.rotate(x[0, 0, 0]), ["`x`", "3 axes", "jax array of shape (8,)"]),
+        (lambda x: anyrope.RoPE(16).rotate(x), ["`x`", "head_dim=16", "jax array"]),
+        (lambda x: anyrope.rotate_qk(x, x[:, :4]), ["`k`", "seq 5", "seq 4"]),
+    ],
+    ids=["rank", "head_dim", "seq"],
+)
+def test_jax_arrays_are_described_as_jax_arrays(call, words):
+    """Eager JAX arrays are rotated through NumPy views; the messages name the caller's."""
+    x = _library("jax").from_numpy(X)
+    with pytest.raises(ValueError, match=words[0]) as info:
+        call(x)
+    message = str(info.value)
+    assert "numpy" not in message
+    for word in words[1:]:
+        assert word in message, f"{word!r} not in {message!r}"

@@ -302,6 +302,11 @@ def test_errors_under_compile() -> None:
         wrong(q)
     with pytest.raises(Exception, match="xp"):
         _compiled(lambda q, k: rope(q, k, xp=np))[0](q, k)
+    # 1 and 0 are refused as eagerly, though the op's schema would take them for bools.
+    with pytest.raises(Exception, match="`inverse` must be True or False; got 1"):
+        _compiled(lambda q, k: rope(q, k, inverse=1))[0](q, k)
+    with pytest.raises(Exception, match="`inplace` must be True or False; got 0"):
+        _compiled(lambda q: anyrope.rotate(q, inplace=0))[0](q)
     with pytest.raises(Exception, match="positions"):
         _compiled(lambda q, k: rope(q, k, [0, 1, 2, 3, 4]))[0](q, k)
 

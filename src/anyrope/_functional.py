@@ -270,7 +270,9 @@ def rotate(
     ----------
     x : array
         Queries or keys of any array-API library, real floating dtype (float16,
-        bfloat16, float32, float64); axes as given by ``layout``.
+        bfloat16, float32, float64); axes as given by ``layout``. A NumPy array of the
+        other byte order gets the bits of its values in native order, in its own dtype;
+        a NumPy masked array is refused (pass its ``.data``).
     positions : None, int, Offsets or array of int, optional
         ``None``: positions ``0 .. seq-1``. An int: that offset plus ``0 .. seq-1``
         (KV-cache decode); a 0-d integer array (traced under ``jax.jit`` too) or a NumPy
@@ -310,7 +312,9 @@ def rotate(
         ``blocked`` and ``array_api`` that can take the call; all give the same bits.
         A path named here that cannot take the call raises a ``ValueError`` saying why.
     xp : namespace, optional
-        The array namespace; inferred from ``x`` by default.
+        The array namespace, of the library of ``x`` (``array_api_compat.torch`` for
+        torch tensors); inferred from ``x`` by default. A namespace of another library
+        raises ``TypeError``.
     scaling : dict or RopeScaling, optional
         Context-extension scaling, a Hugging Face ``rope_scaling`` dict (``linear``,
         ``ntk``, ``dynamic``, ``yarn``, ``longrope``, ``llama3``; ``mrope_section`` for
@@ -475,7 +479,7 @@ def rotate_qk(
     True
     """
     if not hasattr(q, "shape") or not hasattr(k, "shape"):
-        namespace_of(q, k, argument="q and k")
+        namespace_of(q, k, argument=("q", "k"))
     target = _compiled_target(
         q,
         "q",

@@ -21,28 +21,53 @@ FLOATING = ("float16", "bfloat16", "float32", "float64")
 """The dtypes anyrope rotates (numerics.md)."""
 
 
-def namespace_of(*arrays: Array, xp: Namespace | None = None, argument: str = "x") -> Namespace:
+def namespace_of(
+    *arrays: Array, xp: Namespace | None = None, argument: str | tuple[str, ...] = "x"
+) -> Namespace:
     """Return the array-API namespace of ``arrays``, or ``xp`` when given.
 
-    Raises a ``TypeError`` naming ``argument`` when an input is not an array, and
-    when the arrays come from different libraries.
+    ``argument`` names the arrays in messages: one name for them all, or one per array.
+    Raises a ``TypeError`` naming them when an input is not an array, when the arrays
+    come from different libraries, and when ``xp`` is not a namespace of their library.
     """
-    for array in arrays:
+    names = (argument,) * len(arrays) if isinstance(argument, str) else argument
+    for array, name in zip(arrays, names, strict=True):
         if not _is_array(array):
             raise TypeError(
-                f"`{argument}` must be an array of an array-API library "
+                f"`{name}` must be an array of an array-API library "
                 f"(NumPy, PyTorch, CuPy, JAX, ...); got {type(array).__name__}"
             )
     if xp is not None:
         check_namespace(xp)
-        return xp
     try:
-        return array_api_compat.array_namespace(*arrays)
+        inferred = array_api_compat.array_namespace(*arrays)
     except TypeError as error:
-        kinds = ", ".join(sorted({type(a).__module__ + "." + type(a).__name__ for a in arrays}))
         raise TypeError(
-            f"`{argument}` arrays must all come from one array library; got {kinds}"
+            f"{_listed(names)} must come from one array library; got "
+            + _listed([f"`{n}` from {_library_of(a)}" for a, n in zip(arrays, names, strict=True)])
         ) from error
+    if xp is None:
+        return inferred
+    library = library_name(inferred)
+    if library_name(xp) != library:
+        one = len(set(names)) == 1
+        arrays_are = f"is an array of {library}" if one else f"are arrays of {library}"
+        raise TypeError(
+            f"{_listed(names)} {arrays_are} but `xp` is a namespace of {library_name(xp)}: "
+            f"pass a namespace of {library}, or xp=None to infer it"
+        )
+    return xp
+
+
+def _library_of(array: Array) -> str:
+    """The library an array comes from, as :func:`library_name` names it."""
+    return library_name(array_api_compat.array_namespace(array))
+
+
+def _listed(items: Any) -> str:
+    """``"a"``, ``"a and b"``, ``"a, b and c"``, quoting plain names as arguments."""
+    words = [w if " " in w else f"`{w}`" for w in dict.fromkeys(items)]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
 def check_namespace(xp: object) -> None:
@@ -110,7 +135,7 @@ def is_real_floating(xp: Namespace, dtype: Any) -> bool:
         return True
     try:
         return bool(xp.isdtype(dtype, "real floating"))
-    except (TypeError, ValueError):
+    except (AttributeError, TypeError, ValueError):  # a dtype of another library
         return False
 
 

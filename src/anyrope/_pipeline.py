@@ -17,11 +17,12 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
-from ._namespace import Array, Namespace
+from ._namespace import Array, Namespace, namespace_of
 from ._offsets import Offsets
 from ._paths import choose
 from ._plan import Plan, make_plan
 from ._tables import TableSource
+from ._validation import check_bool
 
 
 def rotate(
@@ -49,6 +50,9 @@ def rotate(
     positions and every option) reuses that call's plan and path: only what depends on
     the values is checked again (the positions, and memory overlap in place).
     """
+    # Checked before the plan cache is asked: its keys take 1 for True and 0 for False.
+    check_bool(inverse, "inverse")
+    check_bool(inplace, "inplace")
     key = None
     if cu_seqlens is None:  # packed positions come from its values: planned anew
         key = _geometry(
@@ -78,20 +82,27 @@ def rotate(
         "cu_seqlens": cu_seqlens,
         "adjoint": adjoint,
     }
-    host = _jax_on_host(arrays, positions, cu_seqlens, inplace=inplace, impl=impl)
+    host = _jax_on_host(arrays, names, positions, cu_seqlens, xp=xp, inplace=inplace, impl=impl)
     if host is not None:
         from ._jax import back_to_jax
 
         host_arrays, host_positions, host_cu_seqlens = host
-        results = rotate(
-            source,
-            host_arrays,
-            names,
-            host_positions,
-            **{**options, "xp": None, "cu_seqlens": host_cu_seqlens},  # type: ignore[arg-type]
-            impl=impl,
-        )
+        try:
+            results = rotate(
+                source,
+                host_arrays,
+                names,
+                host_positions,
+                **{**options, "xp": None, "cu_seqlens": host_cu_seqlens},  # type: ignore[arg-type]
+                impl=impl,
+            )
+        except (TypeError, ValueError):
+            # The checks described the NumPy views: say it again of the caller's arrays.
+            _raise_for(source, arrays, names, positions, options)
+            raise
         return back_to_jax(results, like=arrays)
+    if any(isinstance(x, np.ndarray) and not x.dtype.isnative for x in arrays):
+        return _in_native_order(source, arrays, names, positions, impl=impl, options=options)
     plan = make_plan(source, arrays, names, positions, **options)  # type: ignore[arg-type]
     path = choose(impl, plan)
     full = [math.prod(x.shape) != 0 for x in plan.arrays]
@@ -110,6 +121,52 @@ def rotate(
         next(rotated) if f else (x if inplace else plan.xp.asarray(x, copy=True))
         for x, f in zip(plan.arrays, full, strict=True)
     )
+
+
+def _raise_for(
+    source: TableSource,
+    arrays: tuple[Array, ...],
+    names: tuple[str, ...],
+    positions: object,
+    options: dict[str, object],
+) -> None:
+    """Raise the error :func:`make_plan` finds in these arguments, if any."""
+    try:
+        make_plan(source, arrays, names, positions, **options)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as error:
+        raise error from None
+
+
+def _in_native_order(
+    source: TableSource,
+    arrays: tuple[Array, ...],
+    names: tuple[str, ...],
+    positions: object,
+    *,
+    impl: str,
+    options: dict[str, object],
+) -> tuple[Array, ...]:
+    """Rotate NumPy arrays of a non-native byte order (``>f4`` on a little-endian
+    machine): the bits of the same values in native order, in the caller's dtype.
+
+    The paths and the tables read native memory only: the arrays are rotated as native
+    copies, after every check on the caller's arrays (in place: written back).
+    """
+    make_plan(source, arrays, names, positions, **options)  # type: ignore[arg-type]
+    native = tuple(x.astype(x.dtype.newbyteorder("=")) for x in arrays)
+    results = rotate(
+        source,
+        native,
+        names,
+        positions,
+        impl=impl,
+        **{**options, "inplace": False},  # type: ignore[arg-type]
+    )
+    if not options["inplace"]:
+        return tuple(y.astype(x.dtype, copy=False) for x, y in zip(arrays, results, strict=True))
+    for x, y in zip(arrays, results, strict=True):
+        x[...] = y
+    return arrays
 
 
 def rotate_each(
@@ -135,6 +192,8 @@ def rotate_each(
     plan cache, serves it unchanged. A geometry checked before is checked again only
     where values matter (the positions, and memory overlap in place).
     """
+    check_bool(inverse, "inverse")
+    check_bool(inplace, "inplace")
     options = {
         "head_dim": head_dim,
         "interleaved": interleaved,
@@ -216,13 +275,15 @@ def _array_geometry(x: Any) -> Hashable | None:
     if kind is np.ndarray:
         return (np.ndarray, x.shape, x.strides, x.dtype)
     # torch.Tensor itself, asked without importing torch; its subclasses (Parameter,
-    # FakeTensor) and other layouts (sparse tensors have no strides) are planned, and
-    # refused where make_plan refuses them, at every call.
+    # FakeTensor), other layouts (sparse tensors have no strides) and tensors with the
+    # negative bit (whose memory holds -x) are planned, and refused or resolved where
+    # make_plan does, at every call.
     if (
         kind.__name__ == "Tensor"
         and kind.__module__ == "torch"
         and not x.requires_grad
         and x.layout is sys.modules["torch"].strided
+        and not x.is_neg()
     ):
         return (kind, x.shape, x.stride(), x.dtype, x.device)
     return None
@@ -239,7 +300,13 @@ def path_name(
 ) -> str:
     """The ``impl`` name of the path that :func:`rotate` would take for these arguments."""
     host = _jax_on_host(
-        arrays, positions, options.get("cu_seqlens"), inplace=bool(options["inplace"]), impl=impl
+        arrays,
+        names,
+        positions,
+        options.get("cu_seqlens"),
+        xp=options.get("xp"),
+        inplace=options["inplace"],
+        impl=impl,
     )
     if host is not None:
         arrays, positions, cu_seqlens = host
@@ -249,12 +316,21 @@ def path_name(
 
 
 def _jax_on_host(
-    arrays: tuple[Array, ...], positions: object, cu_seqlens: object, *, inplace: bool, impl: str
+    arrays: tuple[Array, ...],
+    names: tuple[str, ...],
+    positions: object,
+    cu_seqlens: object,
+    *,
+    xp: Namespace | None,
+    inplace: object,
+    impl: str,
 ) -> tuple[tuple[Array, ...], object, object] | None:
     """NumPy views for eager JAX arrays on the CPU, which XLA would flush to zero when
     subnormal; ``None`` for everything else."""
     if not array_api_compat.is_jax_array(arrays[0]) or inplace or impl not in ("auto", "array_api"):
         return None
+    # The views are planned without `xp`, and each array is asked for its devices.
+    namespace_of(*arrays, xp=xp, argument=names)
     from ._jax import on_host
 
     if not isinstance(positions, Offsets):

@@ -187,15 +187,16 @@ def make_plan(
     rotation ``inverse`` asks for: the same tables with the other sign of the angle, so
     ``a * R(-angle)`` for a forward rotation and ``R(angle) / a`` for an inverse one.
     """
-    xp = namespace_of(*arrays, xp=xp, argument=" and ".join(names))
+    xp = namespace_of(*arrays, xp=xp, argument=names)
     check_bool(inverse, "inverse")
     check_bool(inplace, "inplace")
     torch = array_api_compat.is_torch_array(arrays[0])
     if torch:
-        from ._torch import check_tensor
+        from ._torch import check_tensor, resolved
 
         for x, name in zip(arrays, names, strict=True):
             check_tensor(x, name)
+        arrays = tuple(resolved(x, inplace=inplace) for x in arrays)
     if layout == "thd":
         # A packed batch is one sequence whose positions restart at each cu_seqlens entry.
         with outside_trace(xp):
@@ -275,6 +276,12 @@ def _positions(
 
 
 def _check_input(x: Array, name: str, head_dim: int, layout: str, xp: Namespace) -> Axes:
+    if isinstance(x, np.ma.MaskedArray):
+        # The paths would rotate the masked elements on some paths and not on others.
+        raise TypeError(
+            f"`{name}` must not be a NumPy masked array; got {describe(x)} with a mask: "
+            "pass its .data (every element rotated) or .filled(value)"
+        )
     if not is_real_floating(xp, x.dtype):
         raise TypeError(
             f"`{name}` must have a real floating dtype (float16, bfloat16, float32 or float64); "

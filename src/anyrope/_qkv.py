@@ -67,8 +67,13 @@ def split_qkv(qkv: Array, layout: str, num_heads_q: int | None) -> FusedQKV:
 def join_qkv(fused: FusedQKV, q: Array, k: Array, xp: Namespace) -> Array:
     """A new fused array of the rotated ``q`` and ``k`` and the untouched ``v``."""
     if fused.stacked:
-        return xp.stack((q, k, fused.v), axis=fused.axis)
-    return xp.concat((q, k, fused.v), axis=fused.axis)
+        joined = xp.stack((q, k, fused.v), axis=fused.axis)
+    else:
+        joined = xp.concat((q, k, fused.v), axis=fused.axis)
+    if joined.dtype != fused.v.dtype:
+        # NumPy joins arrays of the other byte order (">f4") in native order.
+        joined = joined.astype(fused.v.dtype)
+    return joined
 
 
 def _take(x: Array, axis: int, start: int, stop: int, *, squeeze: bool) -> Array:

@@ -12,7 +12,16 @@ import numpy as np
 from . import _mrope, _pipeline, _slices
 from ._jax import is_traced
 from ._lazy import torch_op
-from ._namespace import Array, Namespace, device_of, is_real_floating, namespace_of, to_host
+from ._namespace import (
+    Array,
+    Namespace,
+    check_namespace,
+    device_of,
+    is_real_floating,
+    library_name,
+    namespace_of,
+    to_host,
+)
 from ._qkv import join_qkv, split_qkv
 from ._tables import TableSource
 from ._validation import (
@@ -595,6 +604,8 @@ class RoPE:
                 xp=xp,
                 cu_seqlens=cu_seqlens,
             )
+        if xp is not None:  # a namespace of another library is named for `qkv`, not its views
+            namespace_of(qkv, xp=xp, argument="qkv")
         fused = split_qkv(qkv, layout, num_heads_q)
         q, k = self._rotate(
             fused.q,
@@ -666,7 +677,9 @@ class RoPE:
         from ._pipeline import path_name
 
         if array_api_compat.is_dask_array(x):
-            x = x._meta.reshape((0,) * (x.ndim - 1) + (x.shape[-1],))
+            # `xp` is the dask array's; the path named is that of its blocks.
+            namespace_of(x, xp=xp)
+            x, xp = x._meta.reshape((0,) * (x.ndim - 1) + (x.shape[-1],)), None
         start = 0
         if self.start_index and array_api_compat.is_array_api_obj(x) and x.shape:
             # The call rotates a view from start_index on: name the path that view takes.
@@ -709,7 +722,7 @@ class RoPE:
         rotated = self._rotate_whole(views, names, positions, options, start=start)
         if options["inplace"]:
             return arrays
-        xp = namespace_of(*arrays, xp=options["xp"], argument=" and ".join(names))
+        xp = namespace_of(*arrays, xp=options["xp"], argument=names)
         return _slices.rejoin(arrays, rotated, start, xp)
 
     def _rotate_whole(
@@ -795,6 +808,7 @@ class RoPE:
             host = np.arange(count, dtype=np.int64)
             if xp is None:
                 xp = namespace_of(np.empty(0), argument="positions")
+            check_namespace(xp)
         else:
             xp = namespace_of(positions, xp=xp, argument="positions")
             if not xp.isdtype(positions.dtype, "integral"):  # type: ignore[attr-defined]
@@ -809,7 +823,9 @@ class RoPE:
                 device = device_of(positions)
             host = to_host(positions)
         if not is_real_floating(xp, dtype):
-            raise TypeError(f"`dtype` must be a real floating dtype of {xp.__name__}; got {dtype}")
+            raise TypeError(
+                f"`dtype` must be a real floating dtype of {library_name(xp)}; got {dtype!r}"
+            )
         # Checked in the positions' own dtype: as int64, a uint64 above 2**63 would wrap.
         if host.size and (host.min() < 0 or host.max() >= 2**53):
             raise ValueError(

@@ -64,6 +64,19 @@ def check_tensor(x: Array, name: str) -> None:
         )
 
 
+def resolved(x: Array, *, inplace: bool) -> Array:
+    """``x`` with its values in its memory: a tensor with the negative bit set (the
+    imaginary part of a conjugate view, ``torch._neg_view``) holds ``-x`` there, which the
+    paths read through ``data_ptr()``.
+
+    Such a tensor is copied, unless it is rotated in place: a rotation is linear and
+    IEEE rounding symmetric, so rotating ``-x`` in its memory leaves there exactly
+    ``-R(x)``, which the view reads as ``R(x)``. (A conjugate bit needs a complex dtype,
+    which is refused.)
+    """
+    return x if inplace or not x.is_neg() else x.resolve_neg()
+
+
 def requires_grad(arrays: tuple[Array, ...]) -> bool:
     """Whether autograd would record a rotation of ``arrays``."""
     import torch

@@ -52,7 +52,10 @@ def check_base(base: object) -> float:
     """``base`` must be a finite real number greater than 1."""
     if isinstance(base, bool) or not isinstance(base, numbers.Real):
         raise TypeError(f"`base` must be a real number; got {base!r} of type {type(base).__name__}")
-    value = float(base)
+    try:
+        value = float(base)
+    except OverflowError:  # an int beyond the range of float64
+        value = math.inf
     if not math.isfinite(value) or value <= 1.0:
         raise ValueError(f"`base` must be a finite number greater than 1; got {base!r}")
     return value
@@ -75,5 +78,6 @@ def check_impl(impl: object, allowed: tuple[str, ...]) -> str:
 def describe(x: Any) -> str:
     """Short description of an array for error messages: library, shape, dtype, device."""
     library = type(x).__module__.split(".")[0]
+    library = {"jaxlib": "jax"}.get(library, library)  # jax.Array lives in jaxlib
     shape = tuple(getattr(x, "shape", ()))
     return f"{library} array of shape {shape} and dtype {getattr(x, 'dtype', '?')}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -17,10 +17,8 @@ from ._frequencies import default_inv_freq
 from ._hostmath import sincos
 from ._layout import Axes, axes_of
 from ._namespace import Array, Namespace, compute_dtype, device_of, is_real_floating, namespace_of
+from ._rope import RoPE
 from ._validation import check_bool, check_layout, describe
-
-if TYPE_CHECKING:
-    from ._rope import RoPE
 
 __all__ = ["attention", "relative_decay_bound"]
 
@@ -100,7 +98,10 @@ def attention(
     >>> bool(np.allclose(out[0, 0], v[0, 0]))  # the first token only sees itself
     True
     """
-    xp = namespace_of(q, k, v, xp=xp, argument="q, k, v")
+    xp = namespace_of(q, k, v, xp=xp, argument=("q", "k", "v"))
+    check_rope(rope)
+    if mask is not None:
+        namespace_of(q, mask, argument=("q", "mask"))
     check_layout(layout)
     check_bool(causal, "causal")
     scale = check_scale(scale)
@@ -140,6 +141,25 @@ def attention(
     out = xp.matmul(weights, vh) / total
     out = xp.reshape(out, (*out.shape[:-4], qa.heads, qa.seq, va.head_dim))
     return from_bhsd(xp.astype(out, q.dtype), layout, xp)
+
+
+def check_rope(rope: object) -> None:
+    """``rope`` must be a :class:`~anyrope.RoPE` or ``None``.
+
+    Parameters
+    ----------
+    rope : object
+        The ``rope`` argument of :func:`attention` or :func:`~anyrope.linear_attention`.
+
+    Raises
+    ------
+    TypeError
+        If ``rope`` is something else.
+    """
+    if rope is not None and not isinstance(rope, RoPE):
+        raise TypeError(
+            f"`rope` must be an anyrope.RoPE or None; got {rope!r} of type {type(rope).__name__}"
+        )
 
 
 def check_scale(scale: object) -> float | None:

@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 from ._namespace import Array, Namespace, compute_dtype, namespace_of
 from ._validation import check_bool, check_layout
-from .attention import check_qkv, from_bhsd, grouped_queries, rotate_for_attention, to_bhsd
+from .attention import (
+    check_qkv,
+    check_rope,
+    from_bhsd,
+    grouped_queries,
+    rotate_for_attention,
+    to_bhsd,
+)
 
 if TYPE_CHECKING:
     from ._rope import RoPE
@@ -83,9 +90,10 @@ def linear_attention(
     >>> out.shape
     (1, 6, 2, 8)
     """
-    xp = namespace_of(q, k, v, xp=xp, argument="q, k, v")
+    xp = namespace_of(q, k, v, xp=xp, argument=("q", "k", "v"))
     check_layout(layout)
     check_bool(causal, "causal")
+    check_rope(rope)
     phi = _feature_map(feature_map, xp)
     qa, ka, va = check_qkv(q, k, v, layout, xp)
     if positions is not None and rope is None:

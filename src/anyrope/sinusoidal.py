@@ -19,8 +19,10 @@ from ._jax import is_traced, when_run
 from ._namespace import (
     Array,
     Namespace,
+    check_namespace,
     device_of,
     is_real_floating,
+    library_name,
     namespace_of,
     table_dtype,
     to_host,
@@ -94,6 +96,7 @@ def sinusoidal(
             )
         if xp is None:
             xp = array_api_compat.array_namespace(np.empty(0))
+        check_namespace(xp)
         host = np.arange(int(positions), dtype=np.int64)
     else:
         xp = namespace_of(positions, xp=xp, argument="positions")
@@ -123,7 +126,9 @@ def sinusoidal(
 
 def _check_dtype(xp: Namespace, dtype: Any) -> None:
     if not is_real_floating(xp, dtype):
-        raise TypeError(f"`dtype` must be a real floating dtype; got {dtype!r}")
+        raise TypeError(
+            f"`dtype` must be a real floating dtype of {library_name(xp)}; got {dtype!r}"
+        )
 
 
 def _encoded_when_run(positions: Array, dim: int, *, base: float, dtype: Any) -> Array:

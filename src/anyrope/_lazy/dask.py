@@ -22,12 +22,12 @@ import numpy as np
 
 from .. import _threads
 from .._layout import Axes
-from .._namespace import Array, check_namespace
+from .._namespace import Array, namespace_of
 from .._offsets import Offsets
 from .._pipeline import rotate
 from .._plan import make_plan
 from .._tables import TableSource
-from .._validation import describe
+from .._validation import check_bool, describe
 
 
 def rotate_dask(
@@ -52,7 +52,8 @@ def rotate_dask(
     Everything that can be checked without computing is checked now, as for any other
     array: shapes, dtypes, the flags and concrete positions (a NumPy array's values too).
     """
-    if inplace:
+    namespace_of(*arrays, xp=xp, argument=names)
+    if check_bool(inplace, "inplace"):
         raise ValueError(
             "`inplace`=True is not possible for dask arrays, which are immutable; "
             "use the returned array"
@@ -72,8 +73,6 @@ def rotate_dask(
             f"rope_type={source.scaling.rope_type!r}: its frequencies depend on all positions "
             "at once, so rotate the computed array, or each block with its own call"
         )
-    if xp is not None:
-        check_namespace(xp)
     for x, name in zip(arrays, names, strict=True):
         _check_known_chunks(x, name)
     if array_api_compat.is_dask_array(positions):

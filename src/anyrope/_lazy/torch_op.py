@@ -33,6 +33,7 @@ from .._namespace import Array
 from .._offsets import Offsets
 from .._qkv import join_qkv, split_qkv
 from .._tables import TableSource
+from .._validation import check_bool
 
 __all__ = ["Target", "compiling", "register", "rotate", "rotate_qkv"]
 
@@ -103,6 +104,9 @@ def rotate(
 
     key, head_dim, interleaved, start = target
     names = _NAMES[len(arrays)]
+    # As eagerly: the op's schema would take 1 for True.
+    check_bool(inverse, "inverse")
+    check_bool(inplace, "inplace")
     if xp is not None:
         raise ValueError(
             "`xp` is inferred under torch.compile (the arrays are torch tensors); got "

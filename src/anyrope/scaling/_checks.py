@@ -9,6 +9,8 @@ import math
 import numbers
 from collections.abc import Sequence
 
+from .._validation import MAX_POSITION
+
 __all__ = ["factor_list", "positive_int", "positive_int_list", "real"]
 
 
@@ -38,7 +40,10 @@ def real(value: object, key: str) -> float:
         raise TypeError(
             f"`{key}` must be a real number; got {value!r} of type {type(value).__name__}"
         )
-    result = float(value)
+    try:
+        result = float(value)
+    except OverflowError:  # an int beyond the range of float64
+        result = math.inf
     if not math.isfinite(result):
         raise ValueError(f"`{key}` must be finite; got {value!r}")
     return result
@@ -64,12 +69,12 @@ def positive_int(value: object, key: str) -> int:
     TypeError
         If ``value`` is not an integer (``bool`` is not one here).
     ValueError
-        If it is zero or negative.
+        If it is zero, negative or above ``2**53`` (a length no position reaches).
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"`{key}` must be an integer; got {value!r} of type {type(value).__name__}")
-    if int(value) <= 0:
-        raise ValueError(f"`{key}` must be a positive integer; got {value!r}")
+    if not 0 < int(value) <= MAX_POSITION:
+        raise ValueError(f"`{key}` must be a positive integer at most 2**53; got {value!r}")
     return int(value)
 
 
