@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._validation import check_base
+from ._hf_older import current_format
 from .config import RopeScaling, parse_rope_scaling
 
 __all__ = ["HFRopeConfig", "from_hf_config", "from_hf_config_layers", "layer_types"]
@@ -272,7 +273,7 @@ def layer_types(config: Any) -> tuple[str, ...] | None:
     >>> hf.layer_types({"rope_theta": 10000.0}) is None
     True
     """
-    scaling = _scaling_dict(config)
+    scaling = _scaling_dict(current_format(config))
     if scaling is None or "rope_type" in scaling or "type" in scaling:
         return None
     nested = [key for key, value in scaling.items() if isinstance(value, Mapping) or value is None]
@@ -314,7 +315,7 @@ def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfi
     >>> settings.head_dim, settings.rotary_dim, settings.base
     (96, 24, 10000.0)
     """
-    config = _as_layer_type_sees_it(config, layer_type)
+    config = _as_layer_type_sees_it(current_format(config), layer_type)
     scaling = _layer_scaling(config, layer_type)
     inner = {} if scaling is None else scaling
     _refuse_interleaved_mrope(config, inner)
@@ -394,6 +395,7 @@ def from_hf_config_layers(config: Any) -> dict[str, HFRopeConfig | None]:
     >>> list(layers), layers["a"] == layers["b"]
     (['a', 'b'], True)
     """
+    config = current_format(config)
     nested = layer_types(config)
     if nested is not None:
         scaling = _scaling_dict(config)
