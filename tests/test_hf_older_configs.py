@@ -24,21 +24,17 @@ from typing import Any
 import numpy as np
 import pytest
 
+import anyrope
+import hf_families
+from anyrope.scaling import from_hf_config
+from anyrope.scaling.hf import from_hf_config_layers
+
 pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-PINNED = "5.23.0"
-if transformers.__version__ != PINNED:
+if (unpinned := hf_families.unpinned_reason(transformers.__version__)) is not None:
     pytest.skip(
-        f"the older formats are read as transformers {PINNED} reads them; "
-        f"found transformers {transformers.__version__}",
-        allow_module_level=True,
+        f"older formats are read as one release reads them: {unpinned}", allow_module_level=True
     )
-
-import hf_families  # noqa: E402
-
-import anyrope  # noqa: E402
-from anyrope.scaling import from_hf_config  # noqa: E402
-from anyrope.scaling.hf import from_hf_config_layers  # noqa: E402
 
 RTOL = 1e-6
 """transformers computes the frequencies in float32, anyrope in float64."""
@@ -132,7 +128,11 @@ OLDER = {
         "rotary_pct": 0.5,
         "rotary_emb_base": 20000,
     },
-    "gpt_neox-default-pct": {"model_type": "gpt_neox", "hidden_size": 512, "num_attention_heads": 8},
+    "gpt_neox-default-pct": {
+        "model_type": "gpt_neox",
+        "hidden_size": 512,
+        "num_attention_heads": 8,
+    },
     "gpt_neox_japanese-default-pct": {
         "model_type": "gpt_neox_japanese",
         "hidden_size": 512,
@@ -189,6 +189,34 @@ OLDER = {
             "factor": 4.0,
             "original_max_position_embeddings": 4096,
         },
+    },
+    "deepseek_v4-flat-yarn": {
+        "model_type": "deepseek_v4",
+        "head_dim": 512,
+        "qk_rope_head_dim": 64,
+        "rope_theta": 10000.0,
+        "compress_rope_theta": 160000.0,
+        "max_position_embeddings": 1048576,
+        "rope_scaling": {
+            "type": "yarn",
+            "factor": 16.0,
+            "original_max_position_embeddings": 65536,
+            "beta_fast": 32,
+            "beta_slow": 1,
+        },
+    },
+    "step3p5-per-layer-lists": {
+        "model_type": "step3p5",
+        "num_hidden_layers": 4,
+        "layer_types": [
+            "full_attention",
+            "sliding_attention",
+            "sliding_attention",
+            "full_attention",
+        ],
+        "rope_theta": [5000000.0, 10000.0, 10000.0, 5000000.0],
+        "partial_rotary_factors": [0.5, 1.0, 1.0, 0.5],
+        "rope_scaling": {"rope_type": "linear", "factor": 2.0},
     },
     "neomme-one-theta": {"model_type": "neomme", "rope_theta": 500000.0},
     "neomme-defaults": {"model_type": "neomme"},
@@ -249,7 +277,11 @@ def _transformers_layers(config: dict[str, Any]) -> dict[str, tuple[Any, float, 
     if not nested:
         return {"": (rotary.inv_freq, rotary.attention_scaling, width)}
     return {
-        name: (getattr(rotary, f"{name}_inv_freq"), getattr(rotary, f"{name}_attention_scaling"), width)
+        name: (
+            getattr(rotary, f"{name}_inv_freq"),
+            getattr(rotary, f"{name}_attention_scaling"),
+            width,
+        )
         for name in nested
         if parameters[name] is not None
     }
@@ -261,7 +293,7 @@ def test_older_config_reads_as_transformers_reads_it(name: str) -> None:
     theirs = _transformers_layers(config)
     ours = from_hf_config_layers(config)
     if "" in theirs:
-        assert len({settings for settings in ours.values()}) == 1, ours
+        assert len(set(ours.values())) == 1, ours
         ours = {"": next(iter(ours.values()))}
     assert sorted(ours) == sorted(theirs)
     for layer_type, (inv_freq, attention_scaling, width) in theirs.items():
@@ -303,7 +335,12 @@ def test_gemma_3_sliding_layers_get_the_local_base_unscaled() -> None:
         ),
         ({"model_type": "olmo3", "rope_theta": 1e6}, "default 500000 to the sliding-window"),
         (
-            {"model_type": "gpt_neox", "hidden_size": 512, "num_attention_heads": 8, "rope_theta": 5.0},
+            {
+                "model_type": "gpt_neox",
+                "hidden_size": 512,
+                "num_attention_heads": 8,
+                "rope_theta": 5.0,
+            },
             "transformers ignores this key for the family and reads `rotary_emb_base`",
         ),
         (
@@ -318,13 +355,30 @@ def test_gemma_3_sliding_layers_get_the_local_base_unscaled() -> None:
         ({"model_type": "mimo_v2_flash", "rope_theta": 1e6}, "it ignores `rope_theta`"),
         ({"model_type": "laguna"}, "reads only that key for this family"),
         (
-            {"model_type": "minimax_m2", "hidden_size": 3072, "num_attention_heads": 48, "rotary_dim": 64},
+            {
+                "model_type": "minimax_m2",
+                "hidden_size": 3072,
+                "num_attention_heads": 48,
+                "rotary_dim": 64,
+            },
             "needs `head_dim`: transformers reads it as the fraction",
         ),
         ({"model_type": "dots3_note_text", "rope_theta": 1e6}, "needs `layer_types`"),
+        (
+            {
+                "model_type": "step3p5",
+                "head_dim": 128,
+                "num_hidden_layers": 2,
+                "layer_types": ["full_attention", "full_attention"],
+                "rope_theta": [1e6, 1e4],
+            },
+            "the layers of type 'full_attention' differ in `rope_theta`",
+        ),
     ],
 )
-def test_older_forms_transformers_misreads_are_refused(config: dict[str, Any], message: str) -> None:
+def test_older_forms_transformers_misreads_are_refused(
+    config: dict[str, Any], message: str
+) -> None:
     """Where transformers drops the key or replaces it by its default, anyrope says so."""
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         from_hf_config_layers(config)
@@ -368,7 +422,7 @@ def test_default_rope_theta_of_every_family() -> None:
                 theta = _effective_default_theta(config_class)
                 if theta is not None and theta != 10000.0:
                     defaults[model_type] = theta
-    assert DEFAULT_ROPE_THETA == defaults
+    assert defaults == DEFAULT_ROPE_THETA
 
 
 @pytest.mark.parametrize("model_type", ["mixtral", "cohere", "smollm3", "bailing_hybrid"])

@@ -93,17 +93,17 @@ _TRANSFORMERS_DEFAULT_THETA = 10_000.0
 # Gemma 3 and its kin keep the settings of full-attention layers in the older top-level
 # keys, those of sliding-window layers in another key, and scale the full-attention
 # layers only (ModernBERT scales both): (full key, default), (sliding key, default), scaled.
-_TWO_KINDS: dict[str, tuple[tuple[str, float], tuple[str, float], tuple[str, ...]]] = {
-    family: (("rope_theta", 1_000_000.0), ("rope_local_base_freq", 10_000.0), ("full_attention",))
-    for family in ("gemma3_text", "gemma3n_text", "t5gemma2_text", "t5gemma2_decoder")
-} | {
-    family: (
-        ("global_rope_theta", 160_000.0),
-        ("local_rope_theta", 10_000.0),
+_TWO_KINDS: dict[str, tuple[tuple[str, float], tuple[str, float], tuple[str, ...]]] = dict.fromkeys(
+    ("gemma3_text", "gemma3n_text", "t5gemma2_text", "t5gemma2_decoder"),
+    (("rope_theta", 1000000.0), ("rope_local_base_freq", 10000.0), ("full_attention",)),
+) | dict.fromkeys(
+    ("modernbert", "modernbert-decoder"),
+    (
+        ("global_rope_theta", 160000.0),
+        ("local_rope_theta", 10000.0),
         ("full_attention", "sliding_attention"),
-    )
-    for family in ("modernbert", "modernbert-decoder")
-}
+    ),
+)
 
 # GPT-NeoX's names for the base and the rotated fraction, and its default fraction.
 _NEOX_ROTARY_PCT = {"gpt_neox": 0.25, "gpt_neox_japanese": 1.0}
@@ -128,6 +128,11 @@ _NEOMME_DEFAULTS = {"full_attention": (1_000_000.0, 0.25), "sliding_attention": 
 
 # dots.llm3's base of its sliding-window layers, and its default.
 _DOTS3_SWA_THETA = ("swa_rope_theta", 50_000.0)
+
+# DeepSeek-V4: its main (sliding-window) and compressed layers' bases, and the fraction
+# qk_rope_head_dim / head_dim (64 / 512) transformers gives a config without either.
+_DEEPSEEK_V4_THETAS = (("rope_theta", 10_000.0), ("compress_rope_theta", 160_000.0))
+_DEEPSEEK_V4_FRACTION = 64 / 512
 
 # Phi-3 and Phi-4-multimodal read these older scaling names as "longrope".
 _PHI3_LONGROPE_ALIASES = frozenset({"su", "yarn"})
@@ -185,6 +190,10 @@ def current_format(config: Any) -> Any:
         _dots3_note(out)
     elif model_type == "neomme":
         _neomme(out)
+    elif model_type == "deepseek_v4":
+        _deepseek_v4(out)
+    elif model_type == "step3p5":
+        _step3p5(out)
     elif model_type in _RETURNS_ONLY_ROPE_PARAMETERS:
         _needs_rope_parameters(out, model_type)
     _fill_default_theta(out, DEFAULT_ROPE_THETA.get(model_type, _TRANSFORMERS_DEFAULT_THETA))
@@ -392,6 +401,65 @@ def _neomme(config: dict[str, Any]) -> None:
                     f"layer type {name!r} of a model_type='neomme' config has no `{key}` "
                     "and transformers has no default for it; give it in `rope_parameters`"
                 )
+    config["rope_parameters"] = params
+
+
+def _deepseek_v4(config: dict[str, Any]) -> None:
+    """DeepSeek-V4: settings for its "main" and "compress" layers; the older flat scaling
+    (YaRN) applies to the compressed layers only, with ``compress_rope_theta``."""
+    (theta_key, theta_default), (compress_key, compress_default) = _DEEPSEEK_V4_THETAS
+    theta = config.pop(theta_key, theta_default)
+    compress_theta = config.pop(compress_key, compress_default)
+    given = config.pop("rope_scaling", None) or config.get("rope_parameters") or {}
+    if isinstance(given.get("main"), Mapping) and isinstance(given.get("compress"), Mapping):
+        config["rope_parameters"] = {"main": given["main"], "compress": given["compress"]}
+        return
+    fraction = config.pop("partial_rotary_factor", None)
+    if fraction is None:
+        rope_part, head_dim = config.get("qk_rope_head_dim"), config.get("head_dim")
+        fraction = (
+            rope_part / head_dim
+            if rope_part is not None and head_dim is not None
+            else _DEEPSEEK_V4_FRACTION
+        )
+    scaling = {key: value for key, value in given.items() if key not in ("main", "compress")}
+    compress = {**scaling, "rope_theta": compress_theta, "partial_rotary_factor": fraction}
+    compress.setdefault("rope_type", compress.pop("type", "default"))
+    if compress["rope_type"] == "yarn":
+        # The reference does not scale cos and sin by YaRN's attention factor.
+        compress.setdefault("attention_factor", 1.0)
+    main = {"rope_type": "default", "rope_theta": theta, "partial_rotary_factor": fraction}
+    config["rope_parameters"] = {"main": main, "compress": compress}
+
+
+def _step3p5(config: dict[str, Any]) -> None:
+    """Step 3.5/3.7: ``rope_theta`` and ``partial_rotary_factors`` per layer (or one base for
+    all), ``rope_scaling`` for the full-attention layers only."""
+    theta = config.pop("rope_theta", _TRANSFORMERS_DEFAULT_THETA)
+    fractions = config.pop("partial_rotary_factors", None)
+    scaling = config.pop("rope_scaling", None)
+    given = config.get("rope_parameters") or {}
+    declared = config.get("layer_types")
+    if declared and all(isinstance(given.get(name), Mapping) for name in set(declared)):
+        config["rope_parameters"] = {name: given[name] for name in set(declared)}
+        return
+    kinds = list(declared or [])
+    if not kinds:
+        _layer_kinds(config, "step3p5")
+    thetas = theta if isinstance(theta, list) else [theta] * len(kinds)
+    params: dict[str, dict[str, Any]] = {}
+    for index, name in enumerate(kinds):
+        values = {"rope_type": "default", "rope_theta": thetas[index]}
+        if fractions:
+            values["partial_rotary_factor"] = fractions[index]
+        if params.setdefault(name, values) != values:
+            raise ValueError(
+                f"the layers of type {name!r} differ in `rope_theta` or "
+                "`partial_rotary_factors` in the model config: transformers takes the first "
+                "layer's for all of them; anyrope reads one rotation per layer type"
+            )
+    if scaling and "full_attention" in params:
+        params["full_attention"].update(scaling)
     config["rope_parameters"] = params
 
 
