@@ -432,3 +432,83 @@ def test_a_config_without_rope_theta_gets_the_family_default(model_type: str) ->
         warnings.simplefilter("ignore")
         hf = transformers.AutoConfig.for_model(**copy.deepcopy(config))
     assert from_hf_config(config).base == hf.rope_parameters["rope_theta"]
+
+
+def _default_fractions() -> dict[str, float]:
+    """The rotated fraction transformers gives each family's default config, where it is
+    not the whole head (flat settings only)."""
+    import logging
+
+    import transformers.models
+
+    found: dict[str, float] = {}
+    logging.disable(logging.CRITICAL)
+    try:
+        for info in pkgutil.iter_modules(transformers.models.__path__):
+            try:
+                module = importlib.import_module(
+                    f"transformers.models.{info.name}.configuration_{info.name}"
+                )
+            except ImportError:
+                continue
+            for _, config_class in inspect.getmembers(module, inspect.isclass):
+                model_type = getattr(config_class, "model_type", "")
+                if not (
+                    model_type
+                    and config_class.__module__ == module.__name__
+                    and issubclass(config_class, transformers.PreTrainedConfig)
+                ):
+                    continue
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        parameters = config_class().rope_parameters
+                except Exception:  # a default config that does not build
+                    continue
+                if not isinstance(parameters, dict) or any(
+                    isinstance(value, dict) for value in parameters.values()
+                ):
+                    continue
+                fraction = parameters.get("partial_rotary_factor")
+                if fraction is not None and fraction != 1.0:
+                    found[model_type] = fraction
+    finally:
+        logging.disable(logging.NOTSET)
+    return found
+
+
+def test_default_partial_rotary_factor_of_every_family() -> None:
+    """A config without ``partial_rotary_factor`` gets the family's default, as in
+    transformers; GPT-NeoX's (its ``rotary_pct``) and Mistral 4's (``qk_rope_head_dim /
+    head_dim``) follow from their own keys."""
+    from anyrope.scaling._hf_older import DEFAULT_PARTIAL_ROTARY_FACTOR
+
+    found = _default_fractions()
+    assert found.pop("gpt_neox") == 0.25
+    assert found.pop("mistral4") == 0.5
+    assert found == DEFAULT_PARTIAL_ROTARY_FACTOR
+
+
+@pytest.mark.parametrize(
+    "model_type", ["phi", "persimmon", "stablelm", "glm4", "qwen3_next", "nemotron", "bamba"]
+)
+def test_a_config_without_a_fraction_gets_the_family_default(model_type: str) -> None:
+    config = {"model_type": model_type, "hidden_size": 1024, "num_attention_heads": 8}
+    if model_type == "qwen3_next":
+        config["head_dim"] = 128
+    theirs = _transformers_layers(config)[""][0]
+    settings = from_hf_config(config)
+    assert settings.rotary_dim == 2 * theirs.shape[0]
+    ours, _ = settings.scaling.frequencies(settings.rotary_dim, settings.base)
+    np.testing.assert_allclose(ours, theirs.double().numpy(), rtol=RTOL, atol=0)
+
+
+def test_bamba_fraction_is_fixed_by_transformers() -> None:
+    config = {
+        "model_type": "bamba",
+        "hidden_size": 1024,
+        "num_attention_heads": 8,
+        "partial_rotary_factor": 1.0,
+    }
+    with pytest.raises(ValueError, match=r"transformers replaces it by 0.5 for this family"):
+        from_hf_config(config)

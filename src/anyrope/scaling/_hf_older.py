@@ -22,7 +22,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["DEFAULT_ROPE_THETA", "current_format"]
+__all__ = ["DEFAULT_PARTIAL_ROTARY_FACTOR", "DEFAULT_ROPE_THETA", "current_format"]
 
 DEFAULT_ROPE_THETA = {
     "apertus": 12_000_000.0,
@@ -89,6 +89,36 @@ DEFAULT_ROPE_THETA = {
 a config without ``rope_theta`` gets it, as transformers gives it."""
 
 _TRANSFORMERS_DEFAULT_THETA = 10_000.0
+
+DEFAULT_PARTIAL_ROTARY_FACTOR = {
+    "bamba": 0.5,
+    "dots3_note_audio_encoder": 0.5,
+    "efficientloftr": 4.0,
+    "glm": 0.5,
+    "glm4": 0.5,
+    "glm4_moe": 0.5,
+    "glm4v_moe_text": 0.5,
+    "glmasr_encoder": 0.5,
+    "moonshine": 0.9,
+    "moonshine_streaming": 0.8,
+    "musicflamingo": 0.2,
+    "nemotron": 0.5,
+    "nemotron3_5_transcribe_asr_audio": 0.5,
+    "nemotron3_5_transcribe_word_timestamp": 0.5,
+    "persimmon": 0.5,
+    "phi": 0.5,
+    "qwen3_5_moe_text": 0.25,
+    "qwen3_5_text": 0.25,
+    "qwen3_next": 0.25,
+    "recurrent_gemma": 0.5,
+    "stablelm": 0.25,
+}
+"""transformers' rotated fraction of each family whose default is not the whole head (GPT-NeoX
+and the latent-attention families, whose fraction follows from other keys, aside): a
+config without ``partial_rotary_factor`` gets it, as transformers gives it."""
+
+# Bamba's config class sets the fraction whatever the config's top level says.
+_FORCED_PARTIAL_ROTARY_FACTOR = {"bamba": 0.5}
 
 # Gemma 3 and its kin keep the settings of full-attention layers in the older top-level
 # keys, those of sliding-window layers in another key, and scale the full-attention
@@ -169,7 +199,7 @@ def current_format(config: Any) -> Any:
             return config
         converted = current_format(attributes)
         return config if converted is attributes else converted
-    model_type = config.get("model_type")
+    model_type = str(config.get("model_type") or "")
     out = dict(config)
     for key in ("rope_parameters", "rope_scaling"):
         if isinstance(out.get(key), Mapping):
@@ -197,6 +227,8 @@ def current_format(config: Any) -> Any:
     elif model_type in _RETURNS_ONLY_ROPE_PARAMETERS:
         _needs_rope_parameters(out, model_type)
     _fill_default_theta(out, DEFAULT_ROPE_THETA.get(model_type, _TRANSFORMERS_DEFAULT_THETA))
+    if model_type in DEFAULT_PARTIAL_ROTARY_FACTOR:
+        _fill_default_fraction(out, model_type)
     return out if out != config else config
 
 
@@ -490,3 +522,22 @@ def _fill_default_theta(config: dict[str, Any], default: float) -> None:
             values.setdefault("rope_theta", default)
     else:
         scaling.setdefault("rope_theta", default)
+
+
+def _fill_default_fraction(config: dict[str, Any], model_type: str) -> None:
+    """The family's ``partial_rotary_factor`` where the config gives none, as transformers
+    fills it (Bamba's whatever the top level says)."""
+    default = DEFAULT_PARTIAL_ROTARY_FACTOR[model_type]
+    scaling = config.get("rope_parameters") or config.get("rope_scaling")
+    if isinstance(scaling, Mapping) and _present(scaling, "partial_rotary_factor"):
+        return
+    forced = _FORCED_PARTIAL_ROTARY_FACTOR.get(model_type)
+    given = config.get("partial_rotary_factor")
+    if forced is not None and given is not None and given != forced:
+        raise ValueError(
+            f"`partial_rotary_factor`={given!r} in a model_type={model_type!r} config: "
+            f"transformers replaces it by {forced!r} for this family; give it in "
+            "`rope_parameters` to rotate another fraction"
+        )
+    if given is None and not _present(config, "rotary_pct"):
+        config["partial_rotary_factor"] = default
