@@ -512,3 +512,66 @@ def test_bamba_fraction_is_fixed_by_transformers() -> None:
     }
     with pytest.raises(ValueError, match=r"transformers replaces it by 0.5 for this family"):
         from_hf_config(config)
+
+
+def test_vision_towers_are_axial_by_default() -> None:
+    """Every family whose transformers config reads ``"default"`` as ``"axial"``."""
+    import transformers.models
+
+    from anyrope.scaling._hf_older import AXIAL_MODEL_TYPES
+
+    axial = set()
+    for info in pkgutil.iter_modules(transformers.models.__path__):
+        try:
+            module = importlib.import_module(
+                f"transformers.models.{info.name}.configuration_{info.name}"
+            )
+        except ImportError:
+            continue
+        for _, config_class in inspect.getmembers(module, inspect.isclass):
+            model_type = getattr(config_class, "model_type", "")
+            if (
+                model_type
+                and issubclass(config_class, transformers.PreTrainedConfig)
+                and getattr(config_class, "default_rope_type", "default") != "default"
+            ):
+                assert config_class.default_rope_type == "axial"
+                axial.add(model_type)
+    assert axial == AXIAL_MODEL_TYPES
+
+
+@pytest.mark.parametrize("rope", [{}, {"rope_scaling": {"type": "default"}}])
+def test_an_older_vision_config_reads_as_its_transformers_config(rope: dict[str, Any]) -> None:
+    """Qwen2-VL's vision tower saved without ``rope_parameters``: axial, as transformers
+    reads it (``test_transformers_parity`` checks the object's tables against its code)."""
+    older = transformers.Qwen2VLConfig().vision_config.to_dict()
+    del older["rope_parameters"]
+    # The tower's config.json says num_heads; the attribute anyrope reads is transformers'.
+    older |= rope | {"num_attention_heads": older["num_heads"]}
+    vision_config = type(transformers.Qwen2VLConfig().vision_config)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = vision_config(**copy.deepcopy(older))
+        # transformers leaves an older `type` next to the `rope_type` it sets: the
+        # reference reads the tower saved without one.
+        saved = vision_config(
+            **{key: value for key, value in older.items() if key != "rope_scaling"}
+        )
+    assert theirs.rope_parameters["rope_type"] == "axial"
+    ours = anyrope.RoPE.from_hf_config(older)
+    reference = anyrope.RoPE.from_hf_config(saved)
+    assert ours.axial
+    assert reference.axial
+    assert (ours.head_dim, ours.rotary_dim, ours.base) == (
+        reference.head_dim,
+        reference.rotary_dim,
+        reference.base,
+    )
+    positions = np.stack(np.meshgrid(np.arange(5), np.arange(7), indexing="ij"), -1)
+    positions = positions.reshape(-1, 2)
+    for mine, its in zip(
+        ours.tables(positions, dtype=np.float64),
+        reference.tables(positions, dtype=np.float64),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(mine, its)

@@ -22,7 +22,12 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["DEFAULT_PARTIAL_ROTARY_FACTOR", "DEFAULT_ROPE_THETA", "current_format"]
+__all__ = [
+    "AXIAL_MODEL_TYPES",
+    "DEFAULT_PARTIAL_ROTARY_FACTOR",
+    "DEFAULT_ROPE_THETA",
+    "current_format",
+]
 
 DEFAULT_ROPE_THETA = {
     "apertus": 12_000_000.0,
@@ -116,6 +121,47 @@ DEFAULT_PARTIAL_ROTARY_FACTOR = {
 """transformers' rotated fraction of each family whose default is not the whole head (GPT-NeoX
 and the latent-attention families, whose fraction follows from other keys, aside): a
 config without ``partial_rotary_factor`` gets it, as transformers gives it."""
+
+AXIAL_MODEL_TYPES = frozenset(
+    {
+        "cohere_compass_vision",
+        "dots3_note_vision_encoder",
+        "edgetam_video",
+        "ernie4_5_vl_moe_vision",
+        "exaone4_5_vision",
+        "gemma4_vision",
+        "glm4v_moe_vision",
+        "glm4v_vision",
+        "glm5_next_vision",
+        "glm_image_vision",
+        "glm_ocr_vision",
+        "inkling2_vision",
+        "kimi_k25_vision",
+        "lfm3_vl_vision",
+        "minimax_m3_vl_vision",
+        "mlcd_vision_model",
+        "muse_glimmer_vision",
+        "muse_spark_vision",
+        "paddleocr_vl_vision",
+        "pixtral",
+        "qwen2_5_omni_vision_encoder",
+        "qwen2_5_vl_vision",
+        "qwen2_vl_vision",
+        "qwen3_5_moe_vision",
+        "qwen3_5_vision",
+        "qwen3_omni_moe_vision_encoder",
+        "qwen3_vl_moe_vision",
+        "qwen3_vl_vision",
+        "qwen4_exp_vision",
+        "sam2_video",
+        "sam3_tracker_video",
+        "sam3_vit_model",
+        "step3p5_vision",
+        "video_llama_3_vision",
+    }
+)
+"""Vision towers whose ``rope_type`` transformers reads as ``"axial"`` when a config says
+``"default"`` or nothing (older checkpoints say nothing): 2-D patch positions."""
 
 # Bamba's config class sets the fraction whatever the config's top level says.
 _FORCED_PARTIAL_ROTARY_FACTOR = {"bamba": 0.5}
@@ -229,6 +275,8 @@ def current_format(config: Any) -> Any:
     _fill_default_theta(out, DEFAULT_ROPE_THETA.get(model_type, _TRANSFORMERS_DEFAULT_THETA))
     if model_type in DEFAULT_PARTIAL_ROTARY_FACTOR:
         _fill_default_fraction(out, model_type)
+    if model_type in AXIAL_MODEL_TYPES:
+        _axial_by_default(out)
     return out if out != config else config
 
 
@@ -541,3 +589,17 @@ def _fill_default_fraction(config: dict[str, Any], model_type: str) -> None:
         )
     if given is None and not _present(config, "rotary_pct"):
         config["partial_rotary_factor"] = default
+
+
+def _axial_by_default(config: dict[str, Any]) -> None:
+    """A vision tower's ``"default"`` (or absent) ``rope_type`` is its ``"axial"``."""
+    scaling = config.get("rope_parameters") or config.get("rope_scaling")
+    if scaling is None:
+        config["rope_parameters"] = {"rope_type": "axial"}
+    elif (
+        isinstance(scaling, dict)
+        and not _nested(scaling)
+        and scaling.get("rope_type", scaling.get("type", "default")) == "default"
+    ):
+        scaling.pop("type", None)
+        scaling["rope_type"] = "axial"
