@@ -25,6 +25,13 @@ transformers). Keys read:
   ``global_head_dim``, for the layer type asked for.
 
 Two sources of one value that disagree are an error naming both keys.
+
+A ``config.json`` in an older format is first rewritten as transformers 5.23.0's config
+class for its ``model_type`` rewrites it (:mod:`anyrope.scaling._hf_older`): Gemma 3's
+``rope_local_base_freq``, ModernBERT's ``global_rope_theta`` / ``local_rope_theta``,
+GPT-NeoX's defaults, Phi-3's ``"su"``, MiniMax-M2's ``rotary_dim``, each family's
+default ``rope_theta`` and rotated fraction, and the others listed in docs/scaling.rst;
+where transformers drops such a key or replaces it by a default, the error names it.
 """
 
 from __future__ import annotations
@@ -249,8 +256,9 @@ def layer_types(config: Any) -> tuple[str, ...] | None:
     """The layer types whose RoPE settings a config gives one by one, or ``None``.
 
     Gemma 3 and its kin nest ``rope_parameters`` by layer type (``{"full_attention":
-    {...}, "sliding_attention": {...}}``); such a config needs a ``layer_type`` to
-    name one rotation.
+    {...}, "sliding_attention": {...}}``), or give them in older keys
+    (``rope_local_base_freq``, ModernBERT's ``global_rope_theta``, ...); such a config
+    needs a ``layer_type`` to name one rotation.
 
     Parameters
     ----------
