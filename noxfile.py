@@ -169,9 +169,15 @@ def tests_kernel(session: nox.Session) -> None:
 @nox.session(name="tests-hf")
 def tests_hf(session: nox.Session) -> None:
     """transformers' own code as the oracle: its RoPE initialisers for every scaling
-    method, and every model family's rotary class and apply function."""
+    method, every model family's rotary class and apply function, and its reading of
+    each family's older config.json keys."""
     session.install("-e", ".[test]", TORCH_CPU, TRANSFORMERS)
-    _pytest(session, "tests/test_transformers_parity.py", "tests/test_hf_families.py")
+    _pytest(
+        session,
+        "tests/test_transformers_parity.py",
+        "tests/test_hf_families.py",
+        "tests/test_hf_older_configs.py",
+    )
 
 
 @nox.session(name="tests-torch-cuda", default=False)

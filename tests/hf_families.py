@@ -26,6 +26,21 @@ import numpy as np
 import anyrope
 from anyrope.scaling.hf import layer_types
 
+PINNED_TRANSFORMERS = "5.23.0"
+"""The transformers release the ``tests-hf`` nox session installs (noxfile.py's pin)."""
+
+
+def unpinned_reason(found: str) -> str | None:
+    """Why a test pinned to :data:`PINNED_TRANSFORMERS` skips with transformers ``found``
+    installed (both versions said), or ``None`` when ``found`` is the pinned one."""
+    if found == PINNED_TRANSFORMERS:
+        return None
+    return (
+        f"pinned to transformers {PINNED_TRANSFORMERS} (nox -s tests-hf installs it); "
+        f"found transformers {found}"
+    )
+
+
 SEQ = 48
 POSITIONS_FROM = 1000
 """Positions POSITIONS_FROM .. + SEQ: far enough that a wrong frequency shows."""

@@ -294,3 +294,47 @@ def test_plot_proportional_leaves_out_the_pairs_that_do_not_turn():
     assert label == "proportional (192 pairs from 64 on do not turn)"
     assert np.isnan(scaled[64:]).all()
     assert np.all(scaled[:64] > 0)
+
+
+GEMMA3_OLDER = {
+    # google/gemma-3-4b-it's text settings as transformers 4.50 saved them: the base of
+    # the sliding-window layers in `rope_local_base_freq`, the scaling for full attention.
+    "model_type": "gemma3_text",
+    "head_dim": 256,
+    "hidden_size": 2560,
+    "num_attention_heads": 8,
+    "max_position_embeddings": 131072,
+    "rope_local_base_freq": 10000.0,
+    "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+    "rope_theta": 1000000.0,
+}
+
+
+@pytest.mark.skipif(not HAS_MATPLOTLIB, reason="plot needs matplotlib")
+def test_plot_says_which_layer_type_it_draws(tmp_path):
+    """An older Gemma 3 config gives two rotations: the plot asks which one and says
+    which one it drew, with its own base and scaling."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(GEMMA3_OLDER))
+    result = anyrope_cli("plot", "--config", str(path), "--output", str(tmp_path))
+    assert result.returncode == 2
+    assert "pass --layer-type, one of: sliding_attention, full_attention" in result.stderr
+    for layer_type, drawn in (
+        ("sliding_attention", "base=10000, default"),
+        ("full_attention", "base=1e+06, linear"),
+    ):
+        result = anyrope_cli(
+            "plot", "--config", str(path), "--output", str(tmp_path), "--layer-type", layer_type
+        )
+        assert result.returncode == 0, result.stderr
+        assert f"frequencies-{layer_type}.png: layer type {layer_type}, " in result.stdout
+        assert drawn in result.stdout
+    uniform = tmp_path / "uniform.json"
+    uniform.write_text(
+        json.dumps({"head_dim": 64, "layer_types": ["sliding_attention", "full_attention"]})
+    )
+    result = anyrope_cli("plot", "--config", str(uniform), "--output", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert "every layer type (sliding_attention, full_attention): one set of settings" in (
+        result.stdout
+    )

@@ -475,3 +475,18 @@ def test_llama_4_attention_temperature_is_refused_by_name() -> None:
         from_hf_config(config)
     del config["rope_parameters"]["llama_4_scaling_beta"]
     assert from_hf_config(config).scaling.rope_type == "yarn"
+
+
+def test_the_transformers_pin_is_noxfiles_and_an_unpinned_skip_names_both_versions() -> None:
+    """The tests pinned to one transformers release skip elsewhere, saying which release
+    they found and which they are pinned to (the one the tests-hf session installs)."""
+    import hf_families
+
+    pinned = hf_families.PINNED_TRANSFORMERS
+    noxfile = (Path(__file__).parents[1] / "noxfile.py").read_text()
+    assert f'TRANSFORMERS = "transformers=={pinned}"' in noxfile
+    assert hf_families.unpinned_reason(pinned) is None
+    reason = hf_families.unpinned_reason("4.57.1")
+    assert reason is not None
+    assert "found transformers 4.57.1" in reason
+    assert f"pinned to transformers {pinned}" in reason

@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+import hf_families
+
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 rope_utils = pytest.importorskip("transformers.modeling_rope_utils")
@@ -71,7 +73,8 @@ def _assert_agrees(config: dict[str, Any], seq_len: int | None = None) -> None:
 
 def test_pinned_version() -> None:
     """The formulas are pinned to one release; a different one needs a fresh look."""
-    assert transformers.__version__ == "5.23.0"
+    unpinned = hf_families.unpinned_reason(transformers.__version__)
+    assert unpinned is None, unpinned
 
 
 @pytest.mark.parametrize("name", sorted(path.name for path in CONFIGS.glob("*.json")))

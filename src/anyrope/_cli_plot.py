@@ -2,7 +2,10 @@
 
 Reads a Hugging Face ``config.json`` with :func:`anyrope.scaling.from_hf_config` and
 draws, per pair index, the frequency ``theta_i`` and the wavelength ``2 pi / theta_i``
-in tokens, for the config's scaling method next to the unscaled frequencies.
+in tokens, for the config's scaling method next to the unscaled frequencies. The title
+and the line printed say which layers it draws: the ``--layer-type`` asked for (required
+where the config, in its current or an older format, gives settings per layer type), or
+every layer.
 """
 
 from __future__ import annotations
@@ -36,7 +39,10 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"cannot read --config {args.config}: {error.strerror}", 2)
     except json.JSONDecodeError as error:
         return _fail(f"--config {args.config} is not valid JSON: {error}", 2)
-    kinds = layer_types(config) if isinstance(config, dict) else None
+    try:
+        kinds = layer_types(config) if isinstance(config, dict) else None
+    except (TypeError, ValueError) as error:
+        return _fail(f"--config {args.config}: {error}", 2)
     if kinds is not None and args.layer_type is None:
         names = ", ".join(kinds)
         return _fail(
@@ -85,10 +91,8 @@ def run(args: argparse.Namespace) -> int:
     bottom.set_xlabel("pair index i")
     top.legend(fontsize=9, loc="lower left")
     bottom.legend(fontsize=9, loc="upper left")
-    name = Path(args.config).name
-    if args.layer_type is not None:
-        name += f" [{args.layer_type}]"
-    fig.suptitle(f"{name}\n{content.title}")
+    drawn = _drawn_layers(config, args.layer_type)
+    fig.suptitle(f"{Path(args.config).name} [{drawn}]\n{content.title}")
     output = Path(args.output)
     output.mkdir(parents=True, exist_ok=True)
     target = output / (
@@ -96,8 +100,18 @@ def run(args: argparse.Namespace) -> int:
     )
     fig.savefig(target, dpi=110)
     plt.close(fig)
-    print(f"wrote {target}")
+    print(f"wrote {target}: {drawn}, {content.title}")
     return 0
+
+
+def _drawn_layers(config: Any, layer_type: str | None) -> str:
+    """Which layers the plot shows: the layer type asked for, or every layer."""
+    if layer_type is not None:
+        return f"layer type {layer_type}"
+    declared = config.get("layer_types") if isinstance(config, dict) else None
+    if declared and len(set(declared)) > 1:
+        return f"every layer type ({', '.join(dict.fromkeys(declared))}): one set of settings"
+    return "every layer"
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,13 @@ transformers). Keys read:
   ``global_head_dim``, for the layer type asked for.
 
 Two sources of one value that disagree are an error naming both keys.
+
+A ``config.json`` in an older format is first rewritten as transformers 5.23.0's config
+class for its ``model_type`` rewrites it (:mod:`anyrope.scaling._hf_older`): Gemma 3's
+``rope_local_base_freq``, ModernBERT's ``global_rope_theta`` / ``local_rope_theta``,
+GPT-NeoX's defaults, Phi-3's ``"su"``, MiniMax-M2's ``rotary_dim``, each family's
+default ``rope_theta`` and rotated fraction, and the others listed in docs/scaling.rst;
+where transformers drops such a key or replaces it by a default, the error names it.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._validation import check_base
+from ._hf_older import current_format
 from .config import RopeScaling, parse_rope_scaling
 
 __all__ = ["HFRopeConfig", "from_hf_config", "from_hf_config_layers", "layer_types"]
@@ -248,8 +256,9 @@ def layer_types(config: Any) -> tuple[str, ...] | None:
     """The layer types whose RoPE settings a config gives one by one, or ``None``.
 
     Gemma 3 and its kin nest ``rope_parameters`` by layer type (``{"full_attention":
-    {...}, "sliding_attention": {...}}``); such a config needs a ``layer_type`` to
-    name one rotation.
+    {...}, "sliding_attention": {...}}``), or give them in older keys
+    (``rope_local_base_freq``, ModernBERT's ``global_rope_theta``, ...); such a config
+    needs a ``layer_type`` to name one rotation.
 
     Parameters
     ----------
@@ -272,7 +281,7 @@ def layer_types(config: Any) -> tuple[str, ...] | None:
     >>> hf.layer_types({"rope_theta": 10000.0}) is None
     True
     """
-    scaling = _scaling_dict(config)
+    scaling = _scaling_dict(current_format(config))
     if scaling is None or "rope_type" in scaling or "type" in scaling:
         return None
     nested = [key for key, value in scaling.items() if isinstance(value, Mapping) or value is None]
@@ -314,7 +323,7 @@ def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfi
     >>> settings.head_dim, settings.rotary_dim, settings.base
     (96, 24, 10000.0)
     """
-    config = _as_layer_type_sees_it(config, layer_type)
+    config = _as_layer_type_sees_it(current_format(config), layer_type)
     scaling = _layer_scaling(config, layer_type)
     inner = {} if scaling is None else scaling
     _refuse_interleaved_mrope(config, inner)
@@ -394,6 +403,7 @@ def from_hf_config_layers(config: Any) -> dict[str, HFRopeConfig | None]:
     >>> list(layers), layers["a"] == layers["b"]
     (['a', 'b'], True)
     """
+    config = current_format(config)
     nested = layer_types(config)
     if nested is not None:
         scaling = _scaling_dict(config)

@@ -1,0 +1,605 @@
+"""Older ``config.json`` formats, rewritten in the current one as transformers reads them.
+
+Checkpoints on the Hub keep the keys of the transformers release that saved them:
+Gemma 3's ``rope_local_base_freq``, ModernBERT's ``global_rope_theta`` and
+``local_rope_theta``, GPT-NeoX's ``rotary_emb_base`` and ``rotary_pct``, Phi-3's
+``"su"`` scaling, MiniMax-M2's ``rotary_dim``, HunYuan-VL's ``"xdrope"``... transformers'
+config classes (5.23.0) convert them into ``rope_parameters`` (per layer type where the
+family has several), each family its own way, and fill what a config leaves out from
+the family's defaults. :func:`current_format` does the same to a parsed ``config.json``
+before :mod:`anyrope.scaling.hf` reads it, so that every layer type gets the rotation
+transformers gives it. A form transformers reads in a way no config means (a key it
+drops, a value it replaces by its default) is an error naming the key, never a silent
+difference.
+
+A transformers config object is returned unchanged (it converted its keys when it was
+built); another object (a namespace of ``config.json``'s keys) is read as that dict.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "AXIAL_MODEL_TYPES",
+    "DEFAULT_PARTIAL_ROTARY_FACTOR",
+    "DEFAULT_ROPE_THETA",
+    "current_format",
+]
+
+DEFAULT_ROPE_THETA = {
+    "apertus": 12_000_000.0,
+    "bailing_hybrid": 6_000_000.0,
+    "bitnet": 500_000.0,
+    "blt": 500_000.0,
+    "blt_global_transformer": 500_000.0,
+    "blt_local_decoder": 500_000.0,
+    "blt_local_encoder": 500_000.0,
+    "cohere": 500_000.0,
+    "cosmos3_edge_text": 100_000_000.0,
+    "csm": 500_000.0,
+    "csm_depth_decoder_model": 500_000.0,
+    "cwm": 1_000_000.0,
+    "dinov3_vit": 100.0,
+    "dots3_note_text": 80_000_000.0,
+    "emu3_text_model": 1_000_000.0,
+    "eomt_dinov3": 100.0,
+    "ernie4_5": 500_000.0,
+    "ernie4_5_moe": 500_000.0,
+    "ernie4_5_vl_moe_text": 500_000.0,
+    "evolla": 500_000.0,
+    "flex_olmo": 500_000.0,
+    "fuyu": 25_000.0,
+    "gemma4_vision": 100.0,
+    "gpt_oss": 150_000.0,
+    "gte": 160_000.0,
+    "helium": 100_000.0,
+    "hy_v3": 11_158_840.0,
+    "jina_embeddings_v3": 20_000.0,
+    "lfm2": 1_000_000.0,
+    "lfm2_moe": 1_000_000.0,
+    "lfm3": 1_000_000.0,
+    "lfm3_vl_vision": 1_000_000.0,
+    "llama4_text": 500_000.0,
+    "longcat_flash": 10_000_000.0,
+    "minimax": 1_000_000.0,
+    "minimax_m2": 5_000_000.0,
+    "minimax_m3_vl_text": 5_000_000.0,
+    "mixtral": 1_000_000.0,
+    "mllama_text_model": 500_000.0,
+    "muse_glimmer_assistant": 500_000.0,
+    "musicflamingo": 1200.0,
+    "nomic_bert": 1000.0,
+    "olmo3": 500_000.0,
+    "openai_privacy_filter": 150_000.0,
+    "paddleocr_vl_text": 500_000.0,
+    "pe_audio_encoder": 20_000.0,
+    "pe_audio_video_encoder": 20_000.0,
+    "pe_video_encoder": 20_000.0,
+    "phimoe": 1_000_000.0,
+    "qwen2_5_omni_text": 1_000_000.0,
+    "qwen2_5_omni_talker": 1_000_000.0,
+    "qwen2_5_vl_text": 1_000_000.0,
+    "qwen2_vl_text": 1_000_000.0,
+    "qwen3_omni_moe_text": 1_000_000.0,
+    "qwen3_vl_text": 500_000.0,
+    "qwen3_vl_moe_text": 500_000.0,
+    "sapiens2": 100.0,
+    "smollm3": 2_000_000.0,
+    "solar_open": 1_000_000.0,
+}
+"""transformers' ``rope_theta`` of each family (``model_type``) whose default is not 10000:
+a config without ``rope_theta`` gets it, as transformers gives it."""
+
+_TRANSFORMERS_DEFAULT_THETA = 10_000.0
+
+DEFAULT_PARTIAL_ROTARY_FACTOR = {
+    "bamba": 0.5,
+    "dots3_note_audio_encoder": 0.5,
+    "efficientloftr": 4.0,
+    "glm": 0.5,
+    "glm4": 0.5,
+    "glm4_moe": 0.5,
+    "glm4v_moe_text": 0.5,
+    "glmasr_encoder": 0.5,
+    "moonshine": 0.9,
+    "moonshine_streaming": 0.8,
+    "musicflamingo": 0.2,
+    "nemotron": 0.5,
+    "nemotron3_5_transcribe_asr_audio": 0.5,
+    "nemotron3_5_transcribe_word_timestamp": 0.5,
+    "persimmon": 0.5,
+    "phi": 0.5,
+    "qwen3_5_moe_text": 0.25,
+    "qwen3_5_text": 0.25,
+    "qwen3_next": 0.25,
+    "recurrent_gemma": 0.5,
+    "stablelm": 0.25,
+}
+"""transformers' rotated fraction of each family whose default is not the whole head (GPT-NeoX
+and the latent-attention families, whose fraction follows from other keys, aside): a
+config without ``partial_rotary_factor`` gets it, as transformers gives it."""
+
+AXIAL_MODEL_TYPES = frozenset(
+    {
+        "cohere_compass_vision",
+        "dots3_note_vision_encoder",
+        "edgetam_video",
+        "ernie4_5_vl_moe_vision",
+        "exaone4_5_vision",
+        "gemma4_vision",
+        "glm4v_moe_vision",
+        "glm4v_vision",
+        "glm5_next_vision",
+        "glm_image_vision",
+        "glm_ocr_vision",
+        "inkling2_vision",
+        "kimi_k25_vision",
+        "lfm3_vl_vision",
+        "minimax_m3_vl_vision",
+        "mlcd_vision_model",
+        "muse_glimmer_vision",
+        "muse_spark_vision",
+        "paddleocr_vl_vision",
+        "pixtral",
+        "qwen2_5_omni_vision_encoder",
+        "qwen2_5_vl_vision",
+        "qwen2_vl_vision",
+        "qwen3_5_moe_vision",
+        "qwen3_5_vision",
+        "qwen3_omni_moe_vision_encoder",
+        "qwen3_vl_moe_vision",
+        "qwen3_vl_vision",
+        "qwen4_exp_vision",
+        "sam2_video",
+        "sam3_tracker_video",
+        "sam3_vit_model",
+        "step3p5_vision",
+        "video_llama_3_vision",
+    }
+)
+"""Vision towers whose ``rope_type`` transformers reads as ``"axial"`` when a config says
+``"default"`` or nothing (older checkpoints say nothing): 2-D patch positions."""
+
+# Bamba's config class sets the fraction whatever the config's top level says.
+_FORCED_PARTIAL_ROTARY_FACTOR = {"bamba": 0.5}
+
+# Gemma 3 and its kin keep the settings of full-attention layers in the older top-level
+# keys, those of sliding-window layers in another key, and scale the full-attention
+# layers only (ModernBERT scales both): (full key, default), (sliding key, default), scaled.
+_TWO_KINDS: dict[str, tuple[tuple[str, float], tuple[str, float], tuple[str, ...]]] = dict.fromkeys(
+    ("gemma3_text", "gemma3n_text", "t5gemma2_text", "t5gemma2_decoder"),
+    (("rope_theta", 1000000.0), ("rope_local_base_freq", 10000.0), ("full_attention",)),
+) | dict.fromkeys(
+    ("modernbert", "modernbert-decoder"),
+    (
+        ("global_rope_theta", 160000.0),
+        ("local_rope_theta", 10000.0),
+        ("full_attention", "sliding_attention"),
+    ),
+)
+
+# GPT-NeoX's names for the base and the rotated fraction, and its default fraction.
+_NEOX_ROTARY_PCT = {"gpt_neox": 0.25, "gpt_neox_japanese": 1.0}
+
+# Families whose config class reads `rope_parameters` alone: without it, transformers
+# gives every layer type the family's own built-in settings and ignores `rope_theta`.
+_RETURNS_ONLY_ROPE_PARAMETERS = frozenset(
+    {
+        "beam",
+        "diffusion_gemma_text",
+        "embedding_gemma2_text",
+        "gemma4_text",
+        "gemma4_unified_text",
+        "laguna",
+        "mellum",
+        "mimo_v2_flash",
+    }
+)
+
+# NeoMME's settings per layer type when its config leaves them out: (rope_theta, fraction).
+_NEOMME_DEFAULTS = {"full_attention": (1_000_000.0, 0.25), "sliding_attention": (10_000.0, 1.0)}
+
+# dots.llm3's base of its sliding-window layers, and its default.
+_DOTS3_SWA_THETA = ("swa_rope_theta", 50_000.0)
+
+# DeepSeek-V4: its main (sliding-window) and compressed layers' bases, and the fraction
+# qk_rope_head_dim / head_dim (64 / 512) transformers gives a config without either.
+_DEEPSEEK_V4_THETAS = (("rope_theta", 10_000.0), ("compress_rope_theta", 160_000.0))
+_DEEPSEEK_V4_FRACTION = 64 / 512
+
+# Phi-3 and Phi-4-multimodal read these older scaling names as "longrope".
+_PHI3_LONGROPE_ALIASES = frozenset({"su", "yarn"})
+_PHI3_FAMILIES = frozenset({"phi3", "phi4_multimodal"})
+
+
+def current_format(config: Any) -> Any:
+    """The config with its older keys in the current format, as transformers reads them.
+
+    Parameters
+    ----------
+    config : Mapping or object
+        A parsed ``config.json``, a transformers config (returned as it is) or another
+        object with the same attributes.
+
+    Returns
+    -------
+    Mapping or object
+        A new dict when anything changed (the caller's config is never modified), else
+        ``config``.
+
+    Raises
+    ------
+    ValueError
+        For an older key that transformers drops or replaces by its default, named in the
+        message with what to write instead.
+    """
+    if not isinstance(config, Mapping):
+        if callable(getattr(config, "standardize_rope_params", None)):
+            return config  # a transformers config: converted when it was built
+        try:
+            attributes = vars(config)
+        except TypeError:
+            return config
+        converted = current_format(attributes)
+        return config if converted is attributes else converted
+    model_type = str(config.get("model_type") or "")
+    out = dict(config)
+    for key in ("rope_parameters", "rope_scaling"):
+        if isinstance(out.get(key), Mapping):
+            out[key] = copy.deepcopy(dict(out[key]))
+    if model_type in _TWO_KINDS:
+        _two_kinds(out, model_type)
+    elif model_type == "olmo3":
+        _olmo3(out)
+    elif model_type in _NEOX_ROTARY_PCT:
+        _gpt_neox(out, model_type)
+    elif model_type in _PHI3_FAMILIES:
+        _phi3(out)
+    elif model_type == "minimax_m2":
+        _minimax_m2(out)
+    elif model_type == "hunyuan_vl_text":
+        _hunyuan_vl(out)
+    elif model_type == "dots3_note_text":
+        _dots3_note(out)
+    elif model_type == "neomme":
+        _neomme(out)
+    elif model_type == "deepseek_v4":
+        _deepseek_v4(out)
+    elif model_type == "step3p5":
+        _step3p5(out)
+    elif model_type in _RETURNS_ONLY_ROPE_PARAMETERS:
+        _needs_rope_parameters(out, model_type)
+    _fill_default_theta(out, DEFAULT_ROPE_THETA.get(model_type, _TRANSFORMERS_DEFAULT_THETA))
+    if model_type in DEFAULT_PARTIAL_ROTARY_FACTOR:
+        _fill_default_fraction(out, model_type)
+    if model_type in AXIAL_MODEL_TYPES:
+        _axial_by_default(out)
+    return out if out != config else config
+
+
+def _present(config: Mapping[str, Any], key: str) -> bool:
+    return config.get(key) is not None
+
+
+def _flat_scaling(config: dict[str, Any]) -> dict[str, Any]:
+    """The one scaling dict (``rope_scaling`` first, as transformers takes it), now the
+    config's ``rope_parameters``."""
+    scaling = config.pop("rope_scaling", None) or config.get("rope_parameters") or {}
+    config["rope_parameters"] = scaling
+    return scaling
+
+
+def _nested(scaling: Mapping[str, Any]) -> bool:
+    """Whether the settings are given per layer type (every value a dict or null)."""
+    return bool(scaling) and all(
+        isinstance(value, Mapping) or value is None for value in scaling.values()
+    )
+
+
+def _refuse_flat(config: Mapping[str, Any], model_type: str, names: tuple[str, ...]) -> None:
+    scaling = config.get("rope_parameters")
+    if scaling and not _nested(scaling):
+        kinds = ", ".join(repr(name) for name in names)
+        flat = sorted(key for key, value in scaling.items() if not isinstance(value, Mapping))
+        raise ValueError(
+            f"model_type={model_type!r} gives RoPE settings per layer type ({kinds}): "
+            f"transformers ignores the keys {flat} of a flat `rope_parameters` and uses its "
+            "defaults; give `rope_parameters` per layer type"
+        )
+
+
+def _two_kinds(config: dict[str, Any], model_type: str) -> None:
+    """Gemma 3, Gemma 3n, T5Gemma 2 and ModernBERT: ``rope_scaling`` and two bases."""
+    (full_key, full_default), (sliding_key, sliding_default), scaled = _TWO_KINDS[model_type]
+    names = ("sliding_attention", "full_attention")
+    _refuse_flat(config, model_type, names)
+    scaling = config.pop("rope_scaling", None)
+    params = config.get("rope_parameters") or {name: {"rope_type": "default"} for name in names}
+    for name in names:
+        if params.get(name) is None:
+            params[name] = {"rope_type": "default"}
+    if scaling:
+        if _present(scaling, "type") and not _present(scaling, "rope_type"):
+            raise ValueError(
+                f"`rope_scaling`={dict(scaling)!r}: transformers reads model_type="
+                f"{model_type!r}'s `rope_scaling` into settings that already say "
+                "rope_type='default', so its older `type` key is ignored and the layers are "
+                "not scaled; name the method `rope_type` (or drop the scaling) to say which "
+                "is meant"
+            )
+        for name in scaled:
+            params[name].update(scaling)
+    params["full_attention"].setdefault("rope_theta", config.pop(full_key, full_default))
+    params["sliding_attention"].setdefault("rope_theta", config.pop(sliding_key, sliding_default))
+    config["rope_parameters"] = params
+
+
+def _olmo3(config: dict[str, Any]) -> None:
+    """OLMo 3: ``rope_theta`` for both layer types, ``rope_scaling`` for full attention."""
+    names = ("sliding_attention", "full_attention")
+    _refuse_flat(config, "olmo3", names)
+    default = DEFAULT_ROPE_THETA["olmo3"]
+    scaling = config.pop("rope_scaling", None)
+    params = config.get("rope_parameters") or {name: {"rope_type": "default"} for name in names}
+    for name in names:
+        if params.get(name) is None:
+            params[name] = {"rope_type": "default"}
+    if scaling:
+        params["full_attention"].update(scaling)
+    theta = config.pop("rope_theta", default)
+    if theta != default and "rope_theta" not in params["sliding_attention"]:
+        # transformers 5.23.0 takes the key for the full-attention layers, then finds it
+        # gone and gives the sliding-window layers the default.
+        raise ValueError(
+            f"`rope_theta`={theta!r} of a model_type='olmo3' config without per-layer "
+            "`rope_parameters`: transformers gives it to the full-attention layers and its "
+            f"default {default:g} to the sliding-window layers; give `rope_parameters` per "
+            "layer type (full_attention, sliding_attention) with the base of each"
+        )
+    params["full_attention"].setdefault("rope_theta", theta)
+    params["sliding_attention"].setdefault("rope_theta", default)
+    config["rope_parameters"] = params
+
+
+def _gpt_neox(config: dict[str, Any], model_type: str) -> None:
+    """GPT-NeoX: ``rotary_emb_base`` and ``rotary_pct`` (0.25 when absent; 1.0 in the
+    Japanese model), the only top-level names its config class reads."""
+    scaling = _flat_scaling(config)
+    read = {
+        "rope_theta": scaling.setdefault(
+            "rope_theta", config.pop("rotary_emb_base", _TRANSFORMERS_DEFAULT_THETA)
+        ),
+        "partial_rotary_factor": scaling.setdefault(
+            "partial_rotary_factor", config.pop("rotary_pct", _NEOX_ROTARY_PCT[model_type])
+        ),
+    }
+    older = {"rope_theta": "rotary_emb_base", "partial_rotary_factor": "rotary_pct"}
+    for key, value in read.items():
+        if _present(config, key) and config[key] != value:
+            raise ValueError(
+                f"`{key}`={config[key]!r} in a model_type={model_type!r} config: transformers "
+                f"ignores this key for the family and reads `{older[key]}` (here {value!r}); "
+                f"give `{older[key]}` instead"
+            )
+        config.pop(key, None)
+
+
+def _phi3(config: dict[str, Any]) -> None:
+    """Phi-3's older ``"su"`` and ``"yarn"`` scaling are its ``"longrope"``."""
+    if not (_present(config, "rope_scaling") or _present(config, "rope_parameters")):
+        return
+    scaling = _flat_scaling(config)
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if kind in _PHI3_LONGROPE_ALIASES:
+        scaling.pop("type", None)
+        scaling["rope_type"] = "longrope"
+
+
+def _minimax_m2(config: dict[str, Any]) -> None:
+    """MiniMax-M2's ``rotary_dim``: the fraction ``rotary_dim / head_dim`` of the head."""
+    rotary_dim = config.pop("rotary_dim", None)
+    if rotary_dim is None or _present(config, "partial_rotary_factor"):
+        return
+    head_dim = config.get("head_dim")
+    if head_dim is None:
+        raise ValueError(
+            f"`rotary_dim`={rotary_dim!r} of a model_type='minimax_m2' config needs "
+            "`head_dim`: transformers reads it as the fraction rotary_dim / head_dim"
+        )
+    config["partial_rotary_factor"] = rotary_dim / head_dim
+
+
+def _hunyuan_vl(config: dict[str, Any]) -> None:
+    """HunYuan-VL's ``"xdrope"`` is dynamic NTK with M-RoPE's ``xdrope_section``."""
+    if not (_present(config, "rope_scaling") or _present(config, "rope_parameters")):
+        return
+    scaling = _flat_scaling(config)
+    section = scaling.pop("xdrope_section", None)
+    if section is not None:
+        given = scaling.get("mrope_section")
+        if given is not None and [float(s) for s in given] != [float(s) for s in section]:
+            raise ValueError(
+                f"`mrope_section`={given!r} and `xdrope_section`={section!r} disagree in the "
+                "model config"
+            )
+        scaling["mrope_section"] = [int(s) for s in section]
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if kind == "xdrope":
+        scaling.pop("type", None)
+        scaling["rope_type"] = "dynamic"
+
+
+def _layer_kinds(config: Mapping[str, Any], model_type: str) -> list[str]:
+    declared = config.get("layer_types")
+    if not declared:
+        raise ValueError(
+            f"a model_type={model_type!r} config without per-layer `rope_parameters` needs "
+            "`layer_types`: transformers gives each layer type its own settings"
+        )
+    return sorted(set(declared))
+
+
+def _dots3_note(config: dict[str, Any]) -> None:
+    """dots.llm3: ``swa_rope_theta`` for sliding-window layers, ``rope_theta`` for the rest,
+    or one scaling dict for every layer type."""
+    swa_key, swa_default = _DOTS3_SWA_THETA
+    swa_theta = config.pop(swa_key, swa_default)
+    theta = config.pop("rope_theta", DEFAULT_ROPE_THETA["dots3_note_text"])
+    params = config.get("rope_parameters")
+    if params is None:
+        params = config.pop("rope_scaling", None) or {
+            name: {
+                "rope_type": "default",
+                "rope_theta": swa_theta if name == "sliding_attention" else theta,
+            }
+            for name in _layer_kinds(config, "dots3_note_text")
+        }
+    if not _nested(params):
+        params = {name: copy.deepcopy(params) for name in _layer_kinds(config, "dots3_note_text")}
+    for values in params.values():
+        if values is not None:
+            values.setdefault("rope_theta", theta)
+    config["rope_parameters"] = params
+
+
+def _neomme(config: dict[str, Any]) -> None:
+    """NeoMME: settings per layer type, ``rope_theta`` for all of them when given."""
+    theta = config.pop("rope_theta", None)
+    params = config.get("rope_parameters") or {}
+    for name in _layer_kinds(config, "neomme"):
+        default_theta, default_fraction = _NEOMME_DEFAULTS.get(name, (None, None))
+        values = params.setdefault(name, {})
+        values.setdefault("rope_type", "default")
+        values.setdefault("rope_theta", theta if theta is not None else default_theta)
+        values.setdefault("partial_rotary_factor", default_fraction)
+        for key in ("rope_theta", "partial_rotary_factor"):
+            if values[key] is None:
+                raise ValueError(
+                    f"layer type {name!r} of a model_type='neomme' config has no `{key}` "
+                    "and transformers has no default for it; give it in `rope_parameters`"
+                )
+    config["rope_parameters"] = params
+
+
+def _deepseek_v4(config: dict[str, Any]) -> None:
+    """DeepSeek-V4: settings for its "main" and "compress" layers; the older flat scaling
+    (YaRN) applies to the compressed layers only, with ``compress_rope_theta``."""
+    (theta_key, theta_default), (compress_key, compress_default) = _DEEPSEEK_V4_THETAS
+    theta = config.pop(theta_key, theta_default)
+    compress_theta = config.pop(compress_key, compress_default)
+    given = config.pop("rope_scaling", None) or config.get("rope_parameters") or {}
+    if isinstance(given.get("main"), Mapping) and isinstance(given.get("compress"), Mapping):
+        config["rope_parameters"] = {"main": given["main"], "compress": given["compress"]}
+        return
+    fraction = config.pop("partial_rotary_factor", None)
+    if fraction is None:
+        rope_part, head_dim = config.get("qk_rope_head_dim"), config.get("head_dim")
+        fraction = (
+            rope_part / head_dim
+            if rope_part is not None and head_dim is not None
+            else _DEEPSEEK_V4_FRACTION
+        )
+    scaling = {key: value for key, value in given.items() if key not in ("main", "compress")}
+    compress = {**scaling, "rope_theta": compress_theta, "partial_rotary_factor": fraction}
+    compress.setdefault("rope_type", compress.pop("type", "default"))
+    if compress["rope_type"] == "yarn":
+        # The reference does not scale cos and sin by YaRN's attention factor.
+        compress.setdefault("attention_factor", 1.0)
+    main = {"rope_type": "default", "rope_theta": theta, "partial_rotary_factor": fraction}
+    config["rope_parameters"] = {"main": main, "compress": compress}
+
+
+def _step3p5(config: dict[str, Any]) -> None:
+    """Step 3.5/3.7: ``rope_theta`` and ``partial_rotary_factors`` per layer (or one base for
+    all), ``rope_scaling`` for the full-attention layers only."""
+    theta = config.pop("rope_theta", _TRANSFORMERS_DEFAULT_THETA)
+    fractions = config.pop("partial_rotary_factors", None)
+    scaling = config.pop("rope_scaling", None)
+    given = config.get("rope_parameters") or {}
+    declared = config.get("layer_types")
+    if declared and all(isinstance(given.get(name), Mapping) for name in set(declared)):
+        config["rope_parameters"] = {name: given[name] for name in set(declared)}
+        return
+    kinds = list(declared or [])
+    if not kinds:
+        _layer_kinds(config, "step3p5")
+    thetas = theta if isinstance(theta, list) else [theta] * len(kinds)
+    params: dict[str, dict[str, Any]] = {}
+    for index, name in enumerate(kinds):
+        values = {"rope_type": "default", "rope_theta": thetas[index]}
+        if fractions:
+            values["partial_rotary_factor"] = fractions[index]
+        if params.setdefault(name, values) != values:
+            raise ValueError(
+                f"the layers of type {name!r} differ in `rope_theta` or "
+                "`partial_rotary_factors` in the model config: transformers takes the first "
+                "layer's for all of them; anyrope reads one rotation per layer type"
+            )
+    if scaling and "full_attention" in params:
+        params["full_attention"].update(scaling)
+    config["rope_parameters"] = params
+
+
+def _needs_rope_parameters(config: Mapping[str, Any], model_type: str) -> None:
+    if not _present(config, "rope_parameters"):
+        ignored = [key for key in ("rope_scaling", "rope_theta") if _present(config, key)]
+        said = f" (it ignores {', '.join(f'`{key}`' for key in ignored)})" if ignored else ""
+        raise ValueError(
+            f"a model_type={model_type!r} config without `rope_parameters`: transformers "
+            f"reads only that key for this family{said} and gives each layer type its own "
+            "built-in settings; give `rope_parameters` per layer type"
+        )
+
+
+def _fill_default_theta(config: dict[str, Any], default: float) -> None:
+    """The family's ``rope_theta`` where the config gives none, as transformers fills it."""
+    if default == _TRANSFORMERS_DEFAULT_THETA:
+        return
+    if _present(config, "rope_theta") or _present(config, "rotary_emb_base"):
+        return
+    scaling = config.get("rope_parameters") or config.get("rope_scaling")
+    if not isinstance(scaling, dict) or not scaling:
+        config["rope_theta"] = default
+        return
+    nested = [value for value in scaling.values() if isinstance(value, dict)]
+    if nested and len(nested) + list(scaling.values()).count(None) == len(scaling):
+        for values in nested:
+            values.setdefault("rope_theta", default)
+    else:
+        scaling.setdefault("rope_theta", default)
+
+
+def _fill_default_fraction(config: dict[str, Any], model_type: str) -> None:
+    """The family's ``partial_rotary_factor`` where the config gives none, as transformers
+    fills it (Bamba's whatever the top level says)."""
+    default = DEFAULT_PARTIAL_ROTARY_FACTOR[model_type]
+    scaling = config.get("rope_parameters") or config.get("rope_scaling")
+    if isinstance(scaling, Mapping) and _present(scaling, "partial_rotary_factor"):
+        return
+    forced = _FORCED_PARTIAL_ROTARY_FACTOR.get(model_type)
+    given = config.get("partial_rotary_factor")
+    if forced is not None and given is not None and given != forced:
+        raise ValueError(
+            f"`partial_rotary_factor`={given!r} in a model_type={model_type!r} config: "
+            f"transformers replaces it by {forced!r} for this family; give it in "
+            "`rope_parameters` to rotate another fraction"
+        )
+    if given is None and not _present(config, "rotary_pct"):
+        config["partial_rotary_factor"] = default
+
+
+def _axial_by_default(config: dict[str, Any]) -> None:
+    """A vision tower's ``"default"`` (or absent) ``rope_type`` is its ``"axial"``."""
+    scaling = config.get("rope_parameters") or config.get("rope_scaling")
+    if scaling is None:
+        config["rope_parameters"] = {"rope_type": "axial"}
+    elif (
+        isinstance(scaling, dict)
+        and not _nested(scaling)
+        and scaling.get("rope_type", scaling.get("type", "default")) == "default"
+    ):
+        scaling.pop("type", None)
+        scaling["rope_type"] = "axial"
