@@ -8,6 +8,7 @@ every path (:mod:`anyrope._paths`) reads a plan and nothing else.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,6 +146,15 @@ class Plan:
         # on the largest position (TableSource.unread_bound).
         where = tuple(read(stream, self.xp) for stream in self.where)
         return self._replaced(where=where, unread=False)
+
+    def with_host_positions(self, view: Callable[[Array], Array]) -> Plan:
+        """This plan with its position arrays replaced by ``view`` of them (NumPy views
+        of torch CPU tensors, for the CPU paths that index NumPy's tables)."""
+        where = tuple(
+            stream if stream.array is None else stream._replace(array=view(stream.array))
+            for stream in self.where
+        )
+        return self._replaced(where=where)
 
     def template(self) -> Plan:
         """This plan without the call's arrays (nor an array of positions), to be kept

@@ -224,8 +224,9 @@ def _checked(p: Array, xp: Namespace, seq: int, *, ranges: bool = False) -> Posi
     """Positions ``p`` (shaped) with their range checked on the host; with ``ranges``,
     the range ``offset .. offset + seq - 1`` when every row of ``p`` holds it."""
     stop = 0
-    if math.prod(p.shape) != 0:
-        low, high = _extremes(p, xp)
+    size = math.prod(p.shape)
+    if size != 0:
+        low, high = _extremes(p, xp, size)
         if low < 0:
             raise ValueError(f"`positions` must be non-negative; got a minimum of {low}")
         if high >= MAX_POSITION:
@@ -243,16 +244,17 @@ def _checked(p: Array, xp: Namespace, seq: int, *, ranges: bool = False) -> Posi
     return Positions(0, seq, p, stop)
 
 
-def _extremes(p: Array, xp: Namespace) -> tuple[int, int]:
-    """The lowest and the highest of the positions ``p`` (not empty)."""
-    size = math.prod(p.shape)
+def _extremes(p: Array, xp: Namespace, size: int) -> tuple[int, int]:
+    """The lowest and the highest of the ``size`` positions ``p`` (not empty)."""
     if size <= SMALL_POSITIONS and _on_host(p):
-        # Python ints cost less than two reductions of NumPy or torch, each a call
-        # through their dispatch: a decode step has one position per row.
+        # Python ints cost less than two reductions through NumPy's or torch's dispatch:
+        # a decode step has one position per row, most often the same one.
         if size == 1:
             value = p.item()
             return value, value
         values = p.ravel().tolist()
+        if values.count(values[0]) == size:
+            return values[0], values[0]
         return min(values), max(values)
     if dtype_name(p.dtype) in _INDEX_DTYPES:
         return int(xp.min(p)), int(xp.max(p))
