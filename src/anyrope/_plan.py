@@ -102,6 +102,22 @@ class Plan:
             rows = slice(start, start + where.seq)
             # The arrays' own reshape: both libraries have one, cheaper than xp.reshape.
             return cos.reshape(shape)[rows, ...], sin.reshape(shape)[rows, ...]
+        layout = self.axes.layout
+        if (
+            not more
+            and isinstance(where.array, np.ndarray)
+            and layout != "sbhd"
+            and self.tables.covers(where)
+        ):
+            # Rows that NumPy positions (*batch', seq) name, a decode step's position_ids:
+            # two takes, shaped at once with a size-1 heads axis.
+            cos, sin = self.tables.get_wide(
+                where.stop, xp, "cpu", self.table_dtype, self.interleaved
+            )
+            *lead, seq = where.array.shape
+            shape = (*lead, *((seq, 1) if layout == "bshd" else (1, seq)), *features)
+            flat = where.array.reshape(-1)
+            return cos.take(flat, axis=0).reshape(shape), sin.take(flat, axis=0).reshape(shape)
         cos, sin = self.source.gather_wide(
             self.where, self.tables, xp, "cpu", self.table_dtype, self.interleaved
         )
