@@ -10,6 +10,7 @@ the machine's load; the timings are in ``benchmarks/bench_decode.py``.
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import sys
 from collections.abc import Callable
@@ -100,22 +101,28 @@ def test_positions_holding_one_range_take_the_route_of_an_int_offset(
     np.testing.assert_array_equal(_bits(got), _bits(want))
 
 
-def _python_calls(fn: Callable[[], object]) -> int:
-    """Python function calls (frames) made by one call of ``fn``, after two warm-ups."""
-    fn()
-    fn()
-    calls = 0
-
-    def count(frame: Any, event: str, arg: Any) -> None:
-        nonlocal calls
-        calls += event == "call"
-
-    sys.setprofile(count)
-    try:
+def _python_calls(*fns: Callable[[], object]) -> list[int]:
+    """Python function calls (frames) made by one call of each of ``fns``, counted after
+    two calls of every one (plans, tables and lazy imports are then in place)."""
+    for fn in fns * 2:
         fn()
-    finally:
-        sys.setprofile(None)
-    return calls
+    counts = []
+    for fn in fns:
+        calls = 0
+
+        def count(frame: Any, event: str, arg: Any) -> None:
+            nonlocal calls
+            calls += event == "call"
+
+        gc.disable()  # a collection would count the finalizers it runs
+        sys.setprofile(count)
+        try:
+            fn()
+        finally:
+            sys.setprofile(None)
+            gc.enable()
+        counts.append(calls)
+    return counts
 
 
 @pytest.mark.parametrize("library", LIBRARIES)
@@ -131,8 +138,9 @@ def test_a_decode_step_with_position_ids_costs_about_the_calls_of_an_int_offset(
         ids += 7 * np.arange(batch)[:, None]
     ids = as_array(ids)
     rope = anyrope.RoPE(16)
-    offset = _python_calls(lambda: rope(q, k, positions=1000, impl=impl))
-    array = _python_calls(lambda: rope(q, k, positions=ids, impl=impl))
+    offset, array = _python_calls(
+        lambda: rope(q, k, positions=1000, impl=impl), lambda: rope(q, k, positions=ids, impl=impl)
+    )
     # Reading the positions' geometry and values, and for rows apart two takes: about
     # ten functions. Min and max through NumPy's and torch's Python wrappers, and the
     # generic gather, made 19 to 45 more calls than the int offset.
@@ -236,4 +244,16 @@ def test_a_row_that_wraps_around_in_a_narrow_dtype_is_not_taken_for_a_range(libr
     rope.rotate(x, as_array(np.zeros((1, 256), np.uint8)))
     got = rope.rotate(x, wraps)
     want = anyrope.RoPE(8).rotate(x, wraps, impl="array_api")
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+@pytest.mark.parametrize("impl", HOST_PATHS)
+def test_torch_positions_with_the_negative_bit_are_read_as_their_values(impl: str) -> None:
+    torch = pytest.importorskip("torch")
+    x = torch.from_numpy(np.random.default_rng(1).standard_normal((2, 1, 2, 8)).astype(np.float32))
+    rope = anyrope.RoPE(8)
+    rope.rotate(x, torch.tensor([[1], [2]]), impl=impl)  # plans the geometry
+    negated = torch._neg_view(torch.tensor([[-5], [-3]]))  # the values 5 and 3
+    got = rope.rotate(x, negated, impl=impl)
+    want = anyrope.RoPE(8).rotate(x, torch.tensor([[5], [3]]), impl="array_api")
     np.testing.assert_array_equal(_bits(got), _bits(want))

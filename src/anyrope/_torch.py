@@ -54,6 +54,15 @@ def numpy_view(t: Array) -> np.ndarray[Any, Any]:
     return np.asarray(_Memory(interface))
 
 
+def positions_view(t: Array) -> np.ndarray[Any, Any]:
+    """The values of CPU positions as a NumPy array: :func:`numpy_view` of the tensor, or
+    of a negative view (which marks its memory as negated) a resolved copy."""
+    if t.is_neg():
+        # The copy is ours alone: NumPy's array keeps it alive.
+        return t.resolve_neg().numpy()  # type: ignore[no-any-return]
+    return numpy_view(t)
+
+
 def check_tensor(x: Array, name: str) -> None:
     """A dense tensor with data: sparse layouts and the meta device are refused by name."""
     import torch

@@ -93,10 +93,10 @@ def _run(plan: Plan) -> tuple[Array, ...]:
     # shaped to broadcast against the input split likewise.
     split = (r // 2, 2) if interleaved else (2, r // 2)
     if torch:
-        from .._torch import bump_versions, numpy_view
+        from .._torch import bump_versions, numpy_view, positions_view
 
         if any(stream.array is not None for stream in plan.where):
-            plan = plan.with_host_positions(numpy_view)
+            plan = plan.with_host_positions(positions_view)
     # Slicing and indexing NumPy's tables cost less than torch's; torch then views them.
     pairs = plan.wide_tables(numpy_xp, split)
     if torch_ops:

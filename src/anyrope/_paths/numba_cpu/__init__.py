@@ -25,7 +25,7 @@ from ... import _threads
 from ..._host import STORAGE_DTYPES, empty_like
 from ..._namespace import Array
 from ..._plan import Plan
-from ..._torch import bump_versions, numpy_view
+from ..._torch import bump_versions, numpy_view, positions_view
 
 NAME = "numba"
 
@@ -155,7 +155,7 @@ def _tables(plan: Plan) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], int
         rows = plan.tables.rows(where, numpy_xp, "cpu", plan.table_dtype)
         index = rows.row_of
         if not isinstance(index, np.ndarray):
-            index = numpy_view(index)  # the caller's torch positions, where cached rows serve
+            index = positions_view(index)  # the caller's torch positions, where cached rows serve
         flat = index.reshape(-1)
         cos, sin = rows.cos.take(flat, axis=0), rows.sin.take(flat, axis=0)
         return cos, (-sin if plan.inverse else sin), 0, _index_strides(index.shape, axes.layout)
