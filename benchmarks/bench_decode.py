@@ -36,8 +36,8 @@ the dynamic line holds one such block, so its median is the cost spread over eve
 token. The unscaled ``RoPE`` grows its table once, in the first sample.
 
 torch runs with ``torch.set_num_threads(2)``; the torch lines are left out when torch
-is not installed. The default run takes about two minutes on two cores; ``--quick``
-(5 rounds, at most 500 calls a sample) about 15 seconds.
+is not installed. The default run takes about three minutes on two cores; ``--quick``
+(5 rounds, at most 500 calls a sample) about 25 seconds.
 """
 
 from __future__ import annotations
