@@ -20,6 +20,12 @@ difference of the naive result from anyrope's.
 * ``rotate_qk``: ``anyrope.rotate_qk(q, k, positions=1000)``.
 * ``RoPE``: a held ``rope = anyrope.RoPE(128)``, ``rope(q, k, positions=1000)``.
 
+Each (library, dtype, B) has three lines, measured in the same rounds and divided by the
+same naive time: ``positions`` is the int offset 1000; ``ids`` is what Hugging Face
+passes, ``position_ids`` as an int64 array of shape (B, 1), every row at 1000; ``apart``
+(B = 32 only) gives each row its own position, ``1000 + 7 * row`` (a batch of prompts of
+different lengths), an array anyrope gathers rows for.
+
 The dynamic-NTK line decodes past the trained context, a new position each call
 (``p = 4096, 4097, ...``, q and k at B = 1, float32):
 ``anyrope.RoPE(128, scaling={"rope_type": "dynamic", "factor": 2.0},
@@ -30,8 +36,8 @@ the dynamic line holds one such block, so its median is the cost spread over eve
 token. The unscaled ``RoPE`` grows its table once, in the first sample.
 
 torch runs with ``torch.set_num_threads(2)``; the torch lines are left out when torch
-is not installed. The default run takes about two minutes on two cores; ``--quick``
-(5 rounds, at most 500 calls a sample) about 15 seconds.
+is not installed. The default run takes about three minutes on two cores; ``--quick``
+(5 rounds, at most 500 calls a sample) about 25 seconds.
 """
 
 from __future__ import annotations
@@ -114,6 +120,7 @@ def numpy_cases(batch: int, dtype: Any, rope: anyrope.RoPE) -> dict[str, Callabl
     k = rng.standard_normal((batch, 1, KV_HEADS, HEAD_DIM)).astype(dtype)
     table_cos, table_sin = half_tables(dtype)
     pos = np.array([POSITION])  # position_ids of the one new token
+    ids, apart = position_ids(batch)
 
     def rotate_half(x: np.ndarray) -> np.ndarray:
         half = x.shape[-1] // 2
@@ -126,11 +133,25 @@ def numpy_cases(batch: int, dtype: Any, rope: anyrope.RoPE) -> dict[str, Callabl
         sin2 = np.concatenate((sin, sin), axis=-1)
         return q * cos2 + rotate_half(q) * sin2, k * cos2 + rotate_half(k) * sin2
 
-    return {
-        "naive": naive,
-        "rotate_qk": lambda: anyrope.rotate_qk(q, k, positions=POSITION),
-        "RoPE": lambda: rope(q, k, positions=POSITION),
-    }
+    return {"naive": naive, **anyrope_cases(q, k, rope, ids=ids, apart=apart, batch=batch)}
+
+
+def position_ids(batch: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(B, 1)`` int64 positions: every row at 1000, and rows apart (1000 + 7 * row)."""
+    ids = np.full((batch, 1), POSITION, dtype=np.int64)
+    return ids, ids + 7 * np.arange(batch, dtype=np.int64)[:, None]
+
+
+def anyrope_cases(
+    q: Any, k: Any, rope: anyrope.RoPE, *, ids: Any, apart: Any, batch: int
+) -> dict[str, Callable[[], object]]:
+    """anyrope's paths, by ``kind of positions/API``: the int offset, then the arrays."""
+    kinds = {"positions": POSITION, "ids": ids, **({"apart": apart} if batch > 1 else {})}
+    cases: dict[str, Callable[[], object]] = {}
+    for kind, positions in kinds.items():
+        cases[f"{kind}/rotate_qk"] = lambda p=positions: anyrope.rotate_qk(q, k, positions=p)
+        cases[f"{kind}/RoPE"] = lambda p=positions: rope(q, k, positions=p)
+    return cases
 
 
 def torch_cases(batch: int, dtype: str, rope: anyrope.RoPE) -> dict[str, Callable[[], object]]:
@@ -142,6 +163,7 @@ def torch_cases(batch: int, dtype: str, rope: anyrope.RoPE) -> dict[str, Callabl
     k = torch.from_numpy(rng.standard_normal((batch, 1, KV_HEADS, HEAD_DIM))).to(torch_dtype)
     table_cos, table_sin = (torch.from_numpy(t).to(torch_dtype) for t in half_tables(np.float64))
     pos = torch.tensor([POSITION])
+    ids, apart = (torch.from_numpy(p) for p in position_ids(batch))
 
     def rotate_half(x: Any) -> Any:
         x1, x2 = x.chunk(2, dim=-1)
@@ -154,11 +176,7 @@ def torch_cases(batch: int, dtype: str, rope: anyrope.RoPE) -> dict[str, Callabl
         sin2 = torch.cat((sin, sin), dim=-1)
         return q * cos2 + rotate_half(q) * sin2, k * cos2 + rotate_half(k) * sin2
 
-    return {
-        "naive": naive,
-        "rotate_qk": lambda: anyrope.rotate_qk(q, k, positions=POSITION),
-        "RoPE": lambda: rope(q, k, positions=POSITION),
-    }
+    return {"naive": naive, **anyrope_cases(q, k, rope, ids=ids, apart=apart, batch=batch)}
 
 
 def as_float32(x: Any) -> np.ndarray:
@@ -253,7 +271,7 @@ def main() -> None:
     cases: list[tuple[tuple[str, str, int, str], Case]] = []
     diffs: dict[tuple[str, str, int, str], float] = {}
     for library, dtype, batch, paths in configs:
-        reference = paths["RoPE"]()
+        reference = paths["positions/RoPE"]()
         for path, fn in paths.items():
             key = (library, dtype, batch, path)
             diffs[key] = max_abs_diff(fn(), reference)  # type: ignore[arg-type]
@@ -310,11 +328,11 @@ def main() -> None:
     print(f"; {rounds} rounds round-robin, {elapsed:.0f} s")
     print()
     print(
-        "Decode step, q (B, 1, 32, 128) + k (B, 1, 8, 128) bshd, positions=1000:"
-        " median us per call [IQR]; ratio = anyrope / naive"
+        "Decode step, q (B, 1, 32, 128) + k (B, 1, 8, 128) bshd at position 1000 (apart: "
+        "1000 + 7 * row): median us per call [IQR]; ratio = anyrope / naive"
     )
     header = (
-        f"{'library':<6} {'dtype':<8} {'B':>2} "
+        f"{'library':<6} {'dtype':<8} {'B':>2} {'positions':<9} "
         f"{'naive':>17} {'rotate_qk':>17} {'RoPE':>17} "
         f"{'qk/naive':>8} {'RoPE/naive':>10} {'calls':>6} {'max|diff|':>9}"
     )
@@ -325,16 +343,19 @@ def main() -> None:
     def cell(r: Result) -> str:
         return f"{r.median_us:8.1f} [{r.iqr_us:6.1f}]"
 
-    for library, dtype, batch, _ in configs:
-        naive, qk, held = (
-            by_key[(library, dtype, batch, p)] for p in ("naive", "rotate_qk", "RoPE")
-        )
-        calls = min(naive.calls, qk.calls, held.calls)
-        print(
-            f"{library:<6} {dtype:<8} {batch:>2} {cell(naive)} {cell(qk)} {cell(held)} "
-            f"{qk.median_us / naive.median_us:8.2f} {held.median_us / naive.median_us:10.2f} "
-            f"{calls:>6} {naive.max_abs_diff:9.2g}"
-        )
+    for library, dtype, batch, paths in configs:
+        naive = by_key[(library, dtype, batch, "naive")]
+        kinds = [path.partition("/")[0] for path in paths if path.endswith("/RoPE")]
+        for kind in kinds:
+            qk, held = (
+                by_key[(library, dtype, batch, f"{kind}/{p}")] for p in ("rotate_qk", "RoPE")
+            )
+            calls = min(naive.calls, qk.calls, held.calls)
+            print(
+                f"{library:<6} {dtype:<8} {batch:>2} {kind:<9} {cell(naive)} {cell(qk)} "
+                f"{cell(held)} {qk.median_us / naive.median_us:8.2f} "
+                f"{held.median_us / naive.median_us:10.2f} {calls:>6} {naive.max_abs_diff:9.2g}"
+            )
     print()
     print(
         f"Dynamic NTK decode past the trained context (max_position_embeddings={TRAINED},"

@@ -8,6 +8,7 @@ every path (:mod:`anyrope._paths`) reads a plan and nothing else.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,6 +103,22 @@ class Plan:
             rows = slice(start, start + where.seq)
             # The arrays' own reshape: both libraries have one, cheaper than xp.reshape.
             return cos.reshape(shape)[rows, ...], sin.reshape(shape)[rows, ...]
+        layout = self.axes.layout
+        if (
+            not more
+            and isinstance(where.array, np.ndarray)
+            and layout != "sbhd"
+            and self.tables.covers(where)
+        ):
+            # Rows that NumPy positions (*batch', seq) name, a decode step's position_ids:
+            # two takes, shaped at once with a size-1 heads axis.
+            cos, sin = self.tables.get_wide(
+                where.stop, xp, "cpu", self.table_dtype, self.interleaved
+            )
+            *lead, seq = where.array.shape
+            shape = (*lead, *((seq, 1) if layout == "bshd" else (1, seq)), *features)
+            flat = where.array.reshape(-1)
+            return cos.take(flat, axis=0).reshape(shape), sin.take(flat, axis=0).reshape(shape)
         cos, sin = self.source.gather_wide(
             self.where, self.tables, xp, "cpu", self.table_dtype, self.interleaved
         )
@@ -146,6 +163,15 @@ class Plan:
         # on the largest position (TableSource.unread_bound).
         where = tuple(read(stream, self.xp) for stream in self.where)
         return self._replaced(where=where, unread=False)
+
+    def with_host_positions(self, view: Callable[[Array], Array]) -> Plan:
+        """This plan with its position arrays replaced by ``view`` of them (NumPy views
+        of torch CPU tensors, for the CPU paths that index NumPy's tables)."""
+        where = tuple(
+            stream if stream.array is None else stream._replace(array=view(stream.array))
+            for stream in self.where
+        )
+        return self._replaced(where=where)
 
     def template(self) -> Plan:
         """This plan without the call's arrays (nor an array of positions), to be kept

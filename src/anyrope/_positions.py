@@ -206,7 +206,7 @@ def known_positions(
         positions = positions.reshape((1,) * lead + tuple(positions.shape))
     if unread_bound is not None:
         return Positions(0, seq, positions, unread_bound, unread=True)
-    return _checked(positions, xp, seq)
+    return _checked(positions, xp, seq, ranges=True)
 
 
 def _values(p: Array, xp: Namespace, seq: int, unread_bound: int | None) -> Positions:
@@ -222,17 +222,13 @@ def _values(p: Array, xp: Namespace, seq: int, unread_bound: int | None) -> Posi
     return _checked(p, xp, seq)
 
 
-def _checked(p: Array, xp: Namespace, seq: int) -> Positions:
-    """Positions ``p`` (shaped) with their range checked on the host."""
+def _checked(p: Array, xp: Namespace, seq: int, *, ranges: bool = False) -> Positions:
+    """Positions ``p`` (shaped) with their range checked on the host; with ``ranges``,
+    the range ``offset .. offset + seq - 1`` when every row of ``p`` holds it."""
     stop = 0
-    if math.prod(p.shape) != 0:
-        if dtype_name(p.dtype) in _INDEX_DTYPES:
-            low, high = int(xp.min(p)), int(xp.max(p))
-        else:
-            # Not every library reduces every integer type (torch has no min of uint16),
-            # and a uint64 above 2**63 must be reported as itself, not wrapped.
-            host = to_host(p)
-            low, high = int(host.min()), int(host.max())
+    size = math.prod(p.shape)
+    if size != 0:
+        low, high = _extremes(p, xp, size)
         if low < 0:
             raise ValueError(f"`positions` must be non-negative; got a minimum of {low}")
         if high >= MAX_POSITION:
@@ -241,6 +237,10 @@ def _checked(p: Array, xp: Namespace, seq: int) -> Positions:
                 f"position; got a maximum of {high}"
             )
         stop = high + 1
+        if ranges and high - low == seq - 1 and _consecutive(p, xp, seq):
+            # A decode step's position_ids, or a prefill's arange: the paths slice the
+            # tables as for an int offset instead of gathering rows.
+            return Positions(low, seq, None, stop)
     return Positions(0, seq, _indexable(p, xp, stop), stop)
 
 
@@ -267,7 +267,47 @@ def _indexable(values: Array, xp: Namespace, stop: int | None) -> Array:
     return xp.astype(values, xp.int64)
 
 
+def _extremes(p: Array, xp: Namespace, size: int) -> tuple[int, int]:
+    """The lowest and the highest of the ``size`` positions ``p`` (not empty)."""
+    if size <= SMALL_POSITIONS and _on_host(p):
+        # Python ints cost less than two reductions through NumPy's or torch's dispatch:
+        # a decode step has one position per row, most often the same one.
+        if size == 1:
+            value = p.item()
+            return value, value
+        values = p.ravel().tolist()
+        if values.count(values[0]) == size:
+            return values[0], values[0]
+        return min(values), max(values)
+    if dtype_name(p.dtype) in _INDEX_DTYPES:
+        return int(xp.min(p)), int(xp.max(p))
+    # Not every library reduces every integer type (torch has no min of uint16), and a
+    # uint64 above 2**63 must be reported as itself, not wrapped.
+    host = to_host(p)
+    return int(host.min()), int(host.max())
+
+
+def _on_host(p: Array) -> bool:
+    """Whether ``p`` is a NumPy array or a torch CPU tensor (asked without importing torch)."""
+    module = type(p).__module__
+    return module == "numpy" or (module == "torch" and p.is_cpu)
+
+
+def _consecutive(p: Array, xp: Namespace, seq: int) -> bool:
+    """Whether every row of ``p``, whose values span ``seq`` integers, counts up by one:
+    then every row starts at the lowest value."""
+    if seq == 1:
+        return True
+    # In a narrower or unsigned dtype a difference could wrap around to 1.
+    if dtype_name(p.dtype) not in _INDEX_DTYPES:
+        return False
+    return bool(xp.all(p[..., 1:] - p[..., :-1] == 1))
+
+
 _INDEX_DTYPES = ("int32", "int64")
 """Integer dtypes every library indexes with; other integer positions become int64."""
 _INT32_STOP = 2**31
 """int32 holds every position below this."""
+
+SMALL_POSITIONS = 64
+"""Position arrays on the host up to this size (a decode step's) are read as Python ints."""

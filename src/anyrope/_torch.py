@@ -31,13 +31,15 @@ class _Memory:
 def numpy_view(t: Array) -> np.ndarray[Any, Any]:
     """A NumPy view of a CPU tensor's memory, made from its address.
 
-    float16 and bfloat16 tensors are viewed as ``uint16`` and ``int16``.
+    float16 and bfloat16 tensors are viewed as ``uint16`` and ``int16``; integer tensors
+    (positions) as themselves.
     ``Tensor.numpy()`` would mark the caller's storage as shared with NumPy, after which
     torch refuses to ``resize_()`` it; this view lives only as long as the call.
     """
     typestr = _typestr.get(t.dtype)
     if typestr is None:
-        typestr = _typestr[t.dtype] = np.dtype(STORAGE_DTYPES[dtype_name(t.dtype)]).str
+        name = dtype_name(t.dtype)
+        typestr = _typestr[t.dtype] = np.dtype(STORAGE_DTYPES.get(name, name)).str
     strides = None
     if not t.is_contiguous():
         size = t.element_size()
@@ -50,6 +52,15 @@ def numpy_view(t: Array) -> np.ndarray[Any, Any]:
         "version": 3,
     }
     return np.asarray(_Memory(interface))
+
+
+def positions_view(t: Array) -> np.ndarray[Any, Any]:
+    """The values of CPU positions as a NumPy array: :func:`numpy_view` of the tensor, or
+    of a negative view (which marks its memory as negated) a resolved copy."""
+    if t.is_neg():
+        # The copy is ours alone: NumPy's array keeps it alive.
+        return t.resolve_neg().numpy()  # type: ignore[no-any-return]
+    return numpy_view(t)
 
 
 def check_tensor(x: Array, name: str) -> None:

@@ -93,19 +93,16 @@ def _run(plan: Plan) -> tuple[Array, ...]:
     # shaped to broadcast against the input split likewise.
     split = (r // 2, 2) if interleaved else (2, r // 2)
     if torch:
-        from .._torch import bump_versions, numpy_view
-    if torch and any(stream.array is not None for stream in plan.where):
-        # torch positions index torch tables; NumPy reads the gathered rows through
-        # views that do not own them: `gathered` keeps them alive meanwhile.
-        gathered = plan.wide_tables(plan.xp, split)
-        pairs = gathered if torch_ops else (numpy_view(gathered[0]), numpy_view(gathered[1]))
-    else:
-        # Slicing NumPy's tables costs less than slicing torch's; torch then views them.
-        pairs = plan.wide_tables(numpy_xp, split)
-        if torch_ops:
-            import torch as torch_module
+        from .._torch import bump_versions, numpy_view, positions_view
 
-            pairs = (torch_module.from_numpy(pairs[0]), torch_module.from_numpy(pairs[1]))
+        if any(stream.array is not None for stream in plan.where):
+            plan = plan.with_host_positions(positions_view)
+    # Slicing and indexing NumPy's tables cost less than torch's; torch then views them.
+    pairs = plan.wide_tables(numpy_xp, split)
+    if torch_ops:
+        import torch as torch_module
+
+        pairs = (torch_module.from_numpy(pairs[0]), torch_module.from_numpy(pairs[1]))
     if plan.inverse:
         pairs = (pairs[0], -pairs[1])
     ops = _TORCH if torch_ops else _NUMPY

@@ -25,7 +25,7 @@ from ... import _threads
 from ..._host import STORAGE_DTYPES, empty_like
 from ..._namespace import Array
 from ..._plan import Plan
-from ..._torch import bump_versions, numpy_view
+from ..._torch import bump_versions, numpy_view, positions_view
 
 NAME = "numba"
 
@@ -149,6 +149,16 @@ def _tables(plan: Plan) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], int
             used = slice(first, first + where.seq)
             cos, sin, first = cos[used], -sin[used], 0
         return cos, sin, first, _seq_strides(axes.layout, lead)
+    if not more:
+        # One stream of positions: its rows taken by NumPy, with no call through the
+        # caller's library (a decode step with position_ids pays two takes).
+        rows = plan.tables.rows(where, numpy_xp, "cpu", plan.table_dtype)
+        index = rows.row_of
+        if not isinstance(index, np.ndarray):
+            index = positions_view(index)  # the caller's torch positions, where cached rows serve
+        flat = index.reshape(-1)
+        cos, sin = rows.cos.take(flat, axis=0), rows.sin.take(flat, axis=0)
+        return cos, (-sin if plan.inverse else sin), 0, _index_strides(index.shape, axes.layout)
     cos, sin = plan.gathered_tables()
     if plan.library == "torch":
         # Tables gathered for this call, ours alone: NumPy arrays that keep them alive.
@@ -172,6 +182,22 @@ def _storage_view(x: Array, plan: Plan) -> np.ndarray[Any, Any]:
     if plan.dtype in ("float32", "float64"):
         return x  # type: ignore[no-any-return]
     return x.view(STORAGE_DTYPES[plan.dtype])  # type: ignore[no-any-return]
+
+
+def _index_strides(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
+    """Row strides of rows gathered for positions of ``shape`` ``(*batch', seq')`` (each
+    axis full or 1), in C order: 0 along size-1 axes and the heads axis."""
+    strides = []
+    step = 1
+    for n in reversed(shape):
+        strides.append(0 if n == 1 else step)
+        step *= n
+    *batch, seq = reversed(strides)
+    if layout == "bshd":
+        return (*batch, seq, 0)
+    if layout == "bhsd":
+        return (*batch, 0, seq)
+    return (seq, *batch, 0)
 
 
 @functools.cache
