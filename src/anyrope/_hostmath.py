@@ -15,7 +15,8 @@ ulp of the exact value and almost always the correctly rounded float64
 (``tests/test_hostmath.py`` measures it against mpmath):
 
 - :func:`sincos`: argument reduction by ``pi/2`` held to 212 bits (exact for ``|x| <
-  2**33``; beyond that, exact integer arithmetic, a few microseconds an angle), then Taylor series on ``|r| <= pi/4``.
+  2**33``; beyond that, exact integer arithmetic, a few microseconds an angle), then
+  Taylor series on ``|r| <= pi/4``.
 - :func:`log` and :func:`power` (``x ** (num/den)`` with an exact rational exponent):
   ``log(m * 2**e) = e log 2 + 2 atanh((m - 1)/(m + 1))`` and ``exp`` by ``log 2``
   reduction, both as Taylor series.
@@ -50,7 +51,7 @@ _BLOCK = 8192
 
 # Below this magnitude the three-term reduction is exact enough for every float64 (see
 # _reduce_into); above it, each element is reduced with integers (_reduce_exact).
-_FAST_REDUCTION_LIMIT = float(2**33)
+FAST_REDUCTION_LIMIT = float(2**33)
 # Below this magnitude k = rint(x 2/pi) is an integer below 2**26, whose halves (_split)
 # are k and +0.
 _SHORT_REDUCTION_LIMIT = float(2**26)
@@ -461,7 +462,7 @@ def sincos(x: Any) -> DD:
         return sin, cos
     # NaN fails both comparisons.
     lowest, highest = flat.min(), flat.max()
-    fast = lowest > -_FAST_REDUCTION_LIMIT and highest < _FAST_REDUCTION_LIMIT
+    fast = lowest > -FAST_REDUCTION_LIMIT and highest < FAST_REDUCTION_LIMIT
     compiled = _compiled(flat.size)
     if compiled is not None and fast:
         compiled.sincos(flat, flat_sin, flat_cos)
@@ -470,7 +471,7 @@ def sincos(x: Any) -> DD:
     if not fast:
         if not np.all(np.isfinite(flat)):
             raise ValueError("sincos needs finite angles; got inf or nan")
-        large = np.flatnonzero(~(np.abs(flat) < _FAST_REDUCTION_LIMIT))
+        large = np.flatnonzero(~(np.abs(flat) < FAST_REDUCTION_LIMIT))
     exact = [_reduce_exact(float(flat[i])) for i in large]
     short = lowest > -_SHORT_REDUCTION_LIMIT and highest < _SHORT_REDUCTION_LIMIT
     whole = _buffers(min(_BLOCK, flat.size), _SINCOS_BUFFERS)
