@@ -11,6 +11,7 @@ import multiprocessing
 import os
 import pickle
 import re
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -331,6 +332,38 @@ def test_functional_cache_is_bounded_by_bytes(monkeypatch: pytest.MonkeyPatch) -
     anyrope.clear_cache()
     assert anyrope.cache_nbytes() == 0
     assert not _functional._ropes
+
+
+PEAK_MEMORY = """
+import resource
+import numpy as np
+import anyrope
+from anyrope import _functional
+
+def peak():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+_functional.CACHE_BYTES = 32 * 2**20
+anyrope.rotate(np.ones((1, 1, 4, 16), np.float32), 5)  # imports and compiled code
+before = peak()
+for i in range(600):
+    head_dim = 2 * (8 + i % 200)
+    anyrope.rotate(np.ones((1, 1, 4, head_dim), np.float32), 1000 + i)
+print(peak() - before, anyrope.cache_nbytes())
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="ru_maxrss in KiB: Linux")
+def test_peak_memory_stays_within_twice_the_functional_cache() -> None:
+    """Issue 23, item 10: decode calls over 200 head dims reached a peak RSS of 2.5 GB
+    with a cache of 256 MiB: the RoPEs the cache dropped kept their tables until the
+    cyclic garbage collector ran (their plans refer back to them). Dropped tables are
+    freed at once: the peak grows by at most twice the cache's bound."""
+    result = run_python("-c", PEAK_MEMORY, timeout=300)
+    assert result.returncode == 0, result.stderr
+    grown, held = (int(v) for v in result.stdout.split())
+    assert held <= 32 * 2**20
+    assert grown <= 2 * 32 * 2**20, f"peak RSS grew by {grown / 2**20:.0f} MiB"
 
 
 def test_clear_cache_keeps_the_bits() -> None:

@@ -238,8 +238,13 @@ def _keep_within_bounds() -> None:
         for settings in list(_ropes)[:-1]:
             if total <= CACHE_BYTES and len(_ropes) <= CACHE_ENTRIES:
                 break
-            del _ropes[settings]
+            evicted = _ropes.pop(settings)
             total -= sizes[settings]
+            # Its remembered plans refer back to its tables (a reference cycle): dropped
+            # as it is, it would keep them until the cyclic garbage collector runs,
+            # hundreds of calls later (GBs with many head dims). Freed now, the bound on
+            # the bytes holds for the memory too.
+            evicted.clear_cache()
 
 
 def rotate(
