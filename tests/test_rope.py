@@ -136,6 +136,15 @@ def test_far_offsets_build_the_rows_asked_for(monkeypatch, impl):
             np.testing.assert_array_equal(rope.rotate(q, offset, impl=impl), want)
     # One row a position; 2**40 again after eight others: its window was dropped.
     assert sizes == [1] * 10
+    # Far positions of an array: the distinct ones, not the 60000 rows between them.
+    sizes.clear()
+    pair = np.concatenate([q, q])
+    rows = np.array([[2**45], [2**45 + 60_000]])
+    got = rope.rotate(pair, rows, impl=impl)
+    assert sizes == [2]
+    for row in range(2):
+        want = anyrope.RoPE(128).rotate(q, rows[row : row + 1], impl="array_api")
+        np.testing.assert_array_equal(got[row : row + 1], want)
 
 
 def _rows_per_call(rope: anyrope.RoPE, positions: list[int], sizes: list[int]) -> list[int]:

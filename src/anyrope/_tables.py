@@ -369,7 +369,7 @@ class TableCache:
             if self.covers(where):
                 cos, sin = self.get(where.stop, xp, device, dtype)
                 return Rows(cos, sin, None, where.offset - self.first)
-            window = self._window(where.offset, where.stop, xp, device, dtype)
+            window = self._window(where.offset, where.stop, where.seq, xp, device, dtype)
             if window is not None:
                 cos, sin, start = window
                 return Rows(cos, sin, None, where.offset - start)
@@ -382,7 +382,8 @@ class TableCache:
         host = to_host(where.array).astype(np.int64)
         window = None
         if host.size:
-            window = self._window(int(host.min()), int(host.max()) + 1, xp, device, dtype)
+            low, stop = int(host.min()), int(host.max()) + 1
+            window = self._window(low, stop, host.size, xp, device, dtype)
         if window is not None:
             cos, sin, start = window
             return Rows(cos, sin, xp.asarray(host - start, device=device), 0)
@@ -390,17 +391,19 @@ class TableCache:
         cos, sin = self.build(distinct, xp, device, dtype)
         return Rows(cos, sin, xp.asarray(index.reshape(host.shape), device=device), 0)
 
-    def _window(
-        self, low: int, stop: int, xp: Namespace, device: Any, dtype: np.dtype[Any]
+    def _window(  # noqa: PLR0917 - the rows, then where the tables go
+        self, low: int, stop: int, asked: int, xp: Namespace, device: Any, dtype: np.dtype[Any]
     ) -> tuple[Array, Array, int] | None:
-        """Cached rows ``start .. start + n - 1`` holding positions ``low .. stop - 1``, as
-        ``(cos, sin, start)``; ``None`` when they span more than :data:`MAX_CACHED_ENTRIES`
-        (or the cache is seeded: its one position is served otherwise).
+        """Cached rows ``start .. start + n - 1`` holding the ``asked`` positions of a call,
+        ``low .. stop - 1``, as ``(cos, sin, start)``; ``None`` when they span more than
+        :data:`MAX_CACHED_ENTRIES`, or far rows (see :data:`WINDOW_ENTRIES`) more than
+        twice the positions asked for (or the cache is seeded: its one position is served
+        otherwise).
 
         A missing window is built from ``low`` on: the rows asked for and, unless their
-        angles are far (see :data:`WINDOW_ENTRIES`), rows ahead up to
-        :data:`WINDOW_ENTRIES` entries. The work of a call is its own rows and at most
-        that many more, at any offset; the oldest windows are dropped.
+        angles are far, rows ahead up to :data:`WINDOW_ENTRIES` entries. The work of a
+        call is its own rows and at most that many more, at any offset; the oldest
+        windows are dropped.
         """
         global _generation  # noqa: PLW0603 - a process-wide count, read by generation()
         pairs = max(self.inv_freq.size, 1)
@@ -410,13 +413,16 @@ class TableCache:
         for key, entry in reversed(list(self._windows.items())):  # the newest first
             if key[:3] == (library, where, dtype) and _window_holds(entry, low, stop):
                 return entry
+        fastest = float(np.max(self.inv_freq)) if self.inv_freq.size else 0.0
+        near = float(stop + WINDOW_ENTRIES // pairs) * fastest < FAST_REDUCTION_LIMIT
+        if not near and stop - low > 2 * asked:
+            return None
         with self._lock:
             for key, entry in reversed(self._windows.items()):
                 if key[:3] == (library, where, dtype) and _window_holds(entry, low, stop):
                     return entry
             size = stop - low
-            fastest = float(np.max(self.inv_freq)) if self.inv_freq.size else 0.0
-            if float(stop + WINDOW_ENTRIES // pairs) * fastest < FAST_REDUCTION_LIMIT:
+            if near:
                 size = max(size, WINDOW_ENTRIES // pairs)
             start = max(0, min(low, MAX_POSITION - size))
             positions = np.arange(start, start + size, dtype=np.int64)
