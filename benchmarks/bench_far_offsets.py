@@ -66,9 +66,8 @@ def main() -> None:
     args = parser.parse_args()
     anyrope.RoPE(HEAD_DIM).rotate(np.ones((1, 1, 1, HEAD_DIM), np.float32), 2**40)  # warm
     sizes = _counting()
-    print(
-        f"{'case':<34} {'calls':>6} {'median us':>10} {'max us':>10} {'rows/call':>10} {'max rows':>9}"
-    )
+    columns = ("calls", 6), ("median us", 10), ("max us", 10), ("rows/call", 10), ("max rows", 9)
+    print(f"{'case':<34} " + " ".join(f"{name:>{width}}" for name, width in columns))
     _run("far: 2**40 + k 2**32, k < 8", iter([2**40 + k * 2**32 for k in range(8)]), sizes)
     _run("far: 2**52 + k 2**20, k < 8", iter([2**52 + k * 2**20 for k in range(8)]), sizes)
     steps = range(args.steps)

@@ -176,7 +176,11 @@ def _held_bytes(*held: dict[Any, Any]) -> int:
     return sum(2 * math.prod(cos.shape) * dtype.itemsize for dtype, cos in entries)
 
 
-def _window_holds(entry: tuple[Array, Array, int], low: int, stop: int) -> bool:
+Window = tuple[Array, Array, int]
+"""Rows of tables past the cached ones: ``(cos, sin, start)``, row 0 the position ``start``."""
+
+
+def _window_holds(entry: Window, low: int, stop: int) -> bool:
     """Whether a window ``(cos, sin, start)`` holds positions ``low .. stop - 1``."""
     return entry[2] <= low and stop <= entry[2] + entry[0].shape[0]
 
@@ -224,8 +228,7 @@ class TableCache:
         """The one position a seeded cache serves from its block (-1 when unseeded)."""
         self._tables: dict[tuple[str, str, np.dtype[Any]], tuple[Array, Array, int]] = {}
         self._wide: dict[tuple[str, str, np.dtype[Any], bool], tuple[Array, Array, int]] = {}
-        self._windows: OrderedDict[tuple[str, str, np.dtype[Any], int], tuple[Array, Array, int]]
-        self._windows = OrderedDict()
+        self._windows: OrderedDict[tuple[str, str, np.dtype[Any], int], Window] = OrderedDict()
         self._lock = lock()
 
     @property
@@ -393,7 +396,7 @@ class TableCache:
 
     def _window(  # noqa: PLR0917 - the rows, then where the tables go
         self, low: int, stop: int, asked: int, xp: Namespace, device: Any, dtype: np.dtype[Any]
-    ) -> tuple[Array, Array, int] | None:
+    ) -> Window | None:
         """Cached rows ``start .. start + n - 1`` holding the ``asked`` positions of a call,
         ``low .. stop - 1``, as ``(cos, sin, start)``; ``None`` when they span more than
         :data:`MAX_CACHED_ENTRIES`, or far rows (see :data:`WINDOW_ENTRIES`) more than
@@ -410,7 +413,7 @@ class TableCache:
         if self._seed is not None or (stop - low) * pairs > MAX_CACHED_ENTRIES:
             return None
         library, where = xp.__name__, str(device)
-        for key, entry in reversed(list(self._windows.items())):  # the newest first
+        for key, entry in list(self._windows.items())[::-1]:  # the newest first
             if key[:3] == (library, where, dtype) and _window_holds(entry, low, stop):
                 return entry
         fastest = float(np.max(self.inv_freq)) if self.inv_freq.size else 0.0
@@ -418,7 +421,7 @@ class TableCache:
         if not near and stop - low > 2 * asked:
             return None
         with self._lock:
-            for key, entry in reversed(self._windows.items()):
+            for key, entry in list(self._windows.items())[::-1]:
                 if key[:3] == (library, where, dtype) and _window_holds(entry, low, stop):
                     return entry
             size = stop - low
