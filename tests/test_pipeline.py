@@ -9,8 +9,12 @@ from __future__ import annotations
 import copy
 import itertools
 import multiprocessing
+import os
 import pickle
+import re
+import sys
 import warnings
+from pathlib import Path
 from typing import Any
 
 import ml_dtypes
@@ -21,6 +25,8 @@ import anyrope
 from anyrope import _functional
 from anyrope._paths import AUTO_ORDER, IMPLS, PATHS, blocked, numba_cpu
 from subprocess_run import run_python
+
+SOURCE = Path(anyrope.__file__).parent
 
 RNG = np.random.default_rng(12)
 
@@ -201,6 +207,77 @@ def test_rotate_in_a_forked_child_returns() -> None:
     assert result.stdout.split() == [repr(want)]
 
 
+FORK_WHILE_LOCKED = """
+import os, pickle, sys, threading, time
+import numpy as np
+import anyrope
+from anyrope import _functional, _tables, _threads
+
+rope = anyrope.RoPE(128)
+x = np.ones((1, 1, 2, 128), dtype=np.float32)
+expected = float(rope.rotate(x, 2**40 + 5)[0, 0, 0, 1])
+rope.clear_cache()
+source = rope._source
+# What a parent thread may hold at a fork: a table cache building rows (decoding far),
+# its source, the functional API's cache, the unpickled sources, the thread pool.
+held = [source.default._lock, source._lock, _functional._lock, _tables._shared_lock,
+        _threads._pool_lock]
+holding, done = threading.Event(), threading.Event()
+
+def hold():
+    for lock in held:
+        lock.acquire()
+    holding.set()
+    done.wait()
+    for lock in held:
+        lock.release()
+
+threading.Thread(target=hold, daemon=True).start()
+holding.wait()
+pid = os.fork()
+if pid == 0:
+    got = float(rope.rotate(x, 2**40 + 5)[0, 0, 0, 1])
+    anyrope.rotate(x, 2**41)
+    pickle.loads(pickle.dumps(rope)).rotate(x, 3)
+    anyrope.rotate(np.ones((4, 1024, 8, 128), dtype=np.float32))
+    print(got == expected, flush=True)
+    os._exit(0)
+done.set()
+for _ in range(600):
+    finished, status = os.waitpid(pid, os.WNOHANG)
+    if finished:
+        print("exit", os.waitstatus_to_exitcode(status))
+        break
+    time.sleep(0.1)
+else:
+    os.kill(pid, 9)
+    print("hung")
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_child_forked_while_a_thread_holds_the_locks_returns() -> None:
+    """Issue 23, item 9: a thread decoding at far offsets held a table cache's lock when
+    another thread forked; the child's first call waited forever for it. Every lock of
+    the package is released in a forked child."""
+    result = run_python("-W", "ignore::DeprecationWarning", "-c", FORK_WHILE_LOCKED, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "exit", "0"], result.stdout
+
+
+def test_every_lock_is_released_in_a_forked_child() -> None:
+    """Issue 23, item 9: every lock comes from anyrope._threads.lock, which a forked
+    child finds released; a lock made otherwise would deadlock a child again."""
+    made_elsewhere = [
+        f"{path.relative_to(SOURCE)}:{number}"
+        for path in sorted(SOURCE.rglob("*.py"))
+        if path.name != "_threads.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"\b(R?Lock|Condition|Semaphore|BoundedSemaphore|allocate_lock)\(", line)
+    ]
+    assert made_elsewhere == []
+
+
 # -- defect 3: pickle and deepcopy ------------------------------------------------------
 
 
@@ -347,6 +424,38 @@ def test_functional_cache_is_bounded_by_bytes(monkeypatch: pytest.MonkeyPatch) -
     anyrope.clear_cache()
     assert anyrope.cache_nbytes() == 0
     assert not _functional._ropes
+
+
+PEAK_MEMORY = """
+import resource
+import numpy as np
+import anyrope
+from anyrope import _functional
+
+def peak():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+_functional.CACHE_BYTES = 32 * 2**20
+anyrope.rotate(np.ones((1, 1, 4, 16), np.float32), 5)  # imports and compiled code
+before = peak()
+for i in range(600):
+    head_dim = 2 * (8 + i % 200)
+    anyrope.rotate(np.ones((1, 1, 4, head_dim), np.float32), 1000 + i)
+print(peak() - before, anyrope.cache_nbytes())
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="ru_maxrss in KiB: Linux")
+def test_peak_memory_stays_within_twice_the_functional_cache() -> None:
+    """Issue 23, item 10: decode calls over 200 head dims reached a peak RSS of 2.5 GB
+    with a cache of 256 MiB: the RoPEs the cache dropped kept their tables until the
+    cyclic garbage collector ran (their plans refer back to them). Dropped tables are
+    freed at once: the peak grows by at most twice the cache's bound."""
+    result = run_python("-c", PEAK_MEMORY, timeout=300)
+    assert result.returncode == 0, result.stderr
+    grown, held = (int(v) for v in result.stdout.split())
+    assert held <= 32 * 2**20
+    assert grown <= 2 * 32 * 2**20, f"peak RSS grew by {grown / 2**20:.0f} MiB"
 
 
 def test_clear_cache_keeps_the_bits() -> None:

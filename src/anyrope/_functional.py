@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import operator
-import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from . import _tables
+from . import _tables, _threads
 from ._lazy import torch_op
 from ._namespace import Array, Namespace, namespace_of
 from ._rope import RoPE
@@ -29,7 +28,7 @@ _known: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 _pinned: dict[int, RoPE] = {}
 """The RoPEs that code compiled by torch.compile calls, by their op key: kept for the life of the
 process (the compiled code names their tables by key), their tables freed by clear_cache."""
-_lock = threading.Lock()
+_lock = _threads.lock()
 _measured = -1
 
 
@@ -239,8 +238,13 @@ def _keep_within_bounds() -> None:
         for settings in list(_ropes)[:-1]:
             if total <= CACHE_BYTES and len(_ropes) <= CACHE_ENTRIES:
                 break
-            del _ropes[settings]
+            evicted = _ropes.pop(settings)
             total -= sizes[settings]
+            # Its remembered plans refer back to its tables (a reference cycle): dropped
+            # as it is, it would keep them until the cyclic garbage collector runs,
+            # hundreds of calls later (GBs with many head dims). Freed now, the bound on
+            # the bytes holds for the memory too.
+            evicted.clear_cache()
 
 
 def rotate(

@@ -6,7 +6,7 @@ and every OS ships its own libm. Every host value that feeds anyrope's bits (fre
 scaling factors, cos/sin tables) comes from this module instead, which uses only
 operations that IEEE-754 rounds identically on every machine: ``+``, ``-``, ``*``, ``/``
 and ``sqrt`` on float64, plus exact ones (``rint``, ``frexp``, ``ldexp``, comparisons,
-integer and bit operations, :class:`fractions.Fraction` arithmetic). No FMA is involved:
+integer and bit operations, exact integer arithmetic). No FMA is involved:
 each NumPy ufunc call is one rounded operation.
 
 The functions work in double-double arithmetic (an unevaluated sum ``hi + lo`` of two
@@ -15,7 +15,8 @@ ulp of the exact value and almost always the correctly rounded float64
 (``tests/test_hostmath.py`` measures it against mpmath):
 
 - :func:`sincos`: argument reduction by ``pi/2`` held to 212 bits (exact for ``|x| <
-  2**33``; beyond that, exact rational arithmetic), then Taylor series on ``|r| <= pi/4``.
+  2**33``; beyond that, exact integer arithmetic, a few microseconds an angle), then
+  Taylor series on ``|r| <= pi/4``.
 - :func:`log` and :func:`power` (``x ** (num/den)`` with an exact rational exponent):
   ``log(m * 2**e) = e log 2 + 2 atanh((m - 1)/(m + 1))`` and ``exp`` by ``log 2``
   reduction, both as Taylor series.
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-from fractions import Fraction
+import math
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -49,8 +50,8 @@ _BLOCK = 8192
 """Elements per step of the loops over an array; see "Operations into buffers"."""
 
 # Below this magnitude the three-term reduction is exact enough for every float64 (see
-# _reduce_into); above it, each element is reduced with Fractions.
-_FAST_REDUCTION_LIMIT = float(2**33)
+# _reduce_into); above it, each element is reduced with integers (_reduce_exact).
+FAST_REDUCTION_LIMIT = float(2**33)
 # Below this magnitude k = rint(x 2/pi) is an integer below 2**26, whose halves (_split)
 # are k and +0.
 _SHORT_REDUCTION_LIMIT = float(2**26)
@@ -264,7 +265,7 @@ def _reduce_into(x: Float64, short: bool, buffers: list[Float64]) -> tuple[Float
     remaining terms, all below ``2**-20``, are summed with rounding errors below
     ``2**-120``: far below the smallest ``|r|`` a float64 can reach (about ``2**-61``).
     ``short``: every ``|x| < 2**26``, so ``k`` needs no split. Larger ``x`` are reduced
-    one by one with rationals (:func:`_reduce_exact`).
+    one by one with integers (:func:`_reduce_exact`).
     """
     k, k_hi, k_lo, h0, l0, h1, l1, h2, l2, tmp, b, eb = buffers[:12]
     _mul(x, _TWO_OVER_PI_0D, k)
@@ -299,15 +300,52 @@ def _reduce_into(x: Float64, short: bool, buffers: list[Float64]) -> tuple[Float
     return rh, rl
 
 
+@functools.cache
+def _half_pi(bits: int) -> tuple[int, int]:
+    """``pi/2`` to ``bits`` bits as ``(n, s)``: ``pi/2 = n / 2**s``."""
+    half_pi = constants.pi(bits) / 2
+    return half_pi.numerator, half_pi.denominator.bit_length() - 1
+
+
+def _dyadic_to_float(numerator: int, shift: int) -> float:
+    """``numerator / 2**shift`` rounded once to the nearest float64 (ties to even), for
+    a result in the normal range: what ``float(Fraction(numerator, 2**shift))`` gives.
+
+    The bits past the 64 leading ones only decide a rounding through their sticky OR,
+    kept in the lowest bit: ``float`` of the 64-bit integer then rounds as the whole.
+    """
+    magnitude = abs(numerator)
+    drop = magnitude.bit_length() - 64
+    if drop > 0:
+        magnitude = (magnitude >> drop) | (magnitude & ((1 << drop) - 1) != 0)
+        shift -= drop
+    return math.ldexp(float(magnitude) if numerator >= 0 else -float(magnitude), -shift)
+
+
 def _reduce_exact(x: float) -> tuple[int, float, float]:
-    """:func:`_reduce_into` for one large ``x``, with rationals and enough bits of pi."""
-    exact = Fraction(x)
-    bits = max(0, exact.numerator.bit_length() - exact.denominator.bit_length()) + 200
-    half_pi = _pi(bits) / 2
-    k = round(exact / half_pi)
-    r = exact - k * half_pi
-    rh = float(r)
-    return k % 4, rh, float(r - Fraction(rh))
+    """:func:`_reduce_into` for one large ``x``, with integers and enough bits of pi.
+
+    ``k`` is the integer nearest ``x / (pi/2)`` and ``r = x - k pi/2``, with ``pi`` to
+    ``200`` bits more than ``x`` has integer bits, all exact: every value is a dyadic
+    rational held as an integer over a power of two. Returns ``(k mod 4, rh, rl)``,
+    ``rh`` the float64 nearest ``r`` and ``rl`` the one nearest ``r - rh``: the
+    results of the same steps in :class:`fractions.Fraction` arithmetic, computed
+    without its normalizations (``tests/test_hostmath.py`` compares the two).
+    """
+    n, d = x.as_integer_ratio()
+    e = d.bit_length() - 1  # x = n / 2**e
+    half_pi, s = _half_pi(max(0, n.bit_length() - d.bit_length()) + 200)
+    # x / (pi/2) = (n 2**s) / (half_pi 2**e), rounded half to even as round() does.
+    numerator, denominator = n << s, half_pi << e
+    k, remainder = divmod(numerator, denominator)
+    if 2 * remainder > denominator or (2 * remainder == denominator and k & 1):
+        k += 1
+    # r = (n 2**s - k half_pi 2**e) / 2**(e + s).
+    r, shift = numerator - ((k * half_pi) << e), e + s
+    rh = _dyadic_to_float(r, shift)
+    a, b = rh.as_integer_ratio()
+    t = b.bit_length() - 1  # rh = a / 2**t
+    return k % 4, rh, _dyadic_to_float((r << t) - (a << shift), shift + t)
 
 
 def _sincos_into(
@@ -424,7 +462,7 @@ def sincos(x: Any) -> DD:
         return sin, cos
     # NaN fails both comparisons.
     lowest, highest = flat.min(), flat.max()
-    fast = lowest > -_FAST_REDUCTION_LIMIT and highest < _FAST_REDUCTION_LIMIT
+    fast = lowest > -FAST_REDUCTION_LIMIT and highest < FAST_REDUCTION_LIMIT
     compiled = _compiled(flat.size)
     if compiled is not None and fast:
         compiled.sincos(flat, flat_sin, flat_cos)
@@ -433,7 +471,7 @@ def sincos(x: Any) -> DD:
     if not fast:
         if not np.all(np.isfinite(flat)):
             raise ValueError("sincos needs finite angles; got inf or nan")
-        large = np.flatnonzero(~(np.abs(flat) < _FAST_REDUCTION_LIMIT))
+        large = np.flatnonzero(~(np.abs(flat) < FAST_REDUCTION_LIMIT))
     exact = [_reduce_exact(float(flat[i])) for i in large]
     short = lowest > -_SHORT_REDUCTION_LIMIT and highest < _SHORT_REDUCTION_LIMIT
     whole = _buffers(min(_BLOCK, flat.size), _SINCOS_BUFFERS)

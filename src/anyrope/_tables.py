@@ -11,7 +11,6 @@ and a table built directly for a few positions hold the same bits.
 from __future__ import annotations
 
 import math
-import threading
 from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any, NamedTuple
@@ -19,21 +18,34 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ._amplitude import Amplitude
-from ._hostmath import sincos
+from ._hostmath import FAST_REDUCTION_LIMIT, sincos
 from ._jax import outside_trace
 from ._mrope import join_sections
 from ._namespace import Array, Namespace, to_host
 from ._positions import Positions
+from ._threads import lock
 from ._validation import MAX_POSITION
 from .scaling import RopeScaling
 from .scaling._types import FloatArray
 
 MAX_CACHED_ENTRIES = 2**22
 """Cached tables stop growing at this many entries (positions x pairs, 16 MiB in
-float32). Positions beyond them are served from a window of as many entries that
-starts at the lowest position a call asks for and moves when a call leaves it (decoding
-far into a long context rebuilds it once per window, not once per token); a call whose
-positions span more than a window gets tables built for just the positions asked for."""
+float32). Positions beyond them are served from windows (see :data:`WINDOW_ENTRIES`),
+which hold this many entries in all; a call whose positions span more gets tables built
+for just the positions asked for."""
+
+WINDOW_ENTRIES = 2**14
+"""Entries a window of rows past the cached tables holds at least (256 positions at
+head_dim 128): a window starts at the lowest position a call asks for, so decoding
+builds one every 256 tokens or so, whatever the offset, and a call never builds more
+than its own rows and this many. Rows whose angles need the exact far reduction of
+:mod:`anyrope._hostmath` (past ``2**33`` radians: microseconds an entry) get no rows
+ahead: a window of just the rows asked for."""
+
+MAX_WINDOWS = 8
+"""Windows kept per table cache, over every library, device and dtype: sequences decoded
+in turn (a batch of requests at their own offsets) each keep theirs. The oldest goes
+first."""
 
 MIN_CACHED_ROWS = 256
 
@@ -165,9 +177,13 @@ def _held_bytes(*held: dict[Any, Any]) -> int:
     return sum(2 * math.prod(cos.shape) * dtype.itemsize for dtype, cos in entries)
 
 
-def _window_holds(entry: tuple[Array, Array, int] | None, low: int, stop: int) -> bool:
+Window = tuple[Array, Array, int]
+"""Rows of tables past the cached ones: ``(cos, sin, start)``, row 0 the position ``start``."""
+
+
+def _window_holds(entry: Window, low: int, stop: int) -> bool:
     """Whether a window ``(cos, sin, start)`` holds positions ``low .. stop - 1``."""
-    return entry is not None and entry[2] <= low and stop <= entry[2] + entry[0].shape[0]
+    return entry[2] <= low and stop <= entry[2] + entry[0].shape[0]
 
 
 class TableCache:
@@ -213,8 +229,8 @@ class TableCache:
         """The one position a seeded cache serves from its block (-1 when unseeded)."""
         self._tables: dict[tuple[str, str, np.dtype[Any]], tuple[Array, Array, int]] = {}
         self._wide: dict[tuple[str, str, np.dtype[Any], bool], tuple[Array, Array, int]] = {}
-        self._windows: dict[tuple[str, str, np.dtype[Any]], tuple[Array, Array, int]] = {}
-        self._lock = threading.Lock()
+        self._windows: OrderedDict[tuple[str, str, np.dtype[Any], int], Window] = OrderedDict()
+        self._lock = lock()
 
     @property
     def nbytes(self) -> int:
@@ -360,7 +376,7 @@ class TableCache:
             if self.covers(where):
                 cos, sin = self.get(where.stop, xp, device, dtype)
                 return Rows(cos, sin, None, where.offset - self.first)
-            window = self._window(where.offset, where.stop, xp, device, dtype)
+            window = self._window(where.offset, where.stop, where.seq, xp, device, dtype)
             if window is not None:
                 cos, sin, start = window
                 return Rows(cos, sin, None, where.offset - start)
@@ -373,7 +389,8 @@ class TableCache:
         host = to_host(where.array).astype(np.int64)
         window = None
         if host.size:
-            window = self._window(int(host.min()), int(host.max()) + 1, xp, device, dtype)
+            low, stop = int(host.min()), int(host.max()) + 1
+            window = self._window(low, stop, host.size, xp, device, dtype)
         if window is not None:
             cos, sin, start = window
             return Rows(cos, sin, xp.asarray(host - start, device=device), 0)
@@ -381,33 +398,51 @@ class TableCache:
         cos, sin = self.build(distinct, xp, device, dtype)
         return Rows(cos, sin, xp.asarray(index.reshape(host.shape), device=device), 0)
 
-    def _window(
-        self, low: int, stop: int, xp: Namespace, device: Any, dtype: np.dtype[Any]
-    ) -> tuple[Array, Array, int] | None:
-        """Cached rows ``start .. start + n - 1`` holding positions ``low .. stop - 1``, as
-        ``(cos, sin, start)``; ``None`` when they span more than the largest window (or
-        the cache is seeded: its one position is served otherwise)."""
+    def _window(  # noqa: PLR0917 - the rows, then where the tables go
+        self, low: int, stop: int, asked: int, xp: Namespace, device: Any, dtype: np.dtype[Any]
+    ) -> Window | None:
+        """Cached rows ``start .. start + n - 1`` holding the ``asked`` positions of a call,
+        ``low .. stop - 1``, as ``(cos, sin, start)``; ``None`` when they span more than
+        :data:`MAX_CACHED_ENTRIES`, or far rows (see :data:`WINDOW_ENTRIES`) more than
+        twice the positions asked for (or the cache is seeded: its one position is served
+        otherwise).
+
+        A missing window is built from ``low`` on: the rows asked for and, unless their
+        angles are far, rows ahead up to :data:`WINDOW_ENTRIES` entries. The work of a
+        call is its own rows and at most that many more, at any offset; the oldest
+        windows are dropped.
+        """
         global _generation  # noqa: PLW0603 - a process-wide count, read by generation()
-        rows = max(MIN_CACHED_ROWS, MAX_CACHED_ENTRIES // max(self.inv_freq.size, 1))
-        if self._seed is not None or stop - low > rows:
+        pairs = max(self.inv_freq.size, 1)
+        if self._seed is not None or (stop - low) * pairs > MAX_CACHED_ENTRIES:
             return None
-        key = (xp.__name__, str(device), dtype)
-        entry = self._windows.get(key)
-        if _window_holds(entry, low, stop):
-            return entry
+        library, where = xp.__name__, str(device)
+        for key, entry in list(self._windows.items())[::-1]:  # the newest first
+            if key[:3] == (library, where, dtype) and _window_holds(entry, low, stop):
+                return entry
+        fastest = float(np.max(self.inv_freq)) if self.inv_freq.size else 0.0
+        near = float(stop + WINDOW_ENTRIES // pairs) * fastest < FAST_REDUCTION_LIMIT
+        if not near and stop - low > 2 * asked:
+            return None
         with self._lock:
-            entry = self._windows.get(key)
-            if not _window_holds(entry, low, stop):
-                # From the lowest position on, as decoding moves up; each new window twice
-                # the last (up to the limit), so a lone far call builds few rows and a long
-                # decode few windows.
-                size = MIN_CACHED_ROWS if entry is None else 2 * int(entry[0].shape[0])
-                size = min(rows, max(size, 1 << max(stop - low - 1, 0).bit_length()))
-                start = max(0, min(low, MAX_POSITION - size))
-                positions = np.arange(start, start + size, dtype=np.int64)
-                entry = (*self.build(positions, xp, device, dtype), start)
-                self._windows[key] = entry
-                _generation += 1
+            for key, entry in list(self._windows.items())[::-1]:
+                if key[:3] == (library, where, dtype) and _window_holds(entry, low, stop):
+                    return entry
+            size = stop - low
+            if near:
+                size = max(size, WINDOW_ENTRIES // pairs)
+            start = max(0, min(low, MAX_POSITION - size))
+            positions = np.arange(start, start + size, dtype=np.int64)
+            entry = (*self.build(positions, xp, device, dtype), start)
+            self._windows.pop((library, where, dtype, start), None)
+            self._windows[(library, where, dtype, start)] = entry
+            held = sum(int(e[0].shape[0]) for e in self._windows.values()) * pairs
+            while len(self._windows) > 1 and (
+                len(self._windows) > MAX_WINDOWS or held > MAX_CACHED_ENTRIES
+            ):
+                _, dropped = self._windows.popitem(last=False)
+                held -= int(dropped[0].shape[0]) * pairs
+            _generation += 1
         return entry
 
     def gather(
@@ -478,7 +513,7 @@ class Ahead:
         self.many, self.cos, self.sin, self.factor = many, cos, sin, factor
         self._tables: dict[tuple[str, str, np.dtype[Any]], tuple[Array, Array]] = {}
         self._wide: dict[tuple[str, str, np.dtype[Any], bool], tuple[Array, Array]] = {}
-        self._lock = threading.Lock()
+        self._lock = lock()
 
     def holds(self, stop: int) -> bool:
         """Whether the length ``stop`` is one of this block's."""
@@ -586,7 +621,7 @@ class TableSource:
         """The block of the latest length past the context (the next token's, usually)."""
         self._last: tuple[int, TableCache] | None = None
         """The latest length past the context and its tables."""
-        self._lock = threading.Lock()
+        self._lock = lock()
         self.plans: dict[Hashable, Any] = {}
         """Plans of earlier calls by their geometry, for the pipeline to reuse."""
 
@@ -726,7 +761,7 @@ worker unpickles one by one share their tables."""
 _shared: OrderedDict[tuple[RopeScaling, int, float, Amplitude | None, int | None], TableSource] = (
     OrderedDict()
 )
-_shared_lock = threading.Lock()
+_shared_lock = lock()
 
 
 def shared_source(

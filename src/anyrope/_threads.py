@@ -1,5 +1,10 @@
 """The worker threads of the CPU paths: how many, the shared pool, and fork safety.
 
+Every lock of the package comes from :func:`lock`: a forked child finds each one
+released, whichever thread of the parent held it at the fork (a thread building tables
+while another forks, as a torch DataLoader does), instead of waiting forever for a
+thread that does not exist in the child.
+
 The count follows the caller's settings: ``torch.get_num_threads()`` for PyTorch tensors
 (what ``torch.set_num_threads`` sets), ``OMP_NUM_THREADS`` for NumPy arrays when it is
 set, else the cores this process may run on. Inside :func:`one_thread` (dask's workers,
@@ -11,11 +16,24 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import weakref
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+_locks: weakref.WeakSet[Any] = weakref.WeakSet()
+"""Every lock :func:`lock` made that is still in use."""
+
+
+def lock() -> threading.Lock:
+    """A new lock, released in a forked child whoever held it in the parent."""
+    made = threading.Lock()
+    _locks.add(made)
+    return made
+
 
 _pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
+_pool_lock = lock()
 _local = threading.local()
 
 
@@ -62,14 +80,18 @@ def executor() -> ThreadPoolExecutor:
         return _pool
 
 
-def _forget_pool_after_fork() -> None:
+def _after_fork_in_child() -> None:
     # A forked child inherits the pool object but not its threads: work handed to it
-    # would wait forever (a torch DataLoader worker). The child starts its own pool, and
-    # a lock held by a parent thread at the fork would never be released.
-    global _pool, _pool_lock  # noqa: PLW0603 - reset in the child only
+    # would wait forever (a torch DataLoader worker). The child starts its own pool. A
+    # lock held by a parent thread at the fork would never be released: the child is
+    # single-threaded here, so none of its threads holds one, and each is released
+    # (a thread's update under a lock is a single assignment: none is left half done).
+    global _pool  # noqa: PLW0603 - reset in the child only
     _pool = None
-    _pool_lock = threading.Lock()
+    for held in list(_locks):
+        if held.locked():
+            held.release()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_pool_after_fork)
+    os.register_at_fork(after_in_child=_after_fork_in_child)

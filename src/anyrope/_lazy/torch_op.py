@@ -24,11 +24,10 @@ from __future__ import annotations
 
 import itertools
 import sys
-import threading
 import weakref
 from typing import Any, NamedTuple
 
-from .. import _slices
+from .. import _slices, _threads
 from .._namespace import Array
 from .._offsets import Offsets
 from .._qkv import join_qkv, split_qkv
@@ -39,7 +38,7 @@ __all__ = ["Target", "compiling", "register", "rotate", "rotate_qkv"]
 
 _sources: weakref.WeakValueDictionary[int, TableSource] = weakref.WeakValueDictionary()
 _keys = itertools.count()
-_lock = threading.Lock()
+_lock = _threads.lock()
 
 _NAMES = {1: ("x",), 2: ("q", "k")}
 

@@ -7,9 +7,10 @@ The single helper for loading the kernel: everything CUDA-side goes through
 from __future__ import annotations
 
 import functools
-import threading
 from pathlib import Path
 from typing import Any
+
+from ... import _threads
 
 __all__ = [
     "COMPILE_OPTIONS",
@@ -101,7 +102,7 @@ def kernel_source() -> str:
     return source.replace(include, header, 1)
 
 
-_lock = threading.Lock()
+_lock = _threads.lock()
 #: (device, dtype name, width, interleaved, wide index) -> ``cupy.RawKernel``.
 _kernels: dict[tuple[int, str, int, bool, bool], Any] = {}
 

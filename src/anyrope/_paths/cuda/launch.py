@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import functools
 import operator
-import threading
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, NamedTuple
 
 import array_api_compat
 
+from ... import _threads
 from ..._namespace import Array, Namespace
 from ..._plan import Plan
 from ..._positions import Positions
@@ -126,7 +126,7 @@ def rotate_raw(
     return outputs
 
 
-_held_lock = threading.Lock()
+_held_lock = _threads.lock()
 #: Stream handle -> the CuPy tables its latest launch read (kept while it may be queued).
 _in_use: dict[int, tuple[Array, ...]] = {}
 #: Tables a stream has moved on from, each with an event recorded after its last reader.
@@ -274,7 +274,7 @@ def _torch_empty_like() -> tuple[Callable[..., Array], Any]:
     return torch.empty_like, torch.contiguous_format
 
 
-_stream_lock = threading.Lock()
+_stream_lock = _threads.lock()
 _external_streams: dict[tuple[int, int], Any] = {}
 
 
