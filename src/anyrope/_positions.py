@@ -289,8 +289,7 @@ def _extremes(p: Array, xp: Namespace, size: int) -> tuple[int, int]:
 
 def _on_host(p: Array) -> bool:
     """Whether ``p`` is a NumPy array or a torch CPU tensor (asked without importing torch)."""
-    module = type(p).__module__
-    return module == "numpy" or (module == "torch" and p.is_cpu)
+    return type(p).__module__ in ("numpy", "torch") and not waits_for_device(p)
 
 
 def _consecutive(p: Array, xp: Namespace, seq: int) -> bool:
