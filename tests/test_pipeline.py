@@ -414,11 +414,11 @@ def test_torch_float8_and_sparse_are_refused_by_name() -> None:
 def test_functional_cache_is_bounded_by_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
     anyrope.clear_cache()
     monkeypatch.setattr(_functional, "CACHE_BYTES", 16 * 2**20)
-    x = _x((1, 1, 1, 128))
+    x = _x((1, 4000, 1, 128))
     for base in range(2, 12):
-        # 4096 rows x 64 pairs x 4 bytes: (cos, sin) 2 MiB and their wide forms 4 MiB
-        # (the blocked path widens them).
-        anyrope.rotate(x, 4000, base=float(base) * 1000, impl="blocked")
+        # A prefill of 4000 tokens: 4096 rows x 64 pairs x 4 bytes, (cos, sin) 2 MiB and
+        # their wide forms 4 MiB (the blocked path widens them).
+        anyrope.rotate(x, 0, base=float(base) * 1000, impl="blocked")
         assert anyrope.cache_nbytes() <= 16 * 2**20
     assert len(_functional._ropes) == 2
     anyrope.clear_cache()

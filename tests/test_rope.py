@@ -173,6 +173,29 @@ def test_interleaved_sequences_build_at_most_twice_the_rows_of_one(monkeypatch):
     assert max(single + interleaved) <= window
 
 
+@pytest.mark.parametrize("impl", ["numba", "blocked", "array_api"])
+def test_a_first_call_far_from_zero_builds_its_rows_not_the_rows_before(monkeypatch, impl):
+    """Issue 23, item 8: a fresh RoPE asked for one token at 60,000 built the tables of
+    positions 0 .. 65,535 (4 Mi entries, most of a second). A call that starts beyond
+    the tables from position 0 now gets a window from its own first position; calls that
+    walk on from the start still grow those tables, each row built once."""
+    if impl == "numba":
+        pytest.importorskip("numba")
+    window = _tables.WINDOW_ENTRIES // 64
+    q = np.random.default_rng(8).standard_normal((1, 1, 2, 128)).astype(np.float32)
+    positions = (60_000, 60_001, 40_000)
+    expected = [anyrope.RoPE(128).rotate(q, np.array([[p]]), impl="array_api") for p in positions]
+    sizes = _counting_rows(monkeypatch)
+    rope = anyrope.RoPE(128)
+    for position, want in zip(positions, expected, strict=True):
+        np.testing.assert_array_equal(rope.rotate(q, position, impl=impl), want)
+    assert sizes == [window, window]
+    sizes.clear()
+    walked = _rows_per_call(anyrope.RoPE(128), list(range(2000)), sizes)
+    assert sum(walked) <= 2 * 2048
+    assert max(sizes) <= 2048
+
+
 def test_threads_share_one_rope():
     rope = anyrope.RoPE(64)
     rng = np.random.default_rng(2)

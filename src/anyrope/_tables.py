@@ -230,6 +230,10 @@ class TableCache:
         self._tables: dict[tuple[str, str, np.dtype[Any]], tuple[Array, Array, int]] = {}
         self._wide: dict[tuple[str, str, np.dtype[Any], bool], tuple[Array, Array, int]] = {}
         self._windows: OrderedDict[tuple[str, str, np.dtype[Any], int], Window] = OrderedDict()
+        self._reach = MIN_CACHED_ROWS
+        """Rows of the largest tables from position 0 built so far (at least
+        :data:`MIN_CACHED_ROWS`): calls that start within them grow them (see
+        :meth:`covers`)."""
         self._lock = lock()
 
     @property
@@ -247,6 +251,7 @@ class TableCache:
             self._wide.clear()
             self._windows.clear()
             self._undoing = None
+            self._reach = MIN_CACHED_ROWS
             _generation += 1
 
     def undoing(self) -> TableCache:
@@ -280,9 +285,16 @@ class TableCache:
         if where.traced:
             return False
         if self._seed is None:
-            return (
-                where.stop <= self.capacity or where.stop * self.inv_freq.size <= MAX_CACHED_ENTRIES
-            )
+            if where.stop <= self.capacity:
+                return True
+            if where.stop * self.inv_freq.size > MAX_CACHED_ENTRIES:
+                return False
+            # The tables from position 0 double as calls walk past their end (each row
+            # built once, paid for by the calls that reach it). A range that starts
+            # beyond them gets a window of its own rows instead: a fresh RoPE asked for
+            # position 60,000 (an int, or position_ids holding one range) builds hundreds
+            # of rows, not 65,536. Rows scattered by an array grow them as before.
+            return where.array is not None or where.offset <= self._reach
         return where.array is None and where.offset == self.position and where.seq == 1
 
     def build(
@@ -333,6 +345,7 @@ class TableCache:
                 cos, sin = self.build(np.arange(size, dtype=np.int64), xp, device, dtype)
                 entry = (cos, sin, size)
                 self._tables[key] = entry
+                self._reach = max(self._reach, size)
                 _generation += 1
         return entry[0], entry[1]
 
