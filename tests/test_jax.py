@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import anyrope
-from anyrope._backends import numpy_dtype
+from anyrope.tools._backends import numpy_dtype
 from goldens import CASES, DATA, assert_same_bits, case_id, rope_options
 
 jax = pytest.importorskip("jax", reason="JAX is not installed")

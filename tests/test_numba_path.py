@@ -19,7 +19,7 @@ from numba import njit
 
 import anyrope
 from anyrope import _threads
-from anyrope._host import STORAGE_DTYPES
+from anyrope._cpu_memory import STORAGE_DTYPES
 from anyrope._paths import numba_cpu
 from anyrope._paths.numba_cpu import kernels
 from goldens import assert_same_bits

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 import anyrope
-from anyrope._backends import numpy_dtype
 from anyrope._hostmath import log, sincos
 from anyrope._tables import AHEAD, AHEAD_BLOCKS, MAX_LENGTH_BUCKETS
 from anyrope.scaling import RopeScaling, dynamic, yarn
+from anyrope.tools._backends import numpy_dtype
 
 CONFIGS = Path(__file__).parent / "configs"
 

@@ -60,7 +60,6 @@ _SHORT_REDUCTION_LIMIT = float(2**26)
 # -- Constants from integers (anyrope._hostmath_constants) ------------------------------
 
 _pi = constants.pi
-_PI = constants.PI
 _PIO2 = constants.PIO2
 _TWO_OVER_PI = constants.TWO_OVER_PI
 _LN2_HI = constants.LN2_HI

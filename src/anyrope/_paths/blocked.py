@@ -27,7 +27,7 @@ import array_api_compat.numpy as numpy_xp
 import numpy as np
 
 from .. import _threads
-from .._host import empty_like
+from .._cpu_memory import empty_like
 from .._namespace import Array
 from .._plan import Plan
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ._namespace import Array, Namespace
+from .._namespace import Array, Namespace
 
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 _BITS = {

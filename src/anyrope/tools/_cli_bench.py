@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from .. import __version__
 from ._benchmark import CASES, DTYPES, CaseResult, format_case, measure_case
 
 

@@ -35,6 +35,10 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
+from .._frequencies import default_inv_freq
+from .._functional import rotate
+from .._hostmath import sincos
+from .._rope import RoPE
 from ._accuracy import max_ulp_error, pair_magnitude
 from ._backends import (
     DTYPES,
@@ -45,10 +49,6 @@ from ._backends import (
     known_backends,
     numpy_dtype,
 )
-from ._frequencies import default_inv_freq
-from ._functional import rotate
-from ._hostmath import sincos
-from ._rope import RoPE
 
 SEED = 20250611
 SHAPE = (2, 24, 3, 64)

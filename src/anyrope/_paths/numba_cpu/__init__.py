@@ -22,7 +22,7 @@ import array_api_compat.numpy as numpy_xp
 import numpy as np
 
 from ... import _threads
-from ..._host import STORAGE_DTYPES, empty_like
+from ..._cpu_memory import STORAGE_DTYPES, empty_like
 from ..._namespace import Array
 from ..._plan import Plan
 from ..._torch import bump_versions, numpy_view, positions_view
