@@ -100,7 +100,8 @@ def test_kernel_compiles(arch: str, instantiations: Path, tmp_path: Path) -> Non
     ptx = ptx_file.read_text()
     entries = re.split(r"\.entry\s+", ptx)[1:]
     assert len(entries) == sum(len(_module.kernel_names(d)) for d in _module.KERNEL_TYPES)
-    # numerics.md: no fused multiply-add anywhere, only separately rounded operations.
+    # numerical-contract.rst, "How every path computes" 3: no fused multiply-add anywhere, only
+    # separately rounded operations.
     assert re.search(r"\bfma\.", ptx) is None
     assert "mul.rn.f32" in ptx
     assert "sub.rn.f64" in ptx
@@ -216,8 +217,9 @@ FLUSHING_FLAGS = {
 @pytest.mark.parametrize("flags", list(FLUSHING_FLAGS.values()), ids=list(FLUSHING_FLAGS))
 @pytest.mark.parametrize("arch", ["compute_80", "compute_90"])
 def test_nvrtc_float32_math_keeps_subnormals(arch: str, flags: list[str]) -> None:
-    # numerics.md section 3: subnormals are kept as NumPy keeps them. `.ftz` on any f32
-    # instruction (mul, add, sub, neg, cvt, setp, ...) would flush them on the GPU.
+    # numerical-contract.rst, "How every path computes" 3: subnormals are kept as NumPy keeps them.
+    # `.ftz` on any f32 instruction (mul, add, sub, neg, cvt, setp, ...) would flush them on the
+    # GPU.
     ptx, _ = _nvrtc_compile(
         [
             *_module.COMPILE_OPTIONS,
@@ -707,7 +709,8 @@ def _nan_and_subnormal(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def test_harness_keeps_subnormals_inf_and_nan(
     harness: Any, dtype_name: str, interleaved: bool, inverse: bool
 ) -> None:
-    # numerics.md section 3: no flush to zero, IEEE special values as NumPy gives them.
+    # numerical-contract.rst, "How every path computes" 3: no flush to zero, IEEE special values as
+    # NumPy gives them.
     dtype = _dtype(dtype_name)
     rng = np.random.default_rng(
         zlib.crc32(f"special-{dtype_name}-{interleaved}-{inverse}".encode())

@@ -1,4 +1,5 @@
-"""Host math that no CPU, OS or NumPy version can change (numerics.md, section 1).
+"""Host math that no CPU, OS or NumPy version can change (numerical-contract.rst, "Host math that no
+machine can change").
 
 ``np.cos``, ``np.sin``, ``np.power``, ``np.exp``, ``np.log`` and the ``math`` module are
 not the same function everywhere: NumPy dispatches them to different SIMD code by CPU

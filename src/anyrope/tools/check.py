@@ -11,10 +11,10 @@ anyrope rotates the same inputs and the result is compared with
   float32 result rounded to bfloat16, which is what the numerical contract prescribes),
 - a float64 oracle, as the largest error in ulps at the magnitude of the input pair.
 
-NaN payloads are left to the hardware (numerics.md, section 4), so every NaN is replaced
-by one canonical pattern before comparing or hashing. The inputs are built from integer
-random draws and bit operations only: no platform math function touches them, so every
-machine makes the same ones (their digests are in the reference too).
+NaN payloads are left to the hardware (numerical-contract.rst, "What is identical, and what is
+not"), so every NaN is replaced by one canonical pattern before comparing or hashing. The inputs are
+built from integer random draws and bit operations only: no platform math function touches them, so
+every machine makes the same ones (their digests are in the reference too).
 
 Regenerate the reference only when the bits are meant to change::
 

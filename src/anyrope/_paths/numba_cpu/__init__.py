@@ -135,8 +135,8 @@ def _tables(plan: Plan) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], int
     """cos/sin as 2-D NumPy tables, and how the inputs' leading axes pick their rows:
     ``(cos, sin, first, strides)``, one stride (in rows) per leading axis of the inputs.
 
-    For ``inverse=True`` the sines are negated: rotation by -angle, exact (numerics.md,
-    section 3).
+    For ``inverse=True`` the sines are negated: rotation by -angle, exact
+    (numerical-contract.rst, "How every path computes" 4, The inverse).
     """
     axes = plan.axes
     lead = len(axes.batch) + 2
