@@ -275,7 +275,7 @@ def extra_backends() -> list[Backend]:
 
     Examples
     --------
-    >>> from anyrope._backends import extra_backends
+    >>> from anyrope.tools._backends import extra_backends
     >>> [b.name for b in extra_backends()]
     ['jax', 'dask']
     """

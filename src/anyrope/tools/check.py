@@ -389,7 +389,7 @@ def run_check(
 
     Examples
     --------
-    >>> from anyrope._backends import known_backends
+    >>> from anyrope.tools._backends import known_backends
     >>> from anyrope.check import run_check
     >>> rows = run_check(backends=known_backends()[:1])
     >>> sorted({row.pairing for row in rows}), all(row.ok for row in rows)
