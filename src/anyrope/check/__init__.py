@@ -1,5 +1,7 @@
-"""``anyrope.check``: the public name of :mod:`anyrope.tools.check`, the bit-exactness check
-behind ``python -m anyrope check``."""
+"""The bit-exactness check behind ``python -m anyrope check``.
+
+``anyrope.check`` is the public name of :mod:`anyrope.tools.check`, which holds the code.
+"""
 
 from ..tools.check import (
     BASE,
