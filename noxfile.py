@@ -232,7 +232,7 @@ PUBLIC_MODULES = (
     "src/anyrope/sinusoidal.py",
     "src/anyrope/_weights.py",
     "src/anyrope/_xpos.py",
-    "src/anyrope/check.py",
+    "src/anyrope/tools/check.py",
     "src/anyrope/scaling/__init__.py",
     "src/anyrope/scaling/axial.py",
     "src/anyrope/scaling/proportional.py",

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 import anyrope
-from anyrope._benchmark import median_ms, write_json
+from anyrope.tools._benchmark import median_ms, write_json
 
 HEADS = 8
 HEAD_DIM = 64

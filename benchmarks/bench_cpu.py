@@ -3,7 +3,7 @@
     python benchmarks/bench_cpu.py [--repeats 15] [--cases prefill-1x4096,...] \
         [--dtypes float32,...] [--json benchmarks/results/cpu.json]
 
-The measurement of ``python -m anyrope bench`` (:mod:`anyrope._benchmark`): q (B, S, 32,
+The measurement of ``python -m anyrope bench`` (:mod:`anyrope.tools._benchmark`): q (B, S, 32,
 128) and k (B, S, 8, 128) for prefill (1, 4096) and (4, 1024), small (1, 128) and decode
 (1, 1) and (32, 1), in float32, float16, bfloat16 and float64; a copy into fresh arrays,
 the naive expression in NumPy, eager PyTorch, torch.compile and jax.jit, and anyrope on
@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from anyrope._benchmark import CASES, DTYPES, format_case, measure_case, write_json
+from anyrope.tools._benchmark import CASES, DTYPES, format_case, measure_case, write_json
 
 PEERS = ("numpy naive", "torch eager", "torch.compile", "jax.jit")
 

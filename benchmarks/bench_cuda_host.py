@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 import anyrope
-from anyrope._benchmark import write_json
+from anyrope.tools._benchmark import write_json
 
 BATCH = 64
 Q_HEADS = 32
@@ -71,11 +71,11 @@ def cpu_tensors_as_cuda() -> Iterator[list[Any]]:
     """The CUDA path takes torch CPU tensors, and its launcher only records launches."""
     from anyrope import _positions
     from anyrope._paths import cuda
-    from anyrope._paths.cuda import launch
+    from anyrope._paths.cuda import dispatch
 
     names = ("cuda_array", "_cupy_installed", "unusable", "_device_id")
     saved = [getattr(cuda, name) for name in names]
-    saved_launcher = launch.launch_on_device
+    saved_launcher = dispatch.launch_on_device
     saved_waits = _positions.waits_for_device
     launches: list[Any] = []
 
@@ -87,19 +87,19 @@ def cpu_tensors_as_cuda() -> Iterator[list[Any]]:
     cuda._cupy_installed = lambda: True  # type: ignore[assignment]
     cuda.unusable = lambda device_id: None  # type: ignore[assignment]
     cuda._device_id = lambda x: 0  # type: ignore[assignment]
-    launch.launch_on_device = no_op  # type: ignore[assignment]
+    dispatch.launch_on_device = no_op  # type: ignore[assignment]
     _positions.waits_for_device = lambda values: True  # as on a GPU
     try:
         yield launches
     finally:
         for name, value in zip(names, saved, strict=True):
             setattr(cuda, name, value)
-        launch.launch_on_device = saved_launcher
+        dispatch.launch_on_device = saved_launcher
         _positions.waits_for_device = saved_waits
 
 
 def cases(torch: Any) -> dict[str, Callable[[], object]]:
-    from anyrope._paths.cuda.launch import launch_on_device, rotate_raw
+    from anyrope._paths.cuda.dispatch import launch_on_device, rotate_raw
     from anyrope._plan import make_plan
 
     gen = torch.Generator().manual_seed(0)

@@ -32,7 +32,7 @@ import distributed
 import numpy as np
 
 import anyrope
-from anyrope._benchmark import median_ms, write_json
+from anyrope.tools._benchmark import median_ms, write_json
 
 SHAPE = (8, 4096, 16, 128)
 CHUNKS = (1, 1024, 16, 128)

@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 
 import anyrope
-from anyrope._benchmark import write_json
+from anyrope.tools._benchmark import write_json
 
 HEAD_DIM = 128
 Q_HEADS = 32

@@ -30,11 +30,11 @@ from typing import Any
 
 import numpy as np
 
-from anyrope._benchmark import write_json
 from anyrope._frequencies import default_inv_freq
 from anyrope._hostmath import sincos
 from anyrope._tables import host_tables
 from anyrope.scaling import dynamic
+from anyrope.tools._benchmark import write_json
 
 POSITIONS = 131072
 HEAD_DIM = 128

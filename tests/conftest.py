@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from anyrope._backends import DTYPES, Backend, known_backends
+from anyrope.tools._backends import DTYPES, Backend, known_backends
 
 BACKENDS = known_backends()
 

@@ -1,8 +1,8 @@
 """The golden files (``tests/golden``) and how every test compares with them.
 
-Bits are compared exactly. The one allowance is NaN's payload, which IEEE-754 leaves to
-the hardware (x86 and Arm produce different default NaNs for ``inf - inf``): a NaN must
-come out where the golden file has one, whatever its payload (numerics.md, section 4).
+Bits are compared exactly. The one allowance is NaN's payload, which IEEE-754 leaves to the hardware
+(x86 and Arm produce different default NaNs for ``inf - inf``): a NaN must come out where the golden
+file has one, whatever its payload (numerical-contract.rst, "What is identical, and what is not").
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import anyrope
-from anyrope._backends import numpy_dtype
 from anyrope.attention import attention, relative_decay_bound
+from anyrope.tools._backends import numpy_dtype
 from attention_oracles import EPS, causal_allowed, rotate_complex, softmax_attention
 
 LAYOUT_TO_BSHD = {

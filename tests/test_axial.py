@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import anyrope
-from anyrope._backends import numpy_dtype
 from anyrope._paths import numba_cpu
 from anyrope.scaling import RopeScaling, axial
+from anyrope.tools._backends import numpy_dtype
 from oracles import axial_rotation
 
 # (head_dim, rotary_dim, pairs per axis)
@@ -311,8 +311,8 @@ def test_settings_tables_and_pickling() -> None:
 
 
 def test_plot_names_each_axis() -> None:
-    from anyrope._cli_plot import describe_plot
     from anyrope.scaling import from_hf_config
+    from anyrope.tools._cli_plot import describe_plot
 
     settings = from_hf_config(
         {

@@ -10,9 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from anyrope import _cli, check
-from anyrope._backends import DTYPES, extra_backends, known_backends
+import anyrope
 from anyrope._paths import numba_cpu
+from anyrope.tools import _cli, check
+from anyrope.tools._backends import DTYPES, extra_backends, known_backends
 from subprocess_run import run_python
 
 NUMPY_ONLY = known_backends()[:1]
@@ -28,8 +29,16 @@ def test_shipped_reference_is_what_numpy_computes_now():
 
 
 def test_reference_file_is_package_data():
-    path = Path(check.__file__).with_name(check.REFERENCE_FILE)
+    path = Path(anyrope.__file__).with_name(check.REFERENCE_FILE)
     assert json.loads(path.read_text()) == check.load_reference()
+
+
+def test_anyrope_check_is_the_public_name_of_the_tool():
+    import anyrope.check
+
+    assert anyrope.check.__all__
+    for name in anyrope.check.__all__:
+        assert getattr(anyrope.check, name) is getattr(check, name), name
 
 
 def test_write_reference_entry_point(tmp_path):
@@ -206,7 +215,7 @@ def test_a_missing_library_is_listed_as_not_checked(library, reason):
 
 def test_importing_anyrope_imports_neither_jax_nor_dask():
     code = (
-        "import sys, anyrope, anyrope.check, anyrope._backends; "
+        "import sys, anyrope, anyrope.check, anyrope.tools._backends; "
         "print(sorted(m for m in ('jax', 'dask') if m in sys.modules))"
     )
     result = run_python("-c", code)

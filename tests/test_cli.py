@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from anyrope import _cli, check
+from anyrope.tools import _cli, check
 
 
 def test_check_in_a_subprocess():

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from anyrope._cli_plot import describe_plot
 from anyrope.scaling import from_hf_config
+from anyrope.tools._cli_plot import describe_plot
 from subprocess_run import SOURCE, run_python
 
 CONFIGS = Path(__file__).parent / "configs"

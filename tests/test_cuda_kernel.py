@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 import anyrope
-from anyrope._backends import Backend, known_backends, numpy_dtype
-from anyrope._paths.cuda import launch as cuda_launch
-from anyrope._paths.cuda.launches import Launch
+from anyrope._paths.cuda import dispatch as cuda_dispatch
+from anyrope._paths.cuda.geometry import Launch
+from anyrope.tools._backends import Backend, known_backends, numpy_dtype
 from goldens import CASES, DATA, assert_same_bits, case_id, rotate_case
 
 _UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -49,13 +49,13 @@ def _ints(backend: Backend, a: np.ndarray) -> Any:
 def launches(monkeypatch: pytest.MonkeyPatch) -> list[Launch]:
     """Records every kernel launch (and still runs it)."""
     seen: list[Launch] = []
-    run = cuda_launch.launch_on_device
+    run = cuda_dispatch.launch_on_device
 
     def counting(first: Any, name: str, call: list[Launch], tables: tuple[Any, Any]) -> None:
         seen.extend(call)
         run(first, name, call, tables)
 
-    monkeypatch.setattr(cuda_launch, "launch_on_device", counting)
+    monkeypatch.setattr(cuda_dispatch, "launch_on_device", counting)
     return seen
 
 
@@ -365,7 +365,7 @@ class _Stream:
 def fake_cupy(monkeypatch: pytest.MonkeyPatch) -> Any:
     _Event.made, _Stream.every = [], []
     for name, empty in (("_in_use", {}), ("_retired", []), ("_captured", {})):
-        monkeypatch.setattr(cuda_launch, name, empty)
+        monkeypatch.setattr(cuda_dispatch, name, empty)
     return types.SimpleNamespace(cuda=types.SimpleNamespace(Event=_Event))
 
 
@@ -375,9 +375,9 @@ def test_the_same_tables_take_no_event(fake_cupy: Any) -> None:
     stream = _Stream(7)
     tables = (object(), object())
     for _ in range(100):
-        cuda_launch.hold_cupy_tables(fake_cupy, stream, tables)
+        cuda_dispatch.hold_cupy_tables(fake_cupy, stream, tables)
     assert _Event.made == []
-    assert cuda_launch._in_use == {7: tables}
+    assert cuda_dispatch._in_use == {7: tables}
 
 
 def test_tables_a_stream_moved_on_from_are_held_until_it_read_them(fake_cupy: Any) -> None:
@@ -386,18 +386,18 @@ def test_tables_a_stream_moved_on_from_are_held_until_it_read_them(fake_cupy: An
     keeps the old ones until it has passed; other streams keep their own."""
     one, two = _Stream(1), _Stream(2)
     first, second, third = ((object(), object()) for _ in range(3))
-    cuda_launch.hold_cupy_tables(fake_cupy, one, first)
-    cuda_launch.hold_cupy_tables(fake_cupy, two, first)
-    cuda_launch.hold_cupy_tables(fake_cupy, one, second)
+    cuda_dispatch.hold_cupy_tables(fake_cupy, one, first)
+    cuda_dispatch.hold_cupy_tables(fake_cupy, two, first)
+    cuda_dispatch.hold_cupy_tables(fake_cupy, one, second)
     (event,) = _Event.made
     assert event.stream is one
-    assert [kept for _, kept in cuda_launch._retired] == [first]
-    assert cuda_launch._in_use == {1: second, 2: first}
-    cuda_launch.hold_cupy_tables(fake_cupy, one, third)  # the first event has not passed
-    assert [kept for _, kept in cuda_launch._retired] == [first, second]
+    assert [kept for _, kept in cuda_dispatch._retired] == [first]
+    assert cuda_dispatch._in_use == {1: second, 2: first}
+    cuda_dispatch.hold_cupy_tables(fake_cupy, one, third)  # the first event has not passed
+    assert [kept for _, kept in cuda_dispatch._retired] == [first, second]
     event.passed = True
-    cuda_launch.hold_cupy_tables(fake_cupy, one, first)
-    assert [kept for _, kept in cuda_launch._retired] == [second, third]
+    cuda_dispatch.hold_cupy_tables(fake_cupy, one, first)
+    assert [kept for _, kept in cuda_dispatch._retired] == [second, third]
     assert len(_Event.made) == 3
 
 
@@ -407,16 +407,16 @@ def test_under_capture_no_event_no_query(fake_cupy: Any) -> None:
     time), and the stream's tables before the capture stay held."""
     stream = _Stream(3)
     before, captured = (object(), object()), (object(), object())
-    cuda_launch.hold_cupy_tables(fake_cupy, stream, before)
-    cuda_launch.hold_cupy_tables(fake_cupy, stream, (object(), object()))
+    cuda_dispatch.hold_cupy_tables(fake_cupy, stream, before)
+    cuda_dispatch.hold_cupy_tables(fake_cupy, stream, (object(), object()))
     stream.capturing = True
     for tables in (before, captured, captured):
-        cuda_launch.hold_cupy_tables(fake_cupy, stream, tables)
+        cuda_dispatch.hold_cupy_tables(fake_cupy, stream, tables)
     assert len(_Event.made) == 1  # the change before the capture
-    assert list(cuda_launch._captured.values()) == [before, captured]
+    assert list(cuda_dispatch._captured.values()) == [before, captured]
     stream.capturing = False
-    cuda_launch.hold_cupy_tables(fake_cupy, stream, captured)
-    assert cuda_launch._captured[id(captured[0])] is captured
+    cuda_dispatch.hold_cupy_tables(fake_cupy, stream, captured)
+    assert cuda_dispatch._captured[id(captured[0])] is captured
 
 
 def test_torch_tables_are_recorded_on_the_launch_stream(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -464,14 +464,14 @@ def test_torch_tables_are_recorded_on_the_launch_stream(monkeypatch: pytest.Monk
     fake.cuda = types.SimpleNamespace(Device=Device, ExternalStream=External)  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "cupy", fake)
     monkeypatch.setattr(torch.cuda, "current_stream", current_stream)
-    monkeypatch.setattr(cuda_launch, "_external_streams", {})
+    monkeypatch.setattr(cuda_dispatch, "_external_streams", {})
     from anyrope._paths.cuda import _module
 
     monkeypatch.setattr(_module, "get_kernel", lambda *a, **k: lambda *args: ran.append(args))
     x = torch.zeros(4).as_subclass(DeviceTensor)
     tables = (torch.zeros(2).as_subclass(DeviceTensor), torch.zeros(2).as_subclass(DeviceTensor))
     launch = Launch(1, False, False, (1, 1, 1), (1, 1, 1), ())
-    cuda_launch.launch_on_device(x, "float32", [launch, launch], tables)
+    cuda_dispatch.launch_on_device(x, "float32", [launch, launch], tables)
     assert looked_up == [0]
     assert len(ran) == 2
     assert recorded == [stream, stream]

@@ -5,7 +5,7 @@
    flush to zero under the ``-ftz=true`` CuPy adds, and 16-byte loads and stores in the
    vector variants.
 2. The kernel body (``rope_math.cuh``), built for the host and run over a simulated grid
-   on exactly the arguments ``anyrope._paths.cuda.launch`` packs for the device, gives the bits
+   on exactly the arguments ``anyrope._paths.cuda.dispatch`` packs for the device, gives the bits
    of the array-API path: a wrong index, stride, layout or rounding fails here on a CPU.
 
 Without nvcc these tests skip, except under CI (``CI`` set), where they fail.
@@ -36,11 +36,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import anyrope
-from anyrope._backends import numpy_dtype
 from anyrope._paths.cuda import _module
-from anyrope._paths.cuda.launch import rotate_raw
-from anyrope._paths.cuda.launches import Launch, Operand, plan_launches
+from anyrope._paths.cuda.dispatch import rotate_raw
+from anyrope._paths.cuda.geometry import Launch, Operand, plan_launches
 from anyrope._plan import Plan, make_plan
+from anyrope.tools._backends import numpy_dtype
 
 HARNESS = Path(__file__).parent / "cuda_harness" / "harness.cpp"
 DTYPE_CODES = {"float16": 0, "bfloat16": 1, "float32": 2, "float64": 3}
@@ -100,7 +100,8 @@ def test_kernel_compiles(arch: str, instantiations: Path, tmp_path: Path) -> Non
     ptx = ptx_file.read_text()
     entries = re.split(r"\.entry\s+", ptx)[1:]
     assert len(entries) == sum(len(_module.kernel_names(d)) for d in _module.KERNEL_TYPES)
-    # numerics.md: no fused multiply-add anywhere, only separately rounded operations.
+    # numerical-contract.rst, "How every path computes" 3: no fused multiply-add anywhere, only
+    # separately rounded operations.
     assert re.search(r"\bfma\.", ptx) is None
     assert "mul.rn.f32" in ptx
     assert "sub.rn.f64" in ptx
@@ -216,8 +217,9 @@ FLUSHING_FLAGS = {
 @pytest.mark.parametrize("flags", list(FLUSHING_FLAGS.values()), ids=list(FLUSHING_FLAGS))
 @pytest.mark.parametrize("arch", ["compute_80", "compute_90"])
 def test_nvrtc_float32_math_keeps_subnormals(arch: str, flags: list[str]) -> None:
-    # numerics.md section 3: subnormals are kept as NumPy keeps them. `.ftz` on any f32
-    # instruction (mul, add, sub, neg, cvt, setp, ...) would flush them on the GPU.
+    # numerical-contract.rst, "How every path computes" 3: subnormals are kept as NumPy keeps them.
+    # `.ftz` on any f32 instruction (mul, add, sub, neg, cvt, setp, ...) would flush them on the
+    # GPU.
     ptx, _ = _nvrtc_compile(
         [
             *_module.COMPILE_OPTIONS,
@@ -292,7 +294,7 @@ def _data(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype[Any]
 
 
 def _harness_launcher(harness: Any, launches: list[Launch], grid_cap: int | None = None) -> Any:
-    """A launcher for anyrope._paths.cuda.launch that runs each launch in the host harness."""
+    """A launcher for anyrope._paths.cuda.dispatch that runs each launch in the host harness."""
 
     def launcher(x: Any, name: str, call: Sequence[Launch], tables: tuple[Any, Any]) -> None:
         for launch in call:
@@ -546,11 +548,11 @@ def test_harness_64_bit_indices(
 ) -> None:
     # Offsets past 2**31 need more memory than a test has: with the limit at 0, every
     # launch takes the long long variants, which must give the same bits.
-    from anyrope._paths.cuda import launch as cuda_launch
-    from anyrope._paths.cuda import launches as cuda_launches
+    from anyrope._paths.cuda import dispatch as cuda_dispatch
+    from anyrope._paths.cuda import geometry as cuda_geometry
 
-    monkeypatch.setattr(cuda_launches, "_INT32_LIMIT", 0)
-    monkeypatch.setattr(cuda_launch, "_templates", {})
+    monkeypatch.setattr(cuda_geometry, "_INT32_LIMIT", 0)
+    monkeypatch.setattr(cuda_dispatch, "_templates", {})
     dtype = _dtype(dtype_name)
     rng = np.random.default_rng(zlib.crc32(f"wide-{dtype_name}-{scenario}".encode()))
     spec = _scenario(scenario, "bshd", dtype, rng)
@@ -592,15 +594,15 @@ def test_harness_checks_positions_the_host_left_unread(
     # 32-bit index would wrap into range) gives NaN in the rotated features of its
     # token; the copied tail and every other token keep the bits of the array-API path.
     from anyrope import _positions
-    from anyrope._paths.cuda import launch as cuda_launch
-    from anyrope._paths.cuda import launches as cuda_launches
+    from anyrope._paths.cuda import dispatch as cuda_dispatch
+    from anyrope._paths.cuda import geometry as cuda_geometry
 
     def never(*args: object) -> None:
         raise AssertionError("the positions were read on the host")
 
-    monkeypatch.setattr(cuda_launch, "_templates", {})
+    monkeypatch.setattr(cuda_dispatch, "_templates", {})
     if wide_index:
-        monkeypatch.setattr(cuda_launches, "_INT32_LIMIT", 0)
+        monkeypatch.setattr(cuda_geometry, "_INT32_LIMIT", 0)
     dtype = _dtype(dtype_name)
     rng = np.random.default_rng(zlib.crc32(f"unread-{dtype_name}-{position_dtype}".encode()))
     low, high = np.iinfo(position_dtype).min, np.iinfo(position_dtype).max
@@ -707,7 +709,8 @@ def _nan_and_subnormal(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def test_harness_keeps_subnormals_inf_and_nan(
     harness: Any, dtype_name: str, interleaved: bool, inverse: bool
 ) -> None:
-    # numerics.md section 3: no flush to zero, IEEE special values as NumPy gives them.
+    # numerical-contract.rst, "How every path computes" 3: no flush to zero, IEEE special values as
+    # NumPy gives them.
     dtype = _dtype(dtype_name)
     rng = np.random.default_rng(
         zlib.crc32(f"special-{dtype_name}-{interleaved}-{inverse}".encode())
@@ -805,7 +808,7 @@ def torch_as_cuda(monkeypatch: pytest.MonkeyPatch) -> list[Launch]:
     pytest.importorskip("torch")
     from anyrope import _positions
     from anyrope._paths import cuda
-    from anyrope._paths.cuda import launch as cuda_launch
+    from anyrope._paths.cuda import dispatch as cuda_dispatch
 
     launches: list[Launch] = []
     monkeypatch.setattr(cuda, "cuda_array", lambda x: True)
@@ -814,7 +817,7 @@ def torch_as_cuda(monkeypatch: pytest.MonkeyPatch) -> list[Launch]:
     monkeypatch.setattr(cuda, "_device_id", lambda x: 0)
     monkeypatch.setattr(_positions, "waits_for_device", lambda values: True)
     monkeypatch.setattr(
-        cuda_launch, "launch_on_device", lambda first, name, call, tables: launches.extend(call)
+        cuda_dispatch, "launch_on_device", lambda first, name, call, tables: launches.extend(call)
     )
     return launches
 
@@ -888,7 +891,7 @@ def test_harness_through_the_pipeline_as_the_tables_change(
     monkeypatch.setattr(cuda, "_cupy_installed", lambda: True)
     monkeypatch.setattr(cuda, "unusable", lambda device_id: None)
     monkeypatch.setattr(cuda, "_device_id", lambda x: 0)
-    monkeypatch.setattr(cuda.launch, "launch_on_device", _harness_launcher(harness, launches))
+    monkeypatch.setattr(cuda.dispatch, "launch_on_device", _harness_launcher(harness, launches))
     rng = np.random.default_rng(5)
     rope = anyrope.RoPE(32, rotary_dim=24)
     reference = anyrope.RoPE(32, rotary_dim=24)
@@ -919,9 +922,9 @@ def test_inplace_on_torch_tells_autograd(harness: Any, monkeypatch: pytest.Monke
     torch = pytest.importorskip("torch")
 
     from anyrope._paths import cuda as cuda_path
-    from anyrope._paths.cuda import launch as cuda_launch
+    from anyrope._paths.cuda import dispatch as cuda_dispatch
 
-    monkeypatch.setattr(cuda_launch, "launch_on_device", _harness_launcher(harness, []))
+    monkeypatch.setattr(cuda_dispatch, "launch_on_device", _harness_launcher(harness, []))
     gen = torch.Generator().manual_seed(0)
     w = torch.randn(16, 16, dtype=torch.float64, generator=gen, requires_grad=True)
     q = torch.randn(2, 5, 3, 16, dtype=torch.float64, generator=gen)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import anyrope
-from anyrope._backends import numpy_dtype
+from anyrope.tools._backends import numpy_dtype
 
 da = pytest.importorskip("dask.array", reason="dask is not installed")
 dask = pytest.importorskip("dask")

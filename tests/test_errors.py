@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import anyrope
-from anyrope._backends import extra_backends, known_backends
+from anyrope.tools._backends import extra_backends, known_backends
 from subprocess_run import run_python
 
 X = np.zeros((2, 5, 3, 8), dtype=np.float32)

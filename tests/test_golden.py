@@ -119,8 +119,8 @@ def _ulps(got: np.ndarray, exact: list[Any]) -> np.ndarray:
 def test_golden_tables_are_within_one_ulp(table):
     """float64 entries within 1 ulp of ``cos(m * theta) * factor`` evaluated in mpmath.
 
-    The angle is the float64 product ``m * theta`` (numerics.md, section 2); an
-    attention factor other than 1 adds its own rounding, hence the 1.5 ulp.
+    The angle is the float64 product ``m * theta`` (numerical-contract.rst, "How every path
+    computes" 2); an attention factor other than 1 adds its own rounding, hence the 1.5 ulp.
     """
     name = table["name"]
     positions = DATA[f"{name}_positions"]

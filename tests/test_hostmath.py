@@ -1,8 +1,9 @@
 """The host math behind every bit: accuracy against mpmath, exact identities, and the rule
 that nothing on a path that feeds bits calls a platform's transcendental functions.
 
-numerics.md, section 1: frequencies, scaling factors and cos/sin tables are the same bits
-on every machine and within one ulp of the correctly rounded float64 value.
+numerical-contract.rst, "Host math that no machine can change": frequencies, scaling factors and
+cos/sin tables are the same bits on every machine and within one ulp of the correctly rounded
+float64 value.
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ def test_inv_freq_within_one_ulp(sampled: dict[str, np.ndarray]) -> None:
 
 @pytest.mark.parametrize("function", ["cos", "sin"])
 def test_tables_within_one_ulp(sampled: dict[str, np.ndarray], function: str) -> None:
-    """Table entries of ``fl(m * theta)``, the angle numerics.md defines."""
+    """Table entries of ``fl(m * theta)``, the angle of numerical-contract.rst, "How every path
+    computes" 2."""
     angles = sampled["positions"].astype(np.float64) * sampled["theta"]
     sin, cos = hostmath.sincos(angles)
     reference = getattr(mpmath, function)

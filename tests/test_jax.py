@@ -1,7 +1,8 @@
 """JAX: eager results equal the golden files bit for bit; under ``jax.jit`` within one ulp.
 
-Under ``jit`` XLA may contract ``a*b - c*d`` into fused multiply-adds, which the numerical
-contract does not cover (numerics.md, section 4): there the promise is one ulp.
+Under ``jit`` XLA may contract ``a*b - c*d`` into fused multiply-adds, which the numerical contract
+does not cover (numerical-contract.rst, "What is identical, and what is not"): there the promise is
+one ulp.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import anyrope
-from anyrope._backends import numpy_dtype
+from anyrope.tools._backends import numpy_dtype
 from goldens import CASES, DATA, assert_same_bits, case_id, rope_options
 
 jax = pytest.importorskip("jax", reason="JAX is not installed")

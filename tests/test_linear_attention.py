@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import anyrope
-from anyrope._backends import numpy_dtype
 from anyrope.linear_attention import linear_attention
+from anyrope.tools._backends import numpy_dtype
 from attention_oracles import EPS, linear_attention_explicit
 
 

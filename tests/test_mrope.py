@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import anyrope
-from anyrope._backends import numpy_dtype
+from anyrope.tools._backends import numpy_dtype
 
 SECTION = [4, 6, 6]  # a small [16, 24, 24]: sums to head_dim // 2 = 16
 MROPE = {"type": "mrope", "mrope_section": SECTION}

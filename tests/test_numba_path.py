@@ -19,7 +19,7 @@ from numba import njit
 
 import anyrope
 from anyrope import _threads
-from anyrope._host import STORAGE_DTYPES
+from anyrope._cpu_memory import STORAGE_DTYPES
 from anyrope._paths import numba_cpu
 from anyrope._paths.numba_cpu import kernels
 from goldens import assert_same_bits
@@ -157,8 +157,9 @@ def _instructions(kernel, *args) -> str:
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
 def test_no_fused_multiply_add(dtype: str) -> None:
-    """numerics.md: every product rounded separately. On a CPU with FMA (this one has,
-    if the instruction set names it) a contracted `a*b - c*d` would show as vfm*."""
+    """numerical-contract.rst, "How every path computes" 3: every product rounded separately. On a
+    CPU with FMA (this one has, if the instruction set names it) a contracted `a*b - c*d` would show
+    as vfm*."""
     storage = STORAGE_DTYPES[dtype]
     table = np.float64 if dtype == "float64" else np.float32
     x = np.ones((1, 2, 3, 16), dtype=storage)

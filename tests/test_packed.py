@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import anyrope
-from anyrope._backends import numpy_dtype
+from anyrope.tools._backends import numpy_dtype
 
 LENGTHS = [5, 0, 1, 9, 3]
 CU = np.concatenate([[0], np.cumsum(LENGTHS)]).astype(np.int32)

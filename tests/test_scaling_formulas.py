@@ -44,7 +44,8 @@ PRECISION = 300
 float64 values held to 2**-300 rounds to the float64 that the exact value rounds to."""
 
 BOUND_ULPS = 1.0
-"""The documented error of the host math's powers and logarithms (numerics.md, section 1)."""
+"""The documented error of the host math's powers and logarithms (numerical-contract.rst, "Host math
+that no machine can change")."""
 
 dims = st.integers(min_value=2, max_value=128).map(lambda n: 2 * n)
 bases = st.sampled_from([10000.0, 500000.0, 1e6, 1234.5])

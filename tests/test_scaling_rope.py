@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 import anyrope
-from anyrope._backends import numpy_dtype
 from anyrope._hostmath import log, sincos
 from anyrope._tables import AHEAD, AHEAD_BLOCKS, MAX_LENGTH_BUCKETS
 from anyrope.scaling import RopeScaling, dynamic, yarn
+from anyrope.tools._backends import numpy_dtype
 
 CONFIGS = Path(__file__).parent / "configs"
 
@@ -436,8 +436,9 @@ UNDOING = {name: SCALINGS[name] for name in ("yarn", "yarn-deepseek", "longrope"
 
 @pytest.mark.parametrize("name", sorted(UNDOING))
 def test_inverse_undoes_the_attention_factor(backend_dtype, name: str) -> None:
-    """numerics.md, section 3: ``inverse=True`` rotates by ``-angle`` with tables of
-    ``cos/a`` and ``sin/a``, so it undoes the forward call, attention factor included."""
+    """numerical-contract.rst, "How every path computes" 4: ``inverse=True`` rotates by ``-angle``
+    with tables of ``cos/a`` and ``sin/a``, so it undoes the forward call, attention factor
+    included."""
     backend, dtype = backend_dtype
     rope = anyrope.RoPE(32, scaling=UNDOING[name], max_position_embeddings=256)
     rng = np.random.default_rng(5)

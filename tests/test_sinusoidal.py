@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import anyrope
-from anyrope._backends import float32_to_bfloat16_bits, numpy_dtype
 from anyrope.sinusoidal import sinusoidal
+from anyrope.tools._backends import float32_to_bfloat16_bits, numpy_dtype
 
 
 def test_formula_float64():

@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import anyrope
-from anyrope._lazy import torch_op
+from anyrope import _torch_op as torch_op
 
 torch = pytest.importorskip("torch")
 dynamo_testing = pytest.importorskip("torch._dynamo.testing")

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 import anyrope
 from anyrope._amplitude import Amplitude
-from anyrope._backends import extra_backends, numpy_dtype
 from anyrope._hostmath import power, sincos
+from anyrope.tools._backends import extra_backends, numpy_dtype
 from oracles import complex_rotation, pair_index
 
 SETTINGS = settings(max_examples=30, deadline=None)

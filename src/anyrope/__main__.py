@@ -1,5 +1,5 @@
 """``python -m anyrope``: the command line."""
 
-from ._cli import main
+from .tools._cli import main
 
 raise SystemExit(main())

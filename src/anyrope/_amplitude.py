@@ -4,7 +4,7 @@ xPos (Sun et al. 2022, arXiv 2212.10554) multiplies pair ``i`` of a query at pos
 ``m`` by ``zeta_i ** ((m - center) / scale_base)`` and divides the same pair of a key by
 it, so that a query-key product gains ``zeta_i ** ((m - n) / scale_base)``: a decay
 with the distance only. The amplitude is folded into the cos/sin tables the way the
-attention factor is (numerics.md, section 2).
+attention factor is (numerical-contract.rst, "How every path computes" 2).
 """
 
 from __future__ import annotations

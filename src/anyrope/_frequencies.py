@@ -1,4 +1,5 @@
-"""Base rotation frequencies, computed on the host in float64 (numerics.md, section 1).
+"""Base rotation frequencies, computed on the host in float64 (numerical-contract.rst, "How every
+path computes" 1, Frequencies).
 
 ``theta_i`` is within one ulp of the exact ``base ** (-2i/r)`` (almost always the correctly
 rounded float64) and the same bits on every machine: see :mod:`anyrope._hostmath`.

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import _tables, _threads
-from ._lazy import torch_op
+from . import _torch_op as torch_op
 from ._namespace import Array, Namespace, namespace_of
 from ._rope import RoPE
 from ._validation import check_base, check_bool, check_int, check_rotary_dim, describe

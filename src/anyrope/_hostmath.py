@@ -1,4 +1,5 @@
-"""Host math that no CPU, OS or NumPy version can change (numerics.md, section 1).
+"""Host math that no CPU, OS or NumPy version can change (numerical-contract.rst, "Host math that no
+machine can change").
 
 ``np.cos``, ``np.sin``, ``np.power``, ``np.exp``, ``np.log`` and the ``math`` module are
 not the same function everywhere: NumPy dispatches them to different SIMD code by CPU
@@ -60,7 +61,6 @@ _SHORT_REDUCTION_LIMIT = float(2**26)
 # -- Constants from integers (anyrope._hostmath_constants) ------------------------------
 
 _pi = constants.pi
-_PI = constants.PI
 _PIO2 = constants.PIO2
 _TWO_OVER_PI = constants.TWO_OVER_PI
 _LN2_HI = constants.LN2_HI

@@ -18,7 +18,7 @@ Namespace = Any
 """An array-API namespace module."""
 
 FLOATING = ("float16", "bfloat16", "float32", "float64")
-"""The dtypes anyrope rotates (numerics.md)."""
+"""The dtypes anyrope rotates (numerical-contract.rst, "What is identical, and what is not")."""
 
 
 def namespace_of(
@@ -140,7 +140,8 @@ def is_real_floating(xp: Namespace, dtype: Any) -> bool:
 
 
 def is_half(xp: Namespace, dtype: Any) -> bool:
-    """True for 16-bit floating dtypes, which are computed in float32 (numerics.md)."""
+    """True for 16-bit floating dtypes, which are computed in float32 (numerical-contract.rst, "How
+    every path computes" 3)."""
     return dtype_name(dtype) in ("float16", "bfloat16")
 
 

@@ -256,7 +256,8 @@ def make_plan(
         where=where,
         source=source,
         tables=tables.undoing() if inverse else tables,
-        # Tables are rounded once to the compute dtype (numerics.md): no cast on the device.
+        # Tables are rounded once to the compute dtype (numerical-contract.rst, "How every path
+        # computes" 2): no cast on the device.
         table_dtype=table_dtype(xp, arrays[0].dtype),
         interleaved=interleaved,
         inverse=inverse != adjoint,

@@ -10,8 +10,8 @@ import array_api_compat
 import numpy as np
 
 from . import _mrope, _pipeline, _slices
+from . import _torch_op as torch_op
 from ._jax import is_traced
-from ._lazy import torch_op
 from ._namespace import (
     Array,
     Namespace,

@@ -1,11 +1,10 @@
 """cos/sin tables: float64 on the host, rounded once, moved to a device once and cached.
 
-numerics.md, section 2: ``angle = float64(m) * theta``; ``cos``/``sin`` of it times the
-attention factor (and, for xPos, the amplitude of :mod:`anyrope._amplitude`), all in
-float64 with :mod:`anyrope._hostmath` (the same bits on every machine), then one
-rounding to the table dtype.
-Every entry depends only on its own position, so a table grown later, a slice of it
-and a table built directly for a few positions hold the same bits.
+numerical-contract.rst, "How every path computes" 2: ``angle = float64(m) * theta``; ``cos``/``sin``
+of it times the attention factor (and, for xPos, the amplitude of :mod:`anyrope._amplitude`), all in
+float64 with :mod:`anyrope._hostmath` (the same bits on every machine), then one rounding to the
+table dtype. Every entry depends only on its own position, so a table grown later, a slice of it and
+a table built directly for a few positions hold the same bits.
 """
 
 from __future__ import annotations
@@ -255,7 +254,8 @@ class TableCache:
             _generation += 1
 
     def undoing(self) -> TableCache:
-        """The tables that undo this cache's rotation (numerics.md, section 3).
+        """The tables that undo this cache's rotation (numerical-contract.rst, "How every path
+        computes" 4).
 
         A rotation by ``a * R(angle)`` is undone by ``R(-angle) / a``: tables of ``cos/a``
         and ``sin/a``, divided in float64 on the host and rounded once (the path flips

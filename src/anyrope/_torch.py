@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ._host import STORAGE_DTYPES
+from ._cpu_memory import STORAGE_DTYPES
 from ._namespace import Array, dtype_name
 from ._validation import describe
 

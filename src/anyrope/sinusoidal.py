@@ -1,9 +1,9 @@
 """The sinusoidal absolute position encoding (Vaswani et al., 2017), for comparison with RoPE.
 
-Computed like the RoPE tables (numerics.md, section 2): angles, sines and cosines in
-float64 with NumPy on the host, rounded once to float32 (float64 for float64 output),
-then moved to the caller's library and device. JAX positions traced by ``jit`` are
-encoded the same way, on the host, when the compiled function runs.
+Computed like the RoPE tables (numerical-contract.rst, "How every path computes" 2): angles, sines
+and cosines in float64 with NumPy on the host, rounded once to float32 (float64 for float64 output),
+then moved to the caller's library and device. JAX positions traced by ``jit`` are encoded the same
+way, on the host, when the compiled function runs.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 // against src/anyrope/_paths/cuda/rope_math.cuh, the header that rope.cu includes, and called
 // through ctypes in place of the CuPy launch: the very same index mapping and rounding,
 // run for every (blockIdx, threadIdx) of the 3-D grid in order on host memory, with the arguments
-// that anyrope._paths.cuda.launch packed for the device (pointers are host addresses here).
+// that anyrope._paths.cuda.dispatch packed for the device (pointers are host addresses here).
 #include <cfloat>
 #include <cstdint>
 

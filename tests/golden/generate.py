@@ -30,7 +30,7 @@ import ml_dtypes
 import numpy as np
 
 import anyrope
-from anyrope._backends import float32_to_bfloat16_bits
+from anyrope.tools._backends import float32_to_bfloat16_bits
 
 HERE = Path(__file__).parent
 DTYPES = ("float16", "bfloat16", "float32", "float64")

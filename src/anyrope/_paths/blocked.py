@@ -27,7 +27,7 @@ import array_api_compat.numpy as numpy_xp
 import numpy as np
 
 from .. import _threads
-from .._host import empty_like
+from .._cpu_memory import empty_like
 from .._namespace import Array
 from .._plan import Plan
 
@@ -72,7 +72,8 @@ def rejects(plan: Plan) -> str | None:
 def run(plan: Plan) -> tuple[Array, ...]:
     """Rotate each array of ``plan`` into a new array, or into itself in place."""
     # inf * 0 is NaN and a huge pair may overflow: IEEE results the contract keeps
-    # (numerics.md, section 4), not something to warn about on NumPy and not elsewhere.
+    # (numerical-contract.rst, "What is identical, and what is not"), not something to warn about on
+    # NumPy and not elsewhere.
     with np.errstate(invalid="ignore", over="ignore"):
         return _run(plan)
 
@@ -168,9 +169,10 @@ def _rotate_blocks(  # noqa: PLR0917 - the loop's operands, in the order they ar
     size = min(ops.block_elements, math.prod(rotated_shape))
 
     def run_chunk(chunk: list[tuple[Any, ...]]) -> None:
-        # NumPy's error state is per thread: the caller's does not reach the pool's. inf * 0
-        # is NaN and a huge pair may overflow, IEEE results that the contract keeps
-        # (numerics.md, section 4), not something to warn about on NumPy and not elsewhere.
+        # NumPy's error state is per thread: the caller's does not reach the pool's. inf * 0 is NaN
+        # and a huge pair may overflow, IEEE results that the contract keeps
+        # (numerical-contract.rst, "What is identical, and what is not"), not something to warn
+        # about on NumPy and not elsewhere.
         with np.errstate(invalid="ignore", over="ignore"):
             products = ops.empty(size, wide_cos.dtype)
             swapped = ops.empty(size, wide_cos.dtype)

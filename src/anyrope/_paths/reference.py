@@ -1,5 +1,5 @@
 """The reference path: the rotation written once against the array API standard
-(numerics.md, section 3).
+(numerical-contract.rst, "How every path computes" 3, The rotation).
 
 :func:`rotate_pairs` uses only standard functions, an explicit ``xp`` and no in-place
 writes (JAX arrays are immutable), so it runs on any array-API library and defines the
@@ -75,7 +75,8 @@ def run(plan: Plan) -> tuple[Array, ...]:
     cos, sin = plan.gathered_tables()
     results = []
     # inf * 0 is NaN and a huge pair may overflow: IEEE results the contract keeps
-    # (numerics.md, section 4), not something to warn about on NumPy and not elsewhere.
+    # (numerical-contract.rst, "What is identical, and what is not"), not something to warn about on
+    # NumPy and not elsewhere.
     with np.errstate(invalid="ignore", over="ignore"):
         for x in plan.arrays:
             y = rotate_pairs(

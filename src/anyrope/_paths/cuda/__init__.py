@@ -15,7 +15,7 @@ import array_api_compat
 
 from ..._namespace import Array, device_of
 from ..._plan import Plan
-from . import launch
+from . import dispatch
 
 NAME = "cuda"
 CHECKS_POSITIONS = True
@@ -137,13 +137,13 @@ def run(plan: Plan) -> tuple[Array, ...]:
     if plan.requires_grad:
         from .autograd import rotate_with_grad
 
-        return rotate_with_grad(plan, launcher=launch.launch_on_device)
-    outputs = launch.rotate_raw(
+        return rotate_with_grad(plan, launcher=dispatch.launch_on_device)
+    outputs = dispatch.rotate_raw(
         plan,
         plan.arrays,
         inverse=plan.inverse,
         inplace=plan.inplace,
-        launcher=launch.launch_on_device,
+        launcher=dispatch.launch_on_device,
     )
     if plan.inplace and plan.library == "torch":
         from ..._torch import bump_versions

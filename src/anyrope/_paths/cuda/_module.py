@@ -37,7 +37,8 @@ _ITEMSIZE: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4, "float64
 #: C++ index type of the kernel: 32-bit when every offset of a launch fits, else 64-bit.
 INDEX_TYPES: dict[bool, str] = {False: "int", True: "long long"}
 
-#: ``--fmad=false`` is the contract of numerics.md section 3 (no FMA contraction). The
+#: ``--fmad=false`` is the contract of numerical-contract.rst, "How every path computes" 3 (no FMA
+#: contraction). The
 #: float32 arithmetic is inline PTX with explicit rounding, never contracted and never
 #: flushed to zero by the ``-ftz=true`` that CuPy appends to these options.
 COMPILE_OPTIONS: tuple[str, ...] = ("--std=c++17", "--fmad=false")

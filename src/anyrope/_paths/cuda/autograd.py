@@ -17,7 +17,7 @@ from typing import Any
 
 from ..._namespace import Array
 from ..._plan import Plan
-from .launch import Launcher, rotate_raw
+from .dispatch import Launcher, rotate_raw
 
 __all__ = ["rotate_with_grad"]
 
@@ -56,7 +56,7 @@ def rotate_with_grad(plan: Plan, *, launcher: Launcher) -> tuple[Array, ...]:
     """The kernel path for tensors that require grad: forward and backward are launches.
 
     ``launcher`` runs each launch, forward and backward (the CPU tests pass the host
-    harness, as for :func:`anyrope._paths.cuda.launch.rotate_raw`).
+    harness, as for :func:`anyrope._paths.cuda.dispatch.rotate_raw`).
     """
     result: tuple[Array, ...] = _rotate_function().apply(plan, launcher, *plan.arrays)
     return result

@@ -22,7 +22,7 @@ import array_api_compat.numpy as numpy_xp
 import numpy as np
 
 from ... import _threads
-from ..._host import STORAGE_DTYPES, empty_like
+from ..._cpu_memory import STORAGE_DTYPES, empty_like
 from ..._namespace import Array
 from ..._plan import Plan
 from ..._torch import bump_versions, numpy_view, positions_view
@@ -135,8 +135,8 @@ def _tables(plan: Plan) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], int
     """cos/sin as 2-D NumPy tables, and how the inputs' leading axes pick their rows:
     ``(cos, sin, first, strides)``, one stride (in rows) per leading axis of the inputs.
 
-    For ``inverse=True`` the sines are negated: rotation by -angle, exact (numerics.md,
-    section 3).
+    For ``inverse=True`` the sines are negated: rotation by -angle, exact
+    (numerical-contract.rst, "How every path computes" 4, The inverse).
     """
     axes = plan.axes
     lead = len(axes.batch) + 2

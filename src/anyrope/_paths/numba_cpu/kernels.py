@@ -238,9 +238,9 @@ def rotate(  # noqa: PLR0917 - the kernel's operands, in the order they are used
 ) -> None:
     """Rotate ``x`` (n0, n1, n2, width) into ``out``, a separate array of the same shape.
 
-    ``out[pair] = (x0 c - x1 s, x1 c + x0 s)`` (numerics.md, section 3), where the pairs
-    of ``x[a, b, c]`` use the table row ``first + a*t0 + b*t1 + c*t2`` (``rows = (first,
-    t0, t1, t2)``); the features past the rotated ones are copied. Only ``a*n1 + b`` in
+    ``out[pair] = (x0 c - x1 s, x1 c + x0 s)`` (numerical-contract.rst, "How every path computes"
+    3), where the pairs of ``x[a, b, c]`` use the table row ``first + a*t0 + b*t1 + c*t2`` (``rows =
+    (first, t0, t1, t2)``); the features past the rotated ones are copied. Only ``a*n1 + b`` in
     ``start .. stop-1`` is done: a thread's share.
     """
     # The row loops are written out in both kernels: behind a helper function, or with

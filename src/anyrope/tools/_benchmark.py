@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ._rope import RoPE
+from .._rope import RoPE
 
 Q_HEADS = 32
 KV_HEADS = 8
@@ -323,17 +323,6 @@ def measure_case(
         timings=tuple(timings),
         left_out=left_out,
     )
-
-
-def run_cpu_benchmark(
-    *,
-    cases: tuple[str, ...] = tuple(CASES),
-    dtypes: tuple[str, ...] = DTYPES,
-    rounds: int = 15,
-    progress: Callable[[str], None] | None = None,
-) -> list[CaseResult]:
-    """Every (case, dtype), each measured round-robin over ``rounds`` rounds."""
-    return [measure_case(case, dtype, rounds, progress) for case in cases for dtype in dtypes]
 
 
 def _load_text(load: float | None) -> str:

@@ -10,7 +10,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import __version__, _cli_bench, _cli_info, _cli_plot
+from .. import __version__
+from . import _cli_bench, _cli_info, _cli_plot
 from ._stdout import quiet_on_broken_pipe
 
 

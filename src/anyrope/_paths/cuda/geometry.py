@@ -29,7 +29,6 @@ _MAX_TOKENS_PER_BLOCK = 64  # blockDim.z
 # The 32-bit variants need every offset, size and stride-loop index below 2**31; the
 # margin covers a stride loop stepping one grid past a size.
 _INT32_LIMIT = 1 << 30
-N_POINTERS = 7
 
 
 class Operand(NamedTuple):

@@ -1,4 +1,4 @@
-"""``anyrope bench``: the CPU benchmark of :mod:`anyrope._benchmark`, from the command line.
+"""``anyrope bench``: the CPU benchmark of :mod:`anyrope.tools._benchmark`, from the command line.
 
 Adds to the measurement a progress bar (``rich``, when installed), the machine
 description, ``bench.json`` and the ``bench.png`` chart of each candidate's time as a
@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from .. import __version__
 from ._benchmark import CASES, DTYPES, CaseResult, format_case, measure_case
 
 

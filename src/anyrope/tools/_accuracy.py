@@ -2,7 +2,7 @@
 
 The ulp is taken at the magnitude of the input pair ``hypot(x0, x1)``: a rotation's
 rounding error scales with its input, and where an output cancels to near zero no
-method can do better than that (issue 4, numerics.md section 5).
+method can do better than that (issue 4, numerical-contract.rst, "Accuracy").
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import platform
 import sys
 from typing import Any
 
-from . import __version__
+from .. import __version__
 from ._backends import known_backends
 
 # Distribution name on PyPI -> module name, for the optional libraries.

@@ -31,7 +31,7 @@ def quiet_on_broken_pipe(run: Callable[[], int]) -> int:
     The recipe of Python's documentation (:mod:`signal`, "Note on SIGPIPE"): flush inside
     the ``try`` so that buffered output fails here and not at exit, then point stdout at
     os.devnull so that the interpreter's own flush at exit cannot fail again. Used by
-    ``anyrope._cli.main`` (``python -m anyrope`` and the ``anyrope`` script) and
+    ``anyrope.tools._cli.main`` (``python -m anyrope`` and the ``anyrope`` script) and
     ``python -m anyrope.check``.
     """
     try:

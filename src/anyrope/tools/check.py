@@ -11,10 +11,10 @@ anyrope rotates the same inputs and the result is compared with
   float32 result rounded to bfloat16, which is what the numerical contract prescribes),
 - a float64 oracle, as the largest error in ulps at the magnitude of the input pair.
 
-NaN payloads are left to the hardware (numerics.md, section 4), so every NaN is replaced
-by one canonical pattern before comparing or hashing. The inputs are built from integer
-random draws and bit operations only: no platform math function touches them, so every
-machine makes the same ones (their digests are in the reference too).
+NaN payloads are left to the hardware (numerical-contract.rst, "What is identical, and what is
+not"), so every NaN is replaced by one canonical pattern before comparing or hashing. The inputs are
+built from integer random draws and bit operations only: no platform math function touches them, so
+every machine makes the same ones (their digests are in the reference too).
 
 Regenerate the reference only when the bits are meant to change::
 
@@ -35,6 +35,10 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
+from .._frequencies import default_inv_freq
+from .._functional import rotate
+from .._hostmath import sincos
+from .._rope import RoPE
 from ._accuracy import max_ulp_error, pair_magnitude
 from ._backends import (
     DTYPES,
@@ -45,10 +49,6 @@ from ._backends import (
     known_backends,
     numpy_dtype,
 )
-from ._frequencies import default_inv_freq
-from ._functional import rotate
-from ._hostmath import sincos
-from ._rope import RoPE
 
 SEED = 20250611
 SHAPE = (2, 24, 3, 64)
@@ -389,7 +389,7 @@ def run_check(
 
     Examples
     --------
-    >>> from anyrope._backends import known_backends
+    >>> from anyrope.tools._backends import known_backends
     >>> from anyrope.check import run_check
     >>> rows = run_check(backends=known_backends()[:1])
     >>> sorted({row.pairing for row in rows}), all(row.ok for row in rows)

@@ -22,7 +22,7 @@ from ..._namespace import Array, Namespace
 from ..._plan import Plan
 from ..._positions import Positions
 from ..._tables import Rows, TableCache, generation
-from .launches import Launch, LaunchTemplate, Operand, launch_templates
+from .geometry import Launch, LaunchTemplate, Operand, launch_templates
 
 __all__ = ["Launcher", "hold_cupy_tables", "launch_on_device", "rotate_raw"]
 

@@ -27,12 +27,12 @@ import sys
 import weakref
 from typing import Any, NamedTuple
 
-from .. import _slices, _threads
-from .._namespace import Array
-from .._offsets import Offsets
-from .._qkv import join_qkv, split_qkv
-from .._tables import TableSource
-from .._validation import check_bool
+from . import _slices, _threads
+from ._namespace import Array
+from ._offsets import Offsets
+from ._qkv import join_qkv, split_qkv
+from ._tables import TableSource
+from ._validation import check_bool
 
 __all__ = ["Target", "compiling", "register", "rotate", "rotate_qkv"]
 
@@ -216,9 +216,9 @@ def _schema(arrays: str, returns: str, *, adjoint: bool = False) -> str:
 def _define(torch: Any) -> None:
     """Define ``anyrope::rotate`` and ``anyrope::rotate_`` (keyword-only arguments: those
     of :func:`_schema`)."""
-    from .. import _pipeline
-    from .._paths import choose
-    from .._plan import make_plan
+    from . import _pipeline
+    from ._paths import choose
+    from ._plan import make_plan
 
     def run(
         arrays: list[Array],

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ._namespace import Array, Namespace
+from .._namespace import Array, Namespace
 
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 _BITS = {
@@ -275,7 +275,7 @@ def extra_backends() -> list[Backend]:
 
     Examples
     --------
-    >>> from anyrope._backends import extra_backends
+    >>> from anyrope.tools._backends import extra_backends
     >>> [b.name for b in extra_backends()]
     ['jax', 'dask']
     """

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from .scaling import HFRopeConfig, RopeScaling, from_hf_config
-from .scaling.hf import layer_types
+from ..scaling import HFRopeConfig, RopeScaling, from_hf_config
+from ..scaling.hf import layer_types
 
 #: Exit code when an optional package the subcommand needs is missing.
 MISSING_PACKAGE = 3
