@@ -170,10 +170,11 @@ def tests_kernel(session: nox.Session) -> None:
 def tests_hf(session: nox.Session) -> None:
     """transformers' own code as the oracle: its RoPE initialisers for every scaling
     method, every model family's rotary class and apply function, and its reading of
-    each family's older config.json keys."""
+    each family's older config.json keys; and the porting guide applied to a Llama model."""
     session.install("-e", ".[test]", TORCH_CPU, TRANSFORMERS)
     _pytest(
         session,
+        "tests/test_porting_hf.py",
         "tests/test_transformers_parity.py",
         "tests/test_hf_families.py",
         "tests/test_hf_older_configs.py",
