@@ -203,9 +203,9 @@ def tests_cupy(session: nox.Session) -> None:
 @nox.session
 def docs(session: nox.Session) -> None:
     """Build the documentation (warnings are errors) and run every example in it (numba
-    installed: the doctests import every module, the compiled kernels' too; and the CPU
-    build of PyTorch, for the pages' PyTorch examples)."""
-    session.install("-e", ".[docs,numba]", TORCH_CPU)
+    installed: the doctests import every module, the compiled kernels' too; JAX and the
+    CPU build of PyTorch, for the pages' JAX and PyTorch examples)."""
+    session.install("-e", ".[docs,numba,jax]", TORCH_CPU)
     build = ("sphinx-build", "-W", "--keep-going", "-q")
     session.run(*build, "-b", "html", "docs", "docs/_build/html")
     session.run(*build, "-b", "doctest", "docs", "docs/_build/doctest")
