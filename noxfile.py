@@ -170,10 +170,11 @@ def tests_kernel(session: nox.Session) -> None:
 def tests_hf(session: nox.Session) -> None:
     """transformers' own code as the oracle: its RoPE initialisers for every scaling
     method, every model family's rotary class and apply function, and its reading of
-    each family's older config.json keys."""
+    each family's older config.json keys; and the porting guide applied to a Llama model."""
     session.install("-e", ".[test]", TORCH_CPU, TRANSFORMERS)
     _pytest(
         session,
+        "tests/test_porting_hf.py",
         "tests/test_transformers_parity.py",
         "tests/test_hf_families.py",
         "tests/test_hf_older_configs.py",
@@ -202,8 +203,9 @@ def tests_cupy(session: nox.Session) -> None:
 @nox.session
 def docs(session: nox.Session) -> None:
     """Build the documentation (warnings are errors) and run every example in it (numba
-    installed: the doctests import every module, the compiled kernels' too)."""
-    session.install("-e", ".[docs,numba]")
+    installed: the doctests import every module, the compiled kernels' too; JAX and the
+    CPU build of PyTorch, for the pages' JAX and PyTorch examples)."""
+    session.install("-e", ".[docs,numba,jax]", TORCH_CPU)
     build = ("sphinx-build", "-W", "--keep-going", "-q")
     session.run(*build, "-b", "html", "docs", "docs/_build/html")
     session.run(*build, "-b", "doctest", "docs", "docs/_build/doctest")
