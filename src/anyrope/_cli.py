@@ -7,9 +7,12 @@ docs/cli.rst repeats (tests/test_cli.py checks that the two agree).
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
 import sys
 import textwrap
 from collections.abc import Sequence
+from pathlib import Path
 
 from . import __version__, _cli_bench, _cli_info, _cli_plot
 from ._stdout import EXIT_BROKEN_PIPE, EXIT_MISSING_PACKAGE, quiet_on_broken_pipe
@@ -49,6 +52,27 @@ def _exit_codes_text() -> str:
     return "\n".join(lines)
 
 
+def _numba_compiles_first() -> bool:
+    """Whether numba is installed and its disk cache holds no compiled anyrope kernel yet.
+
+    numba caches beside the source (``__pycache__``), under ``NUMBA_CACHE_DIR``, or in
+    the user's cache folder when the source's folder is read-only. A cache written by
+    another numba version also misses, which this cheap look does not see.
+    """
+    if importlib.util.find_spec("numba") is None:
+        return False
+    kernels = importlib.util.find_spec("anyrope._paths.numba_cpu.kernels")
+    if kernels is None or kernels.origin is None:
+        return False
+    user_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "numba"
+    folders = [Path(kernels.origin).parent / "__pycache__", user_cache]
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        folders.append(Path(os.environ["NUMBA_CACHE_DIR"]))
+    return not any(
+        next(folder.rglob("kernels.rotate-*.nbi"), None) for folder in folders if folder.is_dir()
+    )
+
+
 def _check(args: argparse.Namespace) -> int:
     from .check import (
         BASE,
@@ -61,6 +85,13 @@ def _check(args: argparse.Namespace) -> int:
         unavailable_backends,
     )
 
+    if _numba_compiles_first():
+        print(
+            "compiling anyrope's numba kernels for this machine: the first run takes some "
+            "seconds more; later runs load them from numba's cache",
+            file=sys.stderr,
+            flush=True,
+        )
     rows = run_check()
     print(f"anyrope {__version__}: x of shape {SHAPE}, rotary_dim={ROTARY_DIM}, base={BASE}")
     print("inputs: positions 0 .. 2**31 - 1 and near 2**53; subnormals, +-0, +-inf, NaN")
