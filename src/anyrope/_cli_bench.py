@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from ._stdout import EXIT_MISSING_PACKAGE, output_folder
 from ._benchmark import CASES, DTYPES, CaseResult, format_case, measure_case
+from ._stdout import EXIT_MISSING_PACKAGE, output_folder
 
 
 class _Progress:
