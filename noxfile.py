@@ -7,6 +7,7 @@ backend that is installed, and each session here only chooses what is installed.
 
 from __future__ import annotations
 
+import urllib.request
 from pathlib import Path
 
 import nox
@@ -16,12 +17,16 @@ nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
-# The CPU build of PyTorch; an unpinned torch pulls a multi-GB CUDA build.
-TORCH_CPU = "torch==2.13.0"
+# The CPU build of PyTorch, from the index where PyTorch publishes its CPU builds. PyPI's
+# torch for Linux is the CUDA build (about 20 nvidia wheels, several GB): the fallback for a
+# machine that reaches only PyPI (or a mirror of it, where a local wheel folder may still
+# provide the CPU build).
+TORCH_VERSION = "2.13.0"
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 # The scaling formulas are pinned to this release (tests/test_transformers_parity.py).
 TRANSFORMERS = "transformers==5.23.0"
 # A peer checked against (tests/test_xpos.py, tests/test_axial.py, tests/test_peer_features.py);
-# pure Python, installed with the CPU torch above, so it never pulls a CUDA build.
+# pure Python, installed after the CPU torch, so it never pulls a CUDA build.
 ROTARY_EMBEDDING_TORCH = ("rotary-embedding-torch==0.9.1", "einops==0.8.2")
 # NVRTC of the CUDA 13 toolkit that nvcc comes from; CuPy compiles rope.cu with NVRTC.
 NVRTC = "nvidia-cuda-nvrtc==13.5.37"
@@ -31,9 +36,28 @@ NVRTC_TORCH = "nvidia-cuda-nvrtc==13.0.88"
 NVDISASM = "nvidia-cuda-nvdisasm==13.5.37"
 # The GPU sessions: PyPI's torch (built for one CUDA major version) and the CuPy of that
 # same major version, with the toolkit wheels (NVRTC included) from its `ctk` extra.
-TORCH_GPU = "torch==2.13.0"
+TORCH_GPU = f"torch=={TORCH_VERSION}"
 CUPY = {"12": "cupy-cuda12x[ctk]==14.2.0", "13": "cupy-cuda13x[ctk]==14.2.0"}
 CUPY_WITHOUT_TORCH = CUPY["13"]
+
+
+def _index_reachable(url: str) -> bool:
+    """Whether ``url`` answers within seconds. pip retries an unreachable index with
+    back-off for each package it looks up (two minutes for torch and its dependencies)."""
+    try:
+        with urllib.request.urlopen(url, timeout=10):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def _install_torch_cpu(session: nox.Session) -> None:
+    """torch's CPU build, alone first, so that what is installed after it keeps it."""
+    if _index_reachable(f"{TORCH_CPU_INDEX}/torch/"):
+        session.install("--index-url", TORCH_CPU_INDEX, f"torch=={TORCH_VERSION}+cpu")
+        return
+    session.warn(f"{TORCH_CPU_INDEX} is unreachable: torch=={TORCH_VERSION} from the package index")
+    session.install(f"torch=={TORCH_VERSION}")
 
 
 def _pytest(session: nox.Session, *args: str) -> None:
@@ -51,7 +75,8 @@ def tests_numpy(session: nox.Session) -> None:
 def tests_torch(session: nox.Session) -> None:
     """PyTorch on the CPU with numba (the compiled CPU path), compared bitwise with the
     golden files and with NumPy, and against rotary-embedding-torch."""
-    session.install("-e", ".[test,numba]", TORCH_CPU, *ROTARY_EMBEDDING_TORCH)
+    _install_torch_cpu(session)
+    session.install("-e", ".[test,numba]", *ROTARY_EMBEDDING_TORCH)
     _pytest(session, "--backend", "torch-cpu", "--backend", "numpy-cpu")
 
 
@@ -130,7 +155,8 @@ def tests_dispatch(session: nox.Session) -> None:
     NumPy picks its loops by CPU (and PyTorch its kernels, numba its instructions): the
     same bits must come out at every level, on this machine as on any other.
     """
-    session.install("-e", ".[test,numba]", TORCH_CPU)
+    _install_torch_cpu(session)
+    session.install("-e", ".[test,numba]")
     features = session.run("python", "-c", _DISPATCHED, silent=True).split()
     for label, env in _dispatch_levels(features):
         session.log(f"dispatch level {label}: {env}")
@@ -171,7 +197,8 @@ def tests_hf(session: nox.Session) -> None:
     """transformers' own code as the oracle: its RoPE initialisers for every scaling
     method, every model family's rotary class and apply function, and its reading of
     each family's older config.json keys; and the porting guide applied to a Llama model."""
-    session.install("-e", ".[test]", TORCH_CPU, TRANSFORMERS)
+    _install_torch_cpu(session)
+    session.install("-e", ".[test]", TRANSFORMERS)
     _pytest(
         session,
         "tests/test_porting_hf.py",
@@ -205,7 +232,8 @@ def docs(session: nox.Session) -> None:
     """Build the documentation (warnings are errors) and run every example in it (numba
     installed: the doctests import every module, the compiled kernels' too; JAX and the
     CPU build of PyTorch, for the pages' JAX and PyTorch examples)."""
-    session.install("-e", ".[docs,numba,jax]", TORCH_CPU)
+    _install_torch_cpu(session)
+    session.install("-e", ".[docs,numba,jax]")
     build = ("sphinx-build", "-W", "--keep-going", "-q")
     session.run(*build, "-b", "html", "docs", "docs/_build/html")
     session.run(*build, "-b", "doctest", "docs", "docs/_build/doctest")
@@ -253,5 +281,6 @@ PUBLIC_MODULES = (
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on src/, with the optional libraries that ship types installed."""
-    session.install("-e", ".[strict,cli]", "mypy", TORCH_CPU)
+    _install_torch_cpu(session)
+    session.install("-e", ".[strict,cli]", "mypy")
     session.run("mypy")

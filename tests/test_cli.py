@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.machinery
+import importlib.util
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -69,3 +72,61 @@ def test_check_help():
     )
     assert result.returncode == 0
     assert "bit for bit" in result.stdout
+
+
+def _docs_exit_codes():
+    """(code, meaning) of each row of the table under "Exit status" in docs/cli.rst."""
+    text = (Path(__file__).parents[1] / "docs" / "cli.rst").read_text()
+    section = text.split("Exit status\n-----------\n", 1)[1]
+    table = section.split("\n====", 2)[1].split("\n====", 1)[0]
+    rows: list[list[str]] = []
+    for line in table.splitlines()[1:]:
+        first, _, rest = line.strip().partition(" ")
+        if line[:1].isdigit():
+            rows.append([first, rest.strip()])
+        elif line.strip():
+            rows[-1][1] += " " + line.strip()
+    return [(int(code), meaning) for code, meaning in rows]
+
+
+def test_exit_codes_agree_in_help_and_docs(capsys):
+    assert _docs_exit_codes() == list(_cli.EXIT_CODES)
+    with pytest.raises(SystemExit):
+        _cli.main(["--help"])
+    epilog = capsys.readouterr().out.split("exit codes:\n", 1)[1]
+    codes = [int(line.split()[0]) for line in epilog.splitlines() if not line.startswith("     ")]
+    assert codes == [code for code, _ in _cli.EXIT_CODES] == [0, 1, 2, 3, 141]
+    assert " ".join(epilog.split()) == " ".join(
+        f"{code} {meaning}" for code, meaning in _cli.EXIT_CODES
+    )
+
+
+def test_numba_compiles_first_looks_in_numba_cache_folders(monkeypatch, tmp_path):
+    pytest.importorskip("numba")
+    source = tmp_path / "src" / "kernels.py"
+    source.parent.mkdir()
+    real_find_spec = importlib.util.find_spec
+
+    def find_spec(name, *args):
+        if name == "anyrope._paths.numba_cpu.kernels":
+            return importlib.machinery.ModuleSpec(name, None, origin=str(source))
+        return real_find_spec(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    assert _cli._numba_compiles_first()
+    cached = tmp_path / "cache" / "numba" / "some" / "folder"
+    cached.mkdir(parents=True)
+    (cached / "kernels.rotate-228.py311.nbi").touch()
+    assert not _cli._numba_compiles_first()
+
+
+def test_check_says_when_numba_compiles(monkeypatch, capsys):
+    rows = check.run_check(backends=check.known_backends()[:1])
+    monkeypatch.setattr(check, "run_check", lambda: rows)
+    for first in (True, False):
+        monkeypatch.setattr(_cli, "_numba_compiles_first", lambda first=first: first)
+        assert _cli.main(["check"]) == 0
+        said = "compiling anyrope's numba kernels for this machine" in capsys.readouterr().err
+        assert said == first

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 from anyrope.scaling import from_hf_config
+from anyrope.tools import _benchmark, _cli, _cli_bench
 from anyrope.tools._cli_plot import describe_plot
 from subprocess_run import SOURCE, run_python
 
@@ -338,3 +340,124 @@ def test_plot_says_which_layer_type_it_draws(tmp_path):
     assert "every layer type (sliding_attention, full_attention): one set of settings" in (
         result.stdout
     )
+
+
+def test_bench_output_that_is_a_file_fails_before_any_work(tmp_path):
+    taken = tmp_path / "bench.json"
+    taken.write_text("")
+    result = anyrope_cli("bench", "--output", str(taken))
+    assert result.returncode == 2
+    assert f"argument --output: {taken} exists and is not a folder" in result.stderr
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr
+
+
+def test_plot_output_that_cannot_be_made(tmp_path):
+    (tmp_path / "file").write_text("")
+    folder = tmp_path / "file" / "plots"
+    config = str(CONFIGS / "llama-3.1-8b.json")
+    result = anyrope_cli("plot", "--config", config, "--output", str(folder))
+    assert result.returncode == 2
+    assert f"argument --output: cannot make the folder {folder}: " in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def _fake_measure_case(measured):
+    """A stand-in for measure_case that reports its steps as the real one does."""
+
+    def measure(case, dtype, rounds, progress=None):
+        progress("warming up")
+        for index in range(rounds):
+            progress(f"round {index + 1} of {rounds}")
+        measured.append((case, dtype))
+        batch, seq = _benchmark.CASES[case]
+        copy = _benchmark.Timing("copy", 1.0, 1.0, 1.0, 1.0, 1.0, 1)
+        return _benchmark.CaseResult(
+            case, dtype, (batch, seq, 32, 128), (batch, seq, 8, 128), rounds, 0.5, 0.5,
+            (copy,), {},
+        )  # fmt: skip
+
+    return measure
+
+
+def _without(monkeypatch, *modules):
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *args: None if name in modules else real_find_spec(name, *args),
+    )
+    for module in modules:
+        monkeypatch.setitem(sys.modules, module, None)  # and `import` fails
+
+
+def test_bench_leaves_out_bfloat16_without_ml_dtypes(monkeypatch, tmp_path, capsys):
+    measured = []
+    monkeypatch.setattr(_cli_bench, "measure_case", _fake_measure_case(measured))
+    _without(monkeypatch, "ml_dtypes")
+    code = _cli.main(["bench", "--cases", "decode-1", "--output", str(tmp_path)])
+    assert code == 0
+    assert measured == [("decode-1", "float32"), ("decode-1", "float16"), ("decode-1", "float64")]
+    assert "bfloat16 left out: it needs ml_dtypes" in capsys.readouterr().err
+    results = json.loads((tmp_path / "bench.json").read_text())["results"]
+    assert [r["dtype"] for r in results] == ["float32", "float16", "float64"]
+
+
+def test_bench_bfloat16_alone_without_ml_dtypes_exits_3(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(_cli_bench, "measure_case", _fake_measure_case([]))
+    _without(monkeypatch, "ml_dtypes")
+    code = _cli.main(["bench", "--dtypes", "bfloat16", "--output", str(tmp_path)])
+    assert code == 3
+    assert "bfloat16 left out: it needs ml_dtypes" in capsys.readouterr().err
+    assert not (tmp_path / "bench.json").exists()
+
+
+def test_bench_progress_counts_cases_and_warns_of_load(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(_cli_bench, "measure_case", _fake_measure_case([]))
+    _without(monkeypatch, "rich")
+    cores = os.cpu_count()
+    monkeypatch.setattr(os, "getloadavg", lambda: (cores + 1.5, 0.0, 0.0))
+    args = ["--cases", "decode-1,decode-32", "--dtypes", "float32", "--repeats", "2"]
+    assert _cli.main(["bench", *args, "--output", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert f"warning: the load average ({cores + 1.5:.2f}) exceeds the {cores} cores" in err
+    lines = [line for line in err.splitlines() if line.startswith("case ")]
+    assert len(lines) == 2
+    assert re.fullmatch(r"case 1 of 2: decode-1 float32 \(\d+:\d\d elapsed\)", lines[0])
+    assert re.fullmatch(r"case 2 of 2: decode-32 float32 \(\d+:\d\d elapsed\)", lines[1])
+
+
+def test_bench_progress_bar_steps_through_every_round():
+    pytest.importorskip("rich")
+    updates = []
+
+    class Bar:
+        def add_task(self, description, total):
+            updates.append(("total", total))
+            return 7
+
+        def update(self, task, description, completed):
+            updates.append((description, completed))
+
+    progress = _cli_bench._Progress(2, 2, Bar())
+    for index, name in enumerate(["decode-1 float32", "decode-32 float32"]):
+        step = progress.case(index, name)
+        for text in ("warming up", "round 1 of 2", "round 2 of 2"):
+            step(text)
+    assert updates == [
+        ("total", 6),
+        ("case 1 of 2: warming up", 0),
+        ("case 1 of 2: round 1 of 2", 1),
+        ("case 1 of 2: round 2 of 2", 2),
+        ("case 2 of 2: warming up", 3),
+        ("case 2 of 2: round 1 of 2", 4),
+        ("case 2 of 2: round 2 of 2", 5),
+    ]
+
+
+def test_info_lists_what_check_tests_and_numba():
+    report = json.loads(anyrope_cli("info", "--json").stdout)
+    backends = [row["backend"] for row in report["backends"]]
+    assert backends[-2:] == ["jax-cpu", "dask-cpu"]
+    numba = report["libraries"]["numba"]
+    assert (numba is not None) == (importlib.util.find_spec("numba") is not None)

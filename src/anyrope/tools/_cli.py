@@ -1,18 +1,77 @@
 """The ``anyrope`` command line (``python -m anyrope``).
 
-Exit codes: 0 success; 1 a check found a mismatch or an accuracy failure;
-2 bad command-line arguments (argparse); 141 stdout is a pipe closed by its reader.
+Its exit codes are :data:`EXIT_CODES`, the table that ``--help`` prints and that
+docs/cli.rst repeats (tests/test_cli.py checks that the two agree).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
 import sys
+import textwrap
 from collections.abc import Sequence
+from pathlib import Path
 
 from .. import __version__
 from . import _cli_bench, _cli_info, _cli_plot
-from ._stdout import quiet_on_broken_pipe
+from ._stdout import EXIT_BROKEN_PIPE, EXIT_MISSING_PACKAGE, quiet_on_broken_pipe
+
+EXIT_CODES: tuple[tuple[int, str], ...] = (
+    (0, "success"),
+    (
+        1,
+        "check found a mismatch: a backend differs from the reference bits shipped in "
+        "the package or from NumPy, or is out of the accuracy bound",
+    ),
+    (
+        2,
+        "bad arguments (unknown option, bad value, missing or unreadable config, an "
+        "--output that cannot be written); the usage and the problem go to standard error",
+    ),
+    (
+        EXIT_MISSING_PACKAGE,
+        "an optional package the subcommand needs is missing (matplotlib for plot; "
+        "ml_dtypes for bench when bfloat16 is the only dtype asked for)",
+    ),
+    (
+        EXIT_BROKEN_PIPE,
+        "the pipe that standard output writes to was closed by its reader "
+        "(as in anyrope info | head)",
+    ),
+)
+"""(exit code, meaning) of every way the command line ends."""
+
+
+def _exit_codes_text() -> str:
+    lines = ["exit codes:"]
+    for code, meaning in EXIT_CODES:
+        wrapped = textwrap.wrap(meaning, width=72)
+        lines.append(f"  {code:<4} {wrapped[0]}")
+        lines.extend(f"       {line}" for line in wrapped[1:])
+    return "\n".join(lines)
+
+
+def _numba_compiles_first() -> bool:
+    """Whether numba is installed and its disk cache holds no compiled anyrope kernel yet.
+
+    numba caches beside the source (``__pycache__``), under ``NUMBA_CACHE_DIR``, or in
+    the user's cache folder when the source's folder is read-only. A cache written by
+    another numba version also misses, which this cheap look does not see.
+    """
+    if importlib.util.find_spec("numba") is None:
+        return False
+    kernels = importlib.util.find_spec("anyrope._paths.numba_cpu.kernels")
+    if kernels is None or kernels.origin is None:
+        return False
+    user_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "numba"
+    folders = [Path(kernels.origin).parent / "__pycache__", user_cache]
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        folders.append(Path(os.environ["NUMBA_CACHE_DIR"]))
+    return not any(
+        next(folder.rglob("kernels.rotate-*.nbi"), None) for folder in folders if folder.is_dir()
+    )
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -27,6 +86,13 @@ def _check(args: argparse.Namespace) -> int:
         unavailable_backends,
     )
 
+    if _numba_compiles_first():
+        print(
+            "compiling anyrope's numba kernels for this machine: the first run takes some "
+            "seconds more; later runs load them from numba's cache",
+            file=sys.stderr,
+            flush=True,
+        )
     rows = run_check()
     print(f"anyrope {__version__}: x of shape {SHAPE}, rotary_dim={ROTARY_DIM}, base={BASE}")
     print("inputs: positions 0 .. 2**31 - 1 and near 2**53; subnormals, +-0, +-inf, NaN")
@@ -54,11 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="anyrope",
         description="Rotary position embedding with the same bits on every array library.",
-        epilog=(
-            "Exit codes: 0 success, 1 check failed, 2 bad arguments, "
-            "3 an optional package the subcommand needs is missing, "
-            "141 the pipe stdout writes to was closed (as `anyrope info | head`)."
-        ),
+        epilog=_exit_codes_text(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"anyrope {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -15,27 +15,90 @@ import json
 import os
 import platform
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from .. import __version__
 from ._benchmark import CASES, DTYPES, CaseResult, format_case, measure_case
+from ._stdout import EXIT_MISSING_PACKAGE, output_folder
+
+
+class _Progress:
+    """Case k of n, the round being timed, the time elapsed and the time left: a rich
+    progress bar when rich is installed, else one line per case on standard error."""
+
+    def __init__(self, cases: int, rounds: int, bar: Any) -> None:
+        self.cases, self.steps, self.bar = cases, rounds + 1, bar
+        self.task = None if bar is None else bar.add_task("", total=cases * self.steps)
+        self.start = time.monotonic()
+        self.done = 0
+
+    def case(self, index: int, name: str) -> Callable[[str], None]:
+        """The callback of ``measure_case`` for case ``index`` (from 0) named ``name``."""
+        head = f"case {index + 1} of {self.cases}"
+        if self.bar is None:
+            elapsed = _clock(time.monotonic() - self.start)
+            print(f"{head}: {name} ({elapsed} elapsed)", file=sys.stderr, flush=True)
+            return lambda step: None
+        first = index * self.steps
+
+        def step(text: str) -> None:
+            # measure_case reports a warm-up, then each of the rounds: one step each.
+            self.bar.update(self.task, description=f"{head}: {text}", completed=self.done)
+            self.done = min(self.done + 1, first + self.steps)
+
+        self.done = first
+        return step
+
+
+def _clock(seconds: float) -> str:
+    minutes, seconds = divmod(round(seconds), 60)
+    return f"{minutes}:{seconds:02d}"
 
 
 @contextlib.contextmanager
-def _progress() -> Iterator[Callable[[str], None] | None]:
-    """A callback that shows the path being timed in a rich progress bar, if rich exists."""
+def _progress(cases: int, rounds: int) -> Iterator[_Progress]:
     if importlib.util.find_spec("rich") is None:
-        yield None
+        yield _Progress(cases, rounds, None)
         return
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
-    columns = (TextColumn("timing {task.description}"), BarColumn(), TimeElapsedColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("elapsed"),
+        TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("", total=None)
-        yield lambda name: bar.update(task, description=name)
+        yield _Progress(cases, rounds, bar)
+
+
+def _overloaded() -> str | None:
+    """Why timings taken now would mislead: a load average above the core count."""
+    cores = os.cpu_count()
+    if not hasattr(os, "getloadavg") or cores is None:
+        return None
+    load = os.getloadavg()[0]
+    if load <= cores:
+        return None
+    return (
+        f"the load average ({load:.2f}) exceeds the {cores} cores: other processes share "
+        "them, so the timings are slower and noisier than this machine's (torch.compile "
+        "most of all)"
+    )
 
 
 def _cpu_name() -> str:
@@ -133,16 +196,33 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"anyrope bench: error: {error}", file=sys.stderr)
         return 2
+    if "bfloat16" in dtypes and importlib.util.find_spec("ml_dtypes") is None:
+        # NumPy has no bfloat16 of its own: the arrays are ml_dtypes'.
+        dtypes = tuple(d for d in dtypes if d != "bfloat16")
+        print(
+            "anyrope bench: bfloat16 left out: it needs ml_dtypes "
+            "(pip install ml_dtypes, or 'anyrope[cli]')",
+            file=sys.stderr,
+        )
+        if not dtypes:
+            return EXIT_MISSING_PACKAGE
+    overloaded = _overloaded()
+    if overloaded is not None:
+        print(f"anyrope bench: warning: {overloaded}", file=sys.stderr)
+    todo = [(case, dtype) for case in cases for dtype in dtypes]
     results = []
-    with _progress() as progress:
-        for case in cases:
-            for dtype in dtypes:
-                result = measure_case(case, dtype, args.repeats, progress)
-                print(format_case(result), flush=True)
-                results.append(result)
+    with _progress(len(todo), args.repeats) as progress:
+        for index, (case, dtype) in enumerate(todo):
+            result = measure_case(
+                case, dtype, args.repeats, progress.case(index, f"{case} {dtype}")
+            )
+            print(format_case(result), flush=True)
+            cores = os.cpu_count() or 1
+            if max(result.load_before or 0.0, result.load_after or 0.0) > cores:
+                print(f"  (the load average exceeded the {cores} cores: slower and noisier)")
+            results.append(result)
 
-    output = Path(args.output)
-    output.mkdir(parents=True, exist_ok=True)
+    output: Path = args.output
     report = {
         "command": " ".join(["anyrope", *sys.argv[1:]]),
         "machine": machine(),
@@ -172,7 +252,9 @@ def register(commands: Any) -> None:
             "installed), and anyrope on NumPy and PyTorch CPU, round-robin in the same "
             "rounds; print the median time per call, the interquartile range, the load "
             "average and each time as a multiple of the copy's; write bench.json and "
-            "bench.png. Exit codes: 0 done, 2 bad arguments."
+            "bench.png. bfloat16 needs ml_dtypes and is left out, with a note, without it. "
+            f"Exit codes: 0 done, 2 bad arguments, {EXIT_MISSING_PACKAGE} ml_dtypes "
+            "missing for bfloat16 alone."
         ),
     )
     parser.add_argument("--repeats", type=int, default=15, help="rounds (15)")
@@ -186,5 +268,10 @@ def register(commands: Any) -> None:
         default=",".join(DTYPES),
         help=f"comma-separated dtypes (default all: {','.join(DTYPES)})",
     )
-    parser.add_argument("--output", default=".", help="folder for bench.json and bench.png (.)")
+    parser.add_argument(
+        "--output",
+        default=".",
+        type=output_folder,
+        help="folder for bench.json and bench.png, checked before any timing (.)",
+    )
     parser.set_defaults(run=run)

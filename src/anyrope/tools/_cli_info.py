@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from .. import __version__
-from ._backends import known_backends
+from ._backends import extra_backends, known_backends
 
 # Distribution name on PyPI -> module name, for the optional libraries.
 OPTIONAL = {
@@ -25,6 +25,7 @@ OPTIONAL = {
     "array-api-strict": "array_api_strict",
     "dask": "dask",
     "ml_dtypes": "ml_dtypes",
+    "numba": "numba",
 }
 
 
@@ -145,7 +146,7 @@ def gather() -> dict[str, Any]:
         "libraries": libraries(),
         "backends": [
             {"backend": b.id, "usable": b.unavailable is None, "reason": b.unavailable}
-            for b in known_backends()
+            for b in (*known_backends(), *extra_backends())
         ],
         "devices": devices(),
         "fast_paths": fast_paths(),

@@ -22,9 +22,7 @@ import numpy as np
 
 from ..scaling import HFRopeConfig, RopeScaling, from_hf_config
 from ..scaling.hf import layer_types
-
-#: Exit code when an optional package the subcommand needs is missing.
-MISSING_PACKAGE = 3
+from ._stdout import EXIT_MISSING_PACKAGE, output_folder
 
 
 def _fail(message: str, code: int) -> int:
@@ -61,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         return _fail(
             "plotting needs matplotlib: pip install matplotlib (or 'anyrope[cli]')",
-            MISSING_PACKAGE,
+            EXIT_MISSING_PACKAGE,
         )
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -93,9 +91,7 @@ def run(args: argparse.Namespace) -> int:
     bottom.legend(fontsize=9, loc="upper left")
     drawn = _drawn_layers(config, args.layer_type)
     fig.suptitle(f"{Path(args.config).name} [{drawn}]\n{content.title}")
-    output = Path(args.output)
-    output.mkdir(parents=True, exist_ok=True)
-    target = output / (
+    target = args.output / (
         "frequencies.png" if args.layer_type is None else f"frequencies-{args.layer_type}.png"
     )
     fig.savefig(target, dpi=110)
@@ -210,13 +206,14 @@ def register(commands: Any) -> None:
             "Draw theta_i and the wavelength 2 pi / theta_i of every rotary pair for a "
             "Hugging Face config.json, with its frequency scaling next to the unscaled "
             "frequencies. Exit codes: 0 written, 2 bad arguments or config, "
-            f"{MISSING_PACKAGE} matplotlib missing."
+            f"{EXIT_MISSING_PACKAGE} matplotlib missing."
         ),
     )
     parser.add_argument("--config", required=True, help="path to a Hugging Face config.json")
     parser.add_argument(
         "--output",
         default=".",
+        type=output_folder,
         help="folder for frequencies.png (frequencies-LAYER_TYPE.png with --layer-type; "
         "default: .)",
     )

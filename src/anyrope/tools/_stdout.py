@@ -1,18 +1,25 @@
-"""Writing to a stdout that may be a pipe closed early (``python -m anyrope info | head``)."""
+"""Where the command line writes: a stdout that may be a pipe closed early
+(``python -m anyrope info | head``), and the ``--output`` folders of ``bench`` and ``plot``."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
-__all__ = ["EXIT_BROKEN_PIPE", "quiet_on_broken_pipe"]
+__all__ = ["EXIT_BROKEN_PIPE", "EXIT_MISSING_PACKAGE", "output_folder", "quiet_on_broken_pipe"]
 
 # The exit status when stdout is a pipe whose reader has gone (``anyrope info | head``):
 # 141 = 128 + SIGPIPE, what a shell reports for ``cat`` or ``ls`` killed by SIGPIPE in the
 # same place, so ``set -o pipefail`` scripts see anyrope as they see coreutils. Python
 # ignores SIGPIPE and raises BrokenPipeError instead; we end quietly, without a traceback.
 EXIT_BROKEN_PIPE = 141
+
+# The exit status when an optional package a subcommand needs is missing (matplotlib for
+# ``plot``; ml_dtypes for ``bench`` when bfloat16 is the only dtype asked for).
+EXIT_MISSING_PACKAGE = 3
 
 
 def _point_stdout_at_devnull() -> None:
@@ -44,3 +51,20 @@ def quiet_on_broken_pipe(run: Callable[[], int]) -> int:
         _point_stdout_at_devnull()
         return EXIT_BROKEN_PIPE
     return code
+
+
+def output_folder(text: str) -> Path:
+    """The ``--output`` folder, made now: argparse's ``type`` for the option, so that a
+    path that cannot take the files fails with the usage and exit 2 before any work."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} exists and is not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise argparse.ArgumentTypeError(
+            f"cannot make the folder {text}: {error.strerror or error}"
+        ) from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"cannot write into the folder {text}")
+    return path
