@@ -201,10 +201,11 @@ def tests_cupy(session: nox.Session) -> None:
 
 @nox.session
 def docs(session: nox.Session) -> None:
-    """Build the documentation (warnings are errors) and run every example in it (numba
-    installed: the doctests import every module, the compiled kernels' too)."""
+    """Build the documentation (warnings and unresolved references are errors) and run
+    every example in it (numba installed: the doctests import every module, the compiled
+    kernels' too)."""
     session.install("-e", ".[docs,numba]")
-    build = ("sphinx-build", "-W", "--keep-going", "-q")
+    build = ("sphinx-build", "-n", "-W", "--keep-going", "-q")
     session.run(*build, "-b", "html", "docs", "docs/_build/html")
     session.run(*build, "-b", "doctest", "docs", "docs/_build/doctest")
     session.run("pytest", "--doctest-modules", "src/anyrope", "-p", "no:cacheprovider")

@@ -19,6 +19,7 @@ PLOTS = DOCS / "plots"
 PLOT_OUTPUT = DOCS / "generated" / "plots"
 
 sys.path.insert(0, str(DOCS.parent / "src"))
+sys.path.insert(0, str(DOCS / "_ext"))
 
 import anyrope  # noqa: E402  (after the path so a source checkout documents itself)
 
@@ -33,9 +34,12 @@ extensions = [
     "sphinx.ext.autosummary",
     "sphinx.ext.doctest",
     "sphinx.ext.intersphinx",
-    "sphinx.ext.mathjax",
     "numpydoc",
+    "sphinx_copybutton",
+    "mathml",
 ]
+
+html_math_renderer = "mathml"
 
 autosummary_generate = True
 autodoc_typehints = "none"
@@ -45,16 +49,37 @@ numpydoc_xref_param_type = False
 
 intersphinx_mapping: dict[str, tuple[str, str | None]] = {}
 
+# Every reference must resolve (``-n``), except names of other projects: the build
+# fetches nothing, so no other project's inventory is there to resolve them.
+nitpicky = True
+nitpick_ignore = [
+    ("py:func", "numpy.random.default_rng"),  # NumPy's, no inventory offline
+]
+
 doctest_global_setup = "import numpy as np\nimport anyrope"
 doctest_test_doctest_blocks = "default"
 
 exclude_patterns = ["_build", "plots"]
-templates_path: list[str] = []
+templates_path = ["_templates"]
 
 html_theme = "pydata_sphinx_theme"
 html_title = f"anyrope {release}"
-html_theme_options = {"navigation_with_keys": False, "show_toc_level": 2}
-html_static_path: list[str] = []
+html_theme_options = {
+    "navigation_with_keys": False,
+    "show_toc_level": 2,
+    # Every page in the top bar: none hides under a "More" menu at 1280 px.
+    "header_links_before_dropdown": 20,
+}
+# The pages have no sub-pages to list, so the left sidebar would stay empty; the
+# article takes its width.
+html_sidebars = {"**": []}
+html_static_path = ["_static"]
+html_css_files = ["anyrope.css"]
+
+# The copy button on code blocks leaves out the prompts and the output of examples.
+copybutton_prompt_text = r">>> |\.\.\. |\$ "
+copybutton_prompt_is_regexp = True
+copybutton_only_copy_prompt_lines = True
 
 
 def draw_plots(app: Sphinx) -> None:
