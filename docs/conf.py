@@ -67,12 +67,13 @@ html_title = f"anyrope {release}"
 html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,
-    # Every page in the top bar: none hides under a "More" menu at 1280 px.
-    "header_links_before_dropdown": 20,
+    # One sidebar, on the left: every page of the site (site-nav.html; none hidden
+    # under a "More" menu, no row of links in the header), then this page's sections.
+    # The article takes the rest of the width.
+    "navbar_center": [],
+    "secondary_sidebar_items": [],
 }
-# The pages have no sub-pages to list, so the left sidebar would stay empty; the
-# article takes its width.
-html_sidebars = {"**": []}
+html_sidebars = {"**": ["site-nav.html", "page-toc.html"]}
 html_static_path = ["_static"]
 html_css_files = ["anyrope.css"]
 
