@@ -203,8 +203,9 @@ def tests_cupy(session: nox.Session) -> None:
 def docs(session: nox.Session) -> None:
     """Build the documentation (warnings and unresolved references are errors) and run
     every example in it (numba installed: the doctests import every module, the compiled
-    kernels' too)."""
-    session.install("-e", ".[docs,numba]")
+    kernels' too; dask for its quickstart; the pinned transformers, whose families the
+    model-families page lists)."""
+    session.install("-e", ".[docs,numba,dask]", TRANSFORMERS)
     build = ("sphinx-build", "-n", "-W", "--keep-going", "-q")
     session.run(*build, "-b", "html", "docs", "docs/_build/html")
     session.run(*build, "-b", "doctest", "docs", "docs/_build/doctest")

@@ -37,6 +37,7 @@ extensions = [
     "numpydoc",
     "sphinx_copybutton",
     "mathml",
+    "families_table",
 ]
 
 html_math_renderer = "mathml"
