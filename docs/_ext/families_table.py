@@ -71,11 +71,15 @@ def table() -> str:
         elif family in not_driven:
             rows.append((family, "not checked by the sweep", _plain(not_driven[family])))
         else:
-            rows.append((family, "matches", f":meth:`~anyrope.RoPE.from_hf_config`, {pairing} pairs"))
+            rows.append(
+                (family, "matches", f":meth:`~anyrope.RoPE.from_hf_config`, {pairing} pairs")
+            )
         for label in sorted(k for k in {**not_driven, **refused} if k.startswith(f"{family}[")):
             layer = label[len(family) + 1 : -1]
             if label in refused:
-                rows.append((f"{family} ({layer})", "refused with a clear error", _says(refused[label])))
+                rows.append(
+                    (f"{family} ({layer})", "refused with a clear error", _says(refused[label]))
+                )
             else:
                 rows.append(
                     (f"{family} ({layer})", "not checked by the sweep", _plain(not_driven[label]))

@@ -71,7 +71,8 @@ def _method(kind: object, alternatives: str = "") -> _registry.Method:
 class RopeScaling:
     """A validated frequency-scaling description (float64 arithmetic happens in its methods).
 
-    Build one with :func:`~anyrope.scaling.parse_rope_scaling` from a Hugging Face dict, or directly.
+    Build one with :func:`~anyrope.scaling.parse_rope_scaling` from a Hugging Face dict,
+    or directly.
     ``max_position_embeddings`` (``L_max``) comes from the model config, outside the
     scaling dict; ``original_max_position_embeddings`` (``L0``) is the pre-extension
     context. ``rope_theta`` and ``partial_rotary_factor`` are recorded when the dict
@@ -428,7 +429,7 @@ def parse_rope_scaling(
     max_position_embeddings: int | None = None,
     original_max_position_embeddings: int | None = None,
 ) -> RopeScaling:
-    """Read a Hugging Face ``rope_scaling`` / ``rope_parameters`` dict into a :class:`~anyrope.RopeScaling`.
+    """Read a ``rope_scaling`` / ``rope_parameters`` dict into a :class:`~anyrope.RopeScaling`.
 
     Parameters
     ----------
