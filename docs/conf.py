@@ -2,7 +2,10 @@
 
 The plots the pages show are drawn by the scripts in ``docs/plots/`` at the start of
 every build (``builder-inited``) into ``docs/generated/plots/``, which git ignores:
-no image is committed, so the pictures always match the code.
+no image is committed, so the pictures always match the code. The extensions in
+``docs/_ext/`` render math to MathML (``mathml``: the pages fetch nothing), write the
+model-families table from the test data (``families_table``) and fail the build if a
+page would load anything from the network (``offline``).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ extensions = [
     "sphinx_copybutton",
     "mathml",
     "families_table",
+    "offline",
 ]
 
 html_math_renderer = "mathml"

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sphinx.application import Sphinx
+from sphinx.errors import ExtensionError
 
 DOCS = Path(__file__).resolve().parents[1]
 TESTS = DOCS.parent / "tests"
@@ -41,8 +42,13 @@ def _families() -> tuple[list[str], str]:
         import hf_families
     finally:
         sys.path.remove(str(TESTS))
-    import transformers
-
+    try:
+        import transformers
+    except ImportError as error:
+        raise ExtensionError(
+            f"the model-families page lists transformers' families: install "
+            f"transformers {hf_families.PINNED_TRANSFORMERS} (`nox -s docs` does)"
+        ) from error
     return hf_families.rotary_families(), transformers.__version__
 
 
