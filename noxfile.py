@@ -229,12 +229,13 @@ def tests_cupy(session: nox.Session) -> None:
 
 @nox.session
 def docs(session: nox.Session) -> None:
-    """Build the documentation (warnings are errors) and run every example in it (numba
-    installed: the doctests import every module, the compiled kernels' too; JAX and the
-    CPU build of PyTorch, for the pages' JAX and PyTorch examples)."""
+    """Build the documentation (warnings and unresolved references are errors) and run
+    every example in it (numba installed: the doctests import every module, the compiled
+    kernels' too; JAX, dask and the CPU build of PyTorch for the pages' examples; the
+    pinned transformers, whose families the model-families page lists)."""
     _install_torch_cpu(session)
-    session.install("-e", ".[docs,numba,jax]")
-    build = ("sphinx-build", "-W", "--keep-going", "-q")
+    session.install("-e", ".[docs,numba,jax,dask]", TRANSFORMERS)
+    build = ("sphinx-build", "-n", "-W", "--keep-going", "-q")
     session.run(*build, "-b", "html", "docs", "docs/_build/html")
     session.run(*build, "-b", "doctest", "docs", "docs/_build/doctest")
     session.run("pytest", "--doctest-modules", "src/anyrope", "-p", "no:cacheprovider")

@@ -309,8 +309,8 @@ def rotate(
         Write the result into ``x`` and return it (not possible for JAX arrays).
     impl : {"auto", "cuda", "numba", "blocked", "array_api"}, optional
         ``"array_api"``: the standard-only reference. ``"numba"``: the compiled CPU
-        kernel for NumPy arrays and PyTorch CPU tensors (needs numba: ``pip install
-        'anyrope[numba]'``). ``"blocked"``: the cache-blocked NumPy path for the same
+        kernel for NumPy arrays and PyTorch CPU tensors (needs numba: ``pip install -e
+        '.[numba]'`` from a clone). ``"blocked"``: the cache-blocked NumPy path for the same
         inputs. ``"cuda"``: the CUDA kernel for CuPy arrays and PyTorch CUDA tensors
         (needs CuPy). ``"auto"`` (default) takes the first of ``cuda``, ``numba``,
         ``blocked`` and ``array_api`` that can take the call; all give the same bits.

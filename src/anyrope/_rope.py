@@ -65,7 +65,7 @@ class RoPE:
         ``rope_parameters`` dict (``rope_type`` or ``type``: ``default``, ``linear``,
         ``ntk``, ``dynamic``, ``yarn``, ``longrope``, ``llama3``; ``mrope_section`` for
         M-RoPE; ``axial`` for image patches, with ``axial_sections`` for ``n``-D grids such
-        as video), or a :class:`anyrope.scaling.RopeScaling`.
+        as video), or a :class:`anyrope.RopeScaling`.
         See :doc:`/scaling`.
     max_position_embeddings : int, optional
         The model's trained context ``L_max`` (needed by ``dynamic``; the default

@@ -46,7 +46,7 @@ def linear_attention(
     layout: str = "bshd",
     xp: Namespace | None = None,
 ) -> Array:
-    """Linear attention with RoPE in the numerator (RoFormer, eq. 19).
+    """Linear attention with RoPE in the numerator (RoFormer, equation 19).
 
     Parameters
     ----------

@@ -71,7 +71,8 @@ def _method(kind: object, alternatives: str = "") -> _registry.Method:
 class RopeScaling:
     """A validated frequency-scaling description (float64 arithmetic happens in its methods).
 
-    Build one with :func:`parse_rope_scaling` from a Hugging Face dict, or directly.
+    Build one with :func:`~anyrope.scaling.parse_rope_scaling` from a Hugging Face dict,
+    or directly.
     ``max_position_embeddings`` (``L_max``) comes from the model config, outside the
     scaling dict; ``original_max_position_embeddings`` (``L0``) is the pre-extension
     context. ``rope_theta`` and ``partial_rotary_factor`` are recorded when the dict
@@ -428,13 +429,13 @@ def parse_rope_scaling(
     max_position_embeddings: int | None = None,
     original_max_position_embeddings: int | None = None,
 ) -> RopeScaling:
-    """Read a Hugging Face ``rope_scaling`` / ``rope_parameters`` dict into a :class:`RopeScaling`.
+    """Read a ``rope_scaling`` / ``rope_parameters`` dict into a :class:`~anyrope.RopeScaling`.
 
     Parameters
     ----------
     scaling : Mapping, RopeScaling or None
         The scaling dict (keys as in transformers; ``None`` values count as absent),
-        an existing :class:`RopeScaling`, or ``None`` for no scaling.
+        an existing :class:`~anyrope.RopeScaling`, or ``None`` for no scaling.
     max_position_embeddings : int, optional
         The model's ``max_position_embeddings`` (``L_max``, top level of config.json).
     original_max_position_embeddings : int, optional
@@ -446,7 +447,7 @@ def parse_rope_scaling(
     -------
     RopeScaling
         The validated description: ``rope_type="default"`` for ``None``, and for a
-        :class:`RopeScaling` the same one with the lengths it lacks filled in from the
+        :class:`~anyrope.RopeScaling` the same one with the lengths it lacks filled in from the
         arguments.
 
     Raises

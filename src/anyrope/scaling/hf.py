@@ -298,8 +298,9 @@ def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfi
     config : Mapping or object
         A parsed ``config.json`` or an object with those attributes.
     layer_type : str, optional
-        For a config with settings per layer type (:func:`layer_types`, e.g. Gemma 3's
-        ``"full_attention"`` and ``"sliding_attention"``), the one to read; required
+        For a config with settings per layer type
+        (:func:`~anyrope.scaling.hf.layer_types`, e.g. Gemma 3's ``"full_attention"`` and
+        ``"sliding_attention"``), the one to read; required
         there. For a config with one set of settings it may name any layer type of
         ``config.layer_types``: every layer gets the same rotation.
 
@@ -307,7 +308,7 @@ def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfi
     -------
     HFRopeConfig
         The head and rotary widths, base, pairing, ``max_position_embeddings`` and the
-        parsed :class:`~anyrope.scaling.RopeScaling` of the model.
+        parsed :class:`~anyrope.RopeScaling` of the model.
 
     Raises
     ------

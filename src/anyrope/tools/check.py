@@ -85,13 +85,13 @@ class Row:
 
     @property
     def ok(self) -> bool:
-        """Same bits as the reference and NumPy; half types within :data:`HALF_BOUND`.
+        """Same bits as the reference and NumPy; half types within ``HALF_BOUND``.
 
         Returns
         -------
         bool
             True when the row passes: the same bits as the reference and as NumPy here,
-            and for float16 and bfloat16 a largest error of at most :data:`HALF_BOUND` ulp.
+            and for float16 and bfloat16 a largest error of at most ``HALF_BOUND`` ulp.
         """
         bound_ok = self.max_ulp <= HALF_BOUND if self.dtype in ("float16", "bfloat16") else True
         return self.same_as_reference and self.same_as_numpy and bound_ok
@@ -152,7 +152,7 @@ def make_inputs(dtype: str) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]
     Returns
     -------
     bits : numpy.ndarray
-        Unsigned integers of the dtype's width, shape :data:`SHAPE` (layout ``bshd``).
+        Unsigned integers of the dtype's width, shape ``SHAPE`` (layout ``bshd``).
     positions : numpy.ndarray
         Positions as int64, shape ``SHAPE[:2]``, from 0 to ``2**53 - 1``.
 
