@@ -843,6 +843,7 @@ class RoPE:
                 ],
                 self.sections,
                 xp,
+                interleaved=self.scaling.mrope_interleaved,
             )
         return xp.astype(cos, dtype), xp.astype(sin, dtype)
 
