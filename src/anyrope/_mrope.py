@@ -161,9 +161,7 @@ def _join_interleaved(
     # One gather from the streams stacked pair by pair: entry pair * n + stream.
     count = len(sections)
     streams = interleaved_streams(sections)
-    index = np.array(
-        [pair * count + stream for pair, stream in enumerate(streams)], dtype=np.int64
-    )
+    index = np.array([pair * count + stream for pair, stream in enumerate(streams)], dtype=np.int64)
     first = tables[0][0]
     where = xp.asarray(index, device=device_of(first))
     shape = (*first.shape[:-1], len(streams) * count)
