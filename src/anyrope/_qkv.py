@@ -19,7 +19,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ._layout import heads_axis
-from ._memory import extent
 from ._namespace import Array, Namespace
 from ._validation import check_int, describe
 
@@ -55,11 +54,10 @@ def joint_qk(qkv: Array, layout: str, num_heads_q: int | None) -> Array | None:
     qk = _take(qkv, axis, 0, bounds[2], squeeze=False)
     if not stacked:
         return qk
-    layout_of = extent(qk)
-    if layout_of is None:
-        return None
+    stride = getattr(qk, "stride", None)  # torch's, in elements
+    strides = stride() if callable(stride) else getattr(qk, "strides", None)  # NumPy's, CuPy's
     heads = axis + 1
-    if layout_of.strides[axis] != qk.shape[heads] * layout_of.strides[heads]:
+    if strides is None or strides[axis] != qk.shape[heads] * strides[heads]:
         return None
     shape = tuple(qk.shape)
     merged = (*shape[:axis], 2 * shape[heads], *shape[heads + 1 :])
@@ -82,7 +80,8 @@ def _locate(
                 f"'bshd'; got {describe(qkv)} with layout={layout!r}"
             )
         return axis, (0, 1, 2, 3), True
-    count = check_int(num_heads_q, "num_heads_q")
+    # A plain int skips the numbers.Integral check, an ABC's, at every decode step.
+    count = num_heads_q if type(num_heads_q) is int else check_int(num_heads_q, "num_heads_q")
     if ndim < -heads:
         raise ValueError(
             f"`qkv` must have a heads axis at {heads} for layout={layout!r}; got {describe(qkv)}"
