@@ -26,6 +26,12 @@ passes, ``position_ids`` as an int64 array of shape (B, 1), every row at 1000; `
 (B = 32 only) gives each row its own position, ``1000 + 7 * row`` (a batch of prompts of
 different lengths), an array anyrope gathers rows for.
 
+The fused lines take the output of a fused projection, ``qkv`` of shape
+(B, 1, 32 + 2 * 8, 128) (query heads, then key heads, then value heads), and time
+``rope.rotate_qkv(qkv, positions=1000, num_heads_q=32, inplace=True)`` against ``rope``
+on views of the same buffer, ``rope(qkv[:, :, :32], qkv[:, :, 32:40], positions=1000)``
+(the views made once, outside the timing), and the same in place.
+
 The dynamic-NTK line decodes past the trained context, a new position each call
 (``p = 4096, 4097, ...``, q and k at B = 1, float32):
 ``anyrope.RoPE(128, scaling={"rope_type": "dynamic", "factor": 2.0},
@@ -179,6 +185,36 @@ def torch_cases(batch: int, dtype: str, rope: anyrope.RoPE) -> dict[str, Callabl
     return {"naive": naive, **anyrope_cases(q, k, rope, ids=ids, apart=apart, batch=batch)}
 
 
+FUSED_PATHS = ("rotate_qkv in place", "RoPE on views", "RoPE on views in place")
+
+
+def fused_cases(
+    library: str, dtype: str, batch: int, rope: anyrope.RoPE
+) -> dict[str, Callable[[], object]]:
+    """The fused lines: ``rotate_qkv`` in place, and ``rope`` on views of its buffer."""
+    host = np.random.default_rng(batch).standard_normal(
+        (batch, 1, Q_HEADS + 2 * KV_HEADS, HEAD_DIM)
+    )
+    if library == "numpy":
+        qkv = host.astype(dtype)
+    else:
+        import torch
+
+        qkv = torch.from_numpy(host).to(getattr(torch, dtype))
+    q, k = qkv[:, :, :Q_HEADS], qkv[:, :, Q_HEADS : Q_HEADS + KV_HEADS]
+    return dict(
+        zip(
+            FUSED_PATHS,
+            (
+                lambda: rope.rotate_qkv(qkv, POSITION, num_heads_q=Q_HEADS, inplace=True),
+                lambda: rope(q, k, positions=POSITION),
+                lambda: rope(q, k, positions=POSITION, inplace=True),
+            ),
+            strict=True,
+        )
+    )
+
+
 def as_float32(x: Any) -> np.ndarray:
     if hasattr(x, "detach"):  # a torch tensor (bfloat16 has no NumPy dtype)
         import torch
@@ -277,6 +313,11 @@ def main() -> None:
             diffs[key] = max_abs_diff(fn(), reference)  # type: ignore[arg-type]
             cases.append((key, Case(path, fn, calibrate(fn, max_calls, args.max_sample_ms))))
 
+    for library, dtype, batch, _ in configs:
+        for path, fn in fused_cases(library, dtype, batch, rope).items():
+            key = (library, dtype, batch, path)
+            cases.append((key, Case(path, fn, calibrate(fn, max_calls, args.max_sample_ms))))
+
     # Dynamic NTK past the trained context, against no scaling at the same positions.
     dynamic = anyrope.RoPE(HEAD_DIM, scaling=DYNAMIC, max_position_embeddings=TRAINED)
     decode_lines: dict[str, tuple[list[int], dict[str, DecodeLine]]] = {}
@@ -311,7 +352,7 @@ def main() -> None:
     results: list[Result] = []
     for (library, dtype, batch, path), case in cases:
         lo, mid, hi = quartiles(case.samples)
-        diff = diffs[(library, dtype, batch, path)]
+        diff = diffs.get((library, dtype, batch, path))
         results.append(Result(library, dtype, batch, path, mid, hi - lo, case.calls, rounds, diff))
     for library, (_, lines) in decode_lines.items():
         for path, line in lines.items():
@@ -356,6 +397,26 @@ def main() -> None:
                 f"{cell(held)} {qk.median_us / naive.median_us:8.2f} "
                 f"{held.median_us / naive.median_us:10.2f} {calls:>6} {naive.max_abs_diff:9.2g}"
             )
+    print()
+    print(
+        "Fused decode step, qkv (B, 1, 32 + 2 * 8, 128) bshd at position 1000: median us "
+        "per call [IQR]; ratio = rotate_qkv in place / RoPE on views"
+    )
+    header = (
+        f"{'library':<6} {'dtype':<8} {'B':>2} "
+        + " ".join(f"{path:>22}" for path in FUSED_PATHS)
+        + f" {'ratio':>6}"
+    )
+    print(header)
+    print("-" * len(header))
+    for library, dtype, batch, _ in configs:
+        fused, views, views_in_place = (
+            by_key[(library, dtype, batch, path)] for path in FUSED_PATHS
+        )
+        print(
+            f"{library:<6} {dtype:<8} {batch:>2} {cell(fused):>22} {cell(views):>22} "
+            f"{cell(views_in_place):>22} {fused.median_us / views.median_us:6.2f}"
+        )
     print()
     print(
         f"Dynamic NTK decode past the trained context (max_position_embeddings={TRAINED},"

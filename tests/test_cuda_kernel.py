@@ -112,13 +112,16 @@ def test_auto_on_numpy_does_not_touch_cuda(launches: list[Launch]) -> None:
 def test_golden_bits(gpu: Backend, case: dict[str, Any], impl: str, launches: list[Launch]) -> None:
     if case["dtype"] not in gpu.dtype_names:
         pytest.skip(f"{gpu.name} has no {case['dtype']}")
+    several_streams = case["kind"] == "mrope"
+    if several_streams and impl == "cuda":
+        pytest.skip("the kernel takes one position stream; M-RoPE goes through array_api")
     x = gpu.from_bits(DATA[f"{case['name']}_x"], case["dtype"])
     positions = case["positions"]
     if positions == "array":
         positions = _ints(gpu, DATA[f"{case['name']}_positions"])
     y = rotate_case(case, x, positions, impl=impl)
     assert_same_bits(gpu.to_bits(y), DATA[f"{case['name']}_y"], case["dtype"])
-    assert launches
+    assert launches or several_streams
 
 
 @pytest.mark.gpu

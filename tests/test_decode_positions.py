@@ -257,3 +257,26 @@ def test_torch_positions_with_the_negative_bit_are_read_as_their_values(impl: st
     got = rope.rotate(x, negated, impl=impl)
     want = anyrope.RoPE(8).rotate(x, torch.tensor([[5], [3]]), impl="array_api")
     np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+@pytest.mark.parametrize("impl", HOST_PATHS)
+@pytest.mark.parametrize("form", ["grouped", "stacked"])
+def test_a_fused_decode_step_in_place_costs_no_more_calls_than_its_views(
+    library: str, impl: str, form: str
+) -> None:
+    """Issue 26: ``rotate_qkv(inplace=True)`` took three times the time of ``rope`` on
+    q and k views of the same buffer (three views made, two arrays checked for overlap)."""
+    as_array = _library(library)
+    shape = (1, 1, 4 + 2 * 2, 16) if form == "grouped" else (1, 1, 3, 4, 16)
+    qkv = as_array(np.random.default_rng(0).standard_normal(shape).astype(np.float32))
+    if form == "grouped":
+        q, k, heads = qkv[:, :, :4], qkv[:, :, 4:6], {"num_heads_q": 4}
+    else:
+        q, k, heads = qkv[:, :, 0], qkv[:, :, 1], {}
+    rope = anyrope.RoPE(16)
+    fused, views = _python_calls(
+        lambda: rope.rotate_qkv(qkv, 1000, inplace=True, impl=impl, **heads),
+        lambda: rope(q, k, positions=1000, impl=impl),
+    )
+    assert fused <= views, (fused, views)

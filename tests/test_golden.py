@@ -115,6 +115,16 @@ def _ulps(got: np.ndarray, exact: list[Any]) -> np.ndarray:
     return np.array(errors)
 
 
+def _mrope_stream_of_pair(scaling: Any) -> list[int]:
+    """Contiguous runs of ``mrope_section`` pairs, or transformers' interleaving (Qwen3-VL:
+    pair i follows stream i % 3 while i < 3 * mrope_section[i % 3], else stream 0)."""
+    sections = list(scaling.mrope_section)
+    if not scaling.mrope_interleaved:
+        return [stream for stream, size in enumerate(sections) for _ in range(size)]
+    owners = [pair % 3 for pair in range(sum(sections))]
+    return [s if s and pair < 3 * sections[s] else 0 for pair, s in enumerate(owners)]
+
+
 @pytest.mark.parametrize("table", TABLES, ids=[t["name"] for t in TABLES])
 def test_golden_tables_are_within_one_ulp(table):
     """float64 entries within 1 ulp of ``cos(m * theta) * factor`` evaluated in mpmath.
@@ -122,10 +132,12 @@ def test_golden_tables_are_within_one_ulp(table):
     The angle is the float64 product ``m * theta`` (numerical-contract.rst, "How every path
     computes" 2); an attention factor other than 1 adds its own rounding, hence the 1.5 ulp.
     """
-    name = table["name"]
+    name, rope = table["name"], _table_rope(table)
     positions = DATA[f"{name}_positions"]
-    if positions.ndim == 2:  # axial: each section of the pairs follows its own coordinate
-        angles_positions = np.repeat(positions, _table_rope(table).sections, axis=1)
+    if rope.axial:  # each section of the pairs follows its own coordinate
+        angles_positions = np.repeat(positions, rope.sections, axis=1)
+    elif rope.sections is not None:  # M-RoPE: streams on the first axis
+        angles_positions = positions[_mrope_stream_of_pair(rope.scaling)].T
     else:
         angles_positions = positions[:, None]
     inv_freq = DATA[f"{name}_inv_freq"].view(np.float64)

@@ -357,14 +357,40 @@ def test_every_layer_type_at_once() -> None:
         ("qwen3_vl_text", {"rope_type": "default", "mrope_section": [8, 12, 12]}),
         ("cosmos3_edge_text", {"rope_type": "default", "mrope_section": [8, 12, 12]}),
         (
+            "qwen3_vl_text",
+            {"rope_type": "default", "mrope_section": [8, 12, 12], "mrope_interleaved": False},
+        ),
+        (
             "some_new_vl",
             {"rope_type": "default", "mrope_section": [8, 12, 12], "mrope_interleaved": True},
         ),
     ],
 )
-def test_interleaved_m_rope_is_refused(model_type: str, scaling: dict[str, Any]) -> None:
+def test_interleaved_m_rope_is_read(model_type: str, scaling: dict[str, Any]) -> None:
+    """The Qwen3-VL families interleave whatever the key says; another model, by the key."""
     config = {**_SMALL, "model_type": model_type, "rope_scaling": scaling}
-    with pytest.raises(ValueError, match=r"uses interleaved M-RoPE"):
+    parsed = from_hf_config(config).scaling
+    assert parsed.mrope_interleaved
+    assert parsed.mrope_section == (8, 12, 12)
+
+
+def test_qwen2_vl_m_rope_stays_contiguous() -> None:
+    config = {
+        **_SMALL,
+        "model_type": "qwen2_vl",
+        "rope_scaling": {"type": "mrope", "mrope_section": [8, 12, 12]},
+    }
+    assert not from_hf_config(config).scaling.mrope_interleaved
+
+
+@pytest.mark.parametrize("model_type", ["ernie4_5_vl_moe_text", "glm_ocr_text"])
+def test_m_rope_of_another_layout_is_refused(model_type: str) -> None:
+    config = {
+        **_SMALL,
+        "model_type": model_type,
+        "rope_scaling": {"rope_type": "default", "mrope_section": [8, 12, 12]},
+    }
+    with pytest.raises(ValueError, match=r"lays out its M-RoPE streams in its own way"):
         from_hf_config(config)
 
 

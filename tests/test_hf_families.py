@@ -14,6 +14,7 @@ import warnings
 
 import pytest
 
+import anyrope
 import hf_families
 
 pytest.importorskip("torch")
@@ -53,7 +54,6 @@ class, or configs whose default values do not build their own model."""
 
 CLEAR_ERRORS = {
     "blt": "needs `head_dim`, or `hidden_size` and `num_attention_heads`",
-    "cosmos3_edge": "uses interleaved M-RoPE",
     "deepseek_v4[compress]": "`rope_theta`=10000.0 and `rope_parameters['rope_theta']`",
     "efficientloftr": "`partial_rotary_factor` must be in (0, 1]",
     "esmfold2": "needs `head_dim`, or `hidden_size` and `num_attention_heads`",
@@ -68,8 +68,8 @@ CLEAR_ERRORS = {
 }
 """Configs anyrope refuses, by what the error says: a key it does not model (Llama 4's
 attention temperature, which scales the queries in attention), a width the default config leaves
-ambiguous, or a rotation it does not give (NanoChat's negative angle, interleaved
-M-RoPE). M-RoPE families are driven with a different position in each stream."""
+ambiguous, or a rotation it does not give (NanoChat's negative angle). M-RoPE families
+are driven with a different position in each stream."""
 
 FAMILIES = hf_families.rotary_families()
 
@@ -93,6 +93,51 @@ def test_family_matches_or_says_why(family: str) -> None:
             assert CLEAR_ERRORS[label] in outcome.detail, outcome
         else:
             assert outcome.kind == "match", outcome
+
+
+INTERLEAVED_MROPE_FAMILIES = [
+    "cosmos3_edge",
+    "qwen3_5",
+    "qwen3_5_moe",
+    "qwen3_omni_moe",
+    "qwen3_vl",
+    "qwen3_vl_moe",
+    "qwen4_exp",
+]
+"""Families whose M-RoPE gives the streams' pairs in turn (``recomposition_frequencies``
+of Qwen3-VL); Cohere Compass shares it, but its default config does not build."""
+
+
+@pytest.mark.parametrize("family", INTERLEAVED_MROPE_FAMILIES)
+def test_interleaved_mrope_matches_with_three_distinct_streams(family: str) -> None:
+    """Their default text configs have no ``mrope_section`` (plain RoPE); a released
+    config.json has one, with ``mrope_interleaved``: give it the sections the family's
+    rotary class falls back to, and rotate positions that differ in every stream."""
+    import importlib
+
+    module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rotary_class, config = hf_families._rotary_and_config(module, hf_families._config(family))
+        if family == "qwen3_omni_moe":
+            # The driver's class is the talker's plain one; the thinker's text is M-RoPE.
+            rotary_class = module.Qwen3OmniMoeThinkerTextRotaryEmbedding
+            config.head_dim = 128  # 2048 over 28 heads does not divide
+        sections = list(rotary_class(config=config).mrope_section)
+        pairs = int(config.head_dim * config.rope_parameters.get("partial_rotary_factor", 1)) // 2
+        if sum(sections) != pairs:
+            # Qwen4-Exp's fallback [11, 11, 10] is for a quarter of its 256 features.
+            sections = [pairs - 2 * (pairs * 5 // 16), pairs * 5 // 16, pairs * 5 // 16]
+        config.rope_parameters = {
+            **config.rope_parameters,
+            "mrope_section": sections,
+            "mrope_interleaved": True,
+        }
+        outcome = hf_families._drive_one(family, module, rotary_class, config, None)
+    rope = anyrope.RoPE.from_hf_config(config)
+    assert rope.scaling.mrope_interleaved
+    assert rope.sections == tuple(sections)
+    assert outcome.kind == "match", outcome
 
 
 @pytest.mark.parametrize("family", ["gptj", "codegen"])

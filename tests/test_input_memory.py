@@ -115,6 +115,24 @@ def test_other_byte_order_read_only_in_place_is_refused():
         anyrope.rotate(swapped, inplace=True)
 
 
+@pytest.mark.parametrize("impl", ["numba", "blocked", "array_api"])
+def test_a_planned_geometry_in_place_still_refuses_what_it_does_not_fix(impl: str) -> None:
+    """A second in-place call of a planned geometry checks again a read-only array, and
+    q and k that share memory (the shapes and strides are those that passed)."""
+    if impl == "numba":
+        pytest.importorskip("numba")
+    rope = anyrope.RoPE(8)
+    x = _values((2, 5, 3, 8)).astype(np.float32)
+    rope.rotate(x, 3, inplace=True, impl=impl)
+    x.flags.writeable = False
+    with pytest.raises(ValueError, match=r"inplace.*read-only"):
+        rope.rotate(x, 3, inplace=True, impl=impl)
+    fused = _values((2, 5, 6, 8)).astype(np.float32)
+    rope(fused[:, :, :3], fused[:, :, 3:], 3, inplace=True, impl=impl)
+    with pytest.raises(ValueError, match=r"in separate memory"):
+        rope(fused[:, :, :3], fused[:, :, 2:5], 3, inplace=True, impl=impl)
+
+
 TORCH_DTYPES = {"float16": "complex32", "float32": "complex64", "float64": "complex128"}
 
 

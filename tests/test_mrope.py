@@ -64,6 +64,84 @@ def test_each_section_follows_its_stream(backend_dtype, interleaved: bool) -> No
         start += size
 
 
+INTERLEAVED_SECTION = [6, 5, 5]  # a small Qwen3-VL [24, 20, 20]
+INTERLEAVED_MROPE = {
+    "rope_type": "default",
+    "mrope_section": INTERLEAVED_SECTION,
+    "mrope_interleaved": True,
+}
+
+
+def _interleaved_stream_of_pair(sections: list[int]) -> list[int]:
+    """transformers' recomposition_frequencies, written as a loop over the pairs."""
+    streams = []
+    for pair in range(sum(sections)):
+        stream = pair % 3
+        streams.append(stream if stream and pair < 3 * sections[stream] else 0)
+    return streams
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_interleaved_mrope_each_pair_follows_its_stream(backend_dtype, interleaved: bool) -> None:
+    """Qwen3-VL: pair i takes the angle of stream i % 3 while within that stream's count."""
+    backend, dtype = backend_dtype
+    x = backend.from_numpy(_x((2, 7, 2, 32), dtype))
+    streams = np.random.default_rng(4).integers(0, 5000, size=(3, 2, 7))
+    mrope = anyrope.RoPE(32, interleaved=interleaved, scaling=INTERLEAVED_MROPE)
+    plain = anyrope.RoPE(32, interleaved=interleaved)
+    got = backend.to_numpy(mrope.rotate(x, backend.from_numpy(streams)))
+    owner = _interleaved_stream_of_pair(INTERLEAVED_SECTION)
+    assert owner[:9] == [0, 1, 2] * 3  # the three streams in turn, not contiguous runs
+    for stream in range(3):
+        pairs = [pair for pair, s in enumerate(owner) if s == stream]
+        features = _pair_features(pairs, 32, interleaved)  # type: ignore[arg-type]
+        expected = backend.to_numpy(plain.rotate(x, backend.from_numpy(streams[stream])))
+        np.testing.assert_array_equal(got[..., features], expected[..., features])
+    text = np.stack([streams[0]] * 3)
+    np.testing.assert_array_equal(
+        backend.to_numpy(mrope.rotate(x, backend.from_numpy(text))),
+        backend.to_numpy(plain.rotate(x, backend.from_numpy(streams[0]))),
+    )
+
+
+@pytest.mark.parametrize("impl", ["numba", "blocked", "array_api"])
+def test_interleaved_mrope_every_path_gives_the_same_bits(impl: str) -> None:
+    if impl == "numba":
+        pytest.importorskip("numba")
+    q, k = _x((2, 9, 4, 32)), _x((2, 9, 2, 32), seed=1)
+    streams = np.random.default_rng(5).integers(0, 70000, size=(3, 2, 9))
+    mrope = anyrope.RoPE(32, scaling=INTERLEAVED_MROPE)
+    contiguous = anyrope.RoPE(32, scaling=MROPE | {"mrope_section": INTERLEAVED_SECTION})
+    q1, k1 = mrope(q, k, streams, impl=impl)
+    q0, k0 = mrope(q, k, streams, impl="array_api")
+    np.testing.assert_array_equal(q1, q0)
+    np.testing.assert_array_equal(k1, k0)
+    assert not np.array_equal(q1, contiguous(q, k, streams, impl=impl)[0])
+
+
+def test_qwen3_vl_tables_interleave_the_streams() -> None:
+    rope = anyrope.RoPE(128, base=5e6, scaling={**INTERLEAVED_MROPE, "mrope_section": [24, 20, 20]})
+    streams = np.array([[[0, 1, 5, 9]], [[0, 2, 3, 4]], [[0, 7, 1, 8]]])  # (3, batch=1, seq=4)
+    cos, sin = rope.tables(streams, dtype=np.float64)
+    angles = streams.astype(np.float64)[..., None] * rope.inv_freq  # (3, 1, 4, 64)
+    owner = _interleaved_stream_of_pair([24, 20, 20])
+    expected = np.stack([angles[s, ..., pair] for pair, s in enumerate(owner)], axis=-1)
+    np.testing.assert_array_equal(cos, np.cos(expected))
+    np.testing.assert_array_equal(sin, np.sin(expected))
+
+
+@pytest.mark.parametrize(
+    ("scaling", "error", "message"),
+    [
+        ({"rope_type": "default", "mrope_interleaved": True}, ValueError, r"needs `mrope_section`"),
+        ({**INTERLEAVED_MROPE, "mrope_interleaved": "yes"}, TypeError, r"true or false; got 'yes'"),
+    ],
+)
+def test_mrope_interleaved_errors(scaling: dict, error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=message):
+        anyrope.RoPE(32, scaling=scaling)
+
+
 def test_qwen2_vl_config_and_tables() -> None:
     config = json.loads(
         (Path(__file__).parent / "configs" / "qwen2-vl-7b-instruct.json").read_text()

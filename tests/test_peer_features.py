@@ -278,6 +278,32 @@ def test_qkv_grouped_heads_and_in_place(backend) -> None:
         np.testing.assert_array_equal(backend.to_numpy(fused), got)
 
 
+@pytest.mark.parametrize("library", ["numpy", "torch"])
+@pytest.mark.parametrize("layout", sorted(STACKED))
+@pytest.mark.parametrize("memory", ["contiguous", "heads-outer"])
+def test_qkv_stacked_in_place_writes_the_bits_of_the_copy(
+    library: str, layout: str, memory: str
+) -> None:
+    """In place, q and k are rotated as one view where the fused array allows it
+    (contiguous); where its (q, k) axis does not step over the heads axis alone
+    (heads-outer: the heads axis stored outside it), as two views."""
+    shape, axis = STACKED[layout]
+    host = _x(shape, "float32")
+    if memory == "heads-outer":
+        order = list(range(len(shape)))
+        order[axis], order[axis + 1] = order[axis + 1], order[axis]
+        host = np.ascontiguousarray(host.transpose(order)).transpose(order)
+    qkv = host.copy() if library == "numpy" else None
+    if library == "torch":
+        torch = pytest.importorskip("torch")
+        qkv = torch.from_numpy(host.copy())
+    rope = anyrope.RoPE(16, rotary_dim=8)
+    want = np.asarray(rope.rotate_qkv(host, 5, layout=layout))
+    assert rope.rotate_qkv(qkv, 5, layout=layout, inplace=True) is qkv
+    np.testing.assert_array_equal(np.asarray(qkv), want)
+    np.testing.assert_array_equal(np.take(np.asarray(qkv), 2, axis=axis), np.take(host, 2, axis))
+
+
 def test_qkv_packed_functional() -> None:
     qkv = _x((7, 3, 2, 8), "float32")  # (total_tokens, 3, heads, d)
     cu = np.array([0, 3, 7])

@@ -59,6 +59,13 @@ def clear_cache() -> None:
 def cache_nbytes() -> int:
     """Return the bytes of cos/sin tables the functional API keeps now.
 
+    One name for one question, in the form each place allows: a module has no
+    properties, so the functional API's tables are counted by this function, and a
+    :class:`RoPE` you hold counts its own with the property :attr:`RoPE.cache_nbytes`
+    (read without a call, like its other attributes). Both count every library, device
+    and dtype the tables were built for; :func:`clear_cache` and
+    :meth:`RoPE.clear_cache` free them.
+
     Returns
     -------
     int

@@ -7,6 +7,11 @@ each section its own position stream:
   height, width) and ``mrope_section`` (e.g. ``[16, 24, 24]``, summing to the number
   of pairs): pair ``i`` takes its angle from the stream whose section contains ``i``.
   Text tokens carry three equal streams, which is ordinary RoPE.
+- **interleaved M-RoPE** (Qwen3-VL, Qwen3.5, Qwen3-Omni, Cosmos 3, Cohere Compass:
+  ``mrope_interleaved``): the same positions and ``mrope_section``, but the streams
+  take the pairs in turn (t, h, w, t, h, w, ...): pair ``i`` follows stream
+  ``s = i % n`` while ``i < n * mrope_section[s]`` (``n`` streams), and stream 0 past
+  that, as transformers' ``recomposition_frequencies`` assigns them.
 - **axial** (``rope_type="axial"``: EVA-02, Qwen2-VL's vision tower, FLUX-style image
   tokens; video DiTs with ``axial_sections``): positions ``(*batch, seq, n)``, one
   coordinate per axis; section ``a`` follows coordinate ``a`` (by default ``n = 2``, the
@@ -25,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ._namespace import Array, Namespace, library_name, namespace_of
+from ._namespace import Array, Namespace, device_of, library_name, namespace_of
 from ._positions import Positions, resolve_positions
 from ._validation import describe
 
@@ -110,9 +115,19 @@ def split_host_streams(
 
 
 def join_sections(
-    tables: Sequence[tuple[Array, Array]], sections: Sequence[int], xp: Namespace
+    tables: Sequence[tuple[Array, Array]],
+    sections: Sequence[int],
+    xp: Namespace,
+    *,
+    interleaved: bool = False,
 ) -> tuple[Array, Array]:
-    """Take pairs ``[start, start + size)`` of section ``s`` from stream ``s``'s tables."""
+    """Take each pair's cos/sin from the tables of the stream it follows.
+
+    Contiguous: pairs ``[start, start + size)`` of section ``s`` from stream ``s``.
+    Interleaved: the pairs of :func:`interleaved_streams`.
+    """
+    if interleaved:
+        return _join_interleaved(tables, sections, xp)
     cos_parts, sin_parts = [], []
     start = 0
     for (cos, sin), size in zip(tables, sections, strict=True):
@@ -120,3 +135,38 @@ def join_sections(
         sin_parts.append(sin[..., start : start + size])
         start += size
     return xp.concat(cos_parts, axis=-1), xp.concat(sin_parts, axis=-1)
+
+
+def interleaved_streams(sections: Sequence[int]) -> list[int]:
+    """The stream each pair follows in interleaved M-RoPE (Qwen3-VL).
+
+    Examples
+    --------
+    >>> interleaved_streams([3, 2, 2])
+    [0, 1, 2, 0, 1, 2, 0]
+    >>> interleaved_streams([4, 1, 1])
+    [0, 1, 2, 0, 0, 0]
+    """
+    count = len(sections)
+    streams = [0] * sum(sections)
+    for stream in range(1, count):
+        for pair in range(stream, count * sections[stream], count):
+            streams[pair] = stream
+    return streams
+
+
+def _join_interleaved(
+    tables: Sequence[tuple[Array, Array]], sections: Sequence[int], xp: Namespace
+) -> tuple[Array, Array]:
+    # One gather from the streams stacked pair by pair: entry pair * n + stream.
+    count = len(sections)
+    streams = interleaved_streams(sections)
+    index = np.array([pair * count + stream for pair, stream in enumerate(streams)], dtype=np.int64)
+    first = tables[0][0]
+    where = xp.asarray(index, device=device_of(first))
+    shape = (*first.shape[:-1], len(streams) * count)
+    joined = []
+    for part in range(2):
+        stacked = xp.stack([table[part] for table in tables], axis=-1)
+        joined.append(xp.take(xp.reshape(stacked, shape), where, axis=-1))
+    return joined[0], joined[1]

@@ -17,7 +17,7 @@ import numpy as np
 
 from ._jax import outside_trace
 from ._layout import Axes, axes_of, place_tables, range_table_shape
-from ._memory import extent, has_internal_overlap, may_overlap
+from ._memory import Extent, extent, has_internal_overlap, may_overlap
 from ._mrope import resolve_streams
 from ._namespace import (
     Array,
@@ -153,7 +153,7 @@ class Plan:
                 tables = self.source.for_length(stream.stop)
                 tables = tables.undoing() if self.undo else tables
         if self.inplace:
-            _check_writable(arrays, self.names)
+            _check_writable_again(arrays, self.names)
         return self._replaced(arrays=arrays, where=where, tables=tables)
 
     def with_positions_read(self) -> Plan:
@@ -359,9 +359,7 @@ def _check_writable(arrays: tuple[Array, ...], names: tuple[str, ...]) -> None:
         )
     for x, name in zip(arrays, names, strict=True):
         if not array_api_compat.is_writeable_array(x):
-            raise ValueError(
-                f"`inplace`=True needs writable arrays; got a read-only {describe(x)} as `{name}`"
-            )
+            _refuse_read_only(x, name)
     extents = [extent(x) for x in arrays]
     for e, name in zip(extents, names, strict=True):
         if e is not None and has_internal_overlap(e):
@@ -369,8 +367,30 @@ def _check_writable(arrays: tuple[Array, ...], names: tuple[str, ...]) -> None:
                 f"`inplace`=True needs arrays whose elements do not overlap; `{name}` is a "
                 f"broadcast or overlapping view (shape {e.shape}, byte strides {e.strides})"
             )
-    for i in range(len(arrays)):
-        for j in range(i + 1, len(arrays)):
+    _check_apart(extents, names)
+
+
+def _check_writable_again(arrays: tuple[Array, ...], names: tuple[str, ...]) -> None:
+    """:func:`_check_writable` for arrays of a planned geometry (NumPy arrays and torch
+    tensors of the shapes and strides that passed it): only what the geometry leaves
+    open, a read-only NumPy array and arrays that share memory, is checked again."""
+    for x, name in zip(arrays, names, strict=True):
+        if isinstance(x, np.ndarray) and not x.flags.writeable:
+            _refuse_read_only(x, name)
+    if len(arrays) > 1:
+        _check_apart([extent(x) for x in arrays], names)
+
+
+def _refuse_read_only(x: Array, name: str) -> None:
+    raise ValueError(
+        f"`inplace`=True needs writable arrays; got a read-only {describe(x)} as `{name}`"
+    )
+
+
+def _check_apart(extents: list[Extent | None], names: tuple[str, ...]) -> None:
+    """Refuse two arrays that share memory: their shared elements would be rotated twice."""
+    for i in range(len(extents)):
+        for j in range(i + 1, len(extents)):
             a, b = extents[i], extents[j]
             if a is not None and b is not None and may_overlap(a, b):
                 raise ValueError(

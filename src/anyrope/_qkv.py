@@ -10,7 +10,8 @@ fused qkv projection in one array, in one of two forms:
   (grouped-query attention).
 
 q and k are rotated as views (so in place writes into the fused array) and v is never
-touched.
+touched. In place, q and k are rotated as one view where the fused array allows it
+(:func:`joint_qk`): one call's overhead instead of two arrays' and three views'.
 """
 
 from __future__ import annotations
@@ -35,6 +36,39 @@ class FusedQKV(NamedTuple):
 
 def split_qkv(qkv: Array, layout: str, num_heads_q: int | None) -> FusedQKV:
     """Views of q, k and v in ``qkv``, checked against ``layout`` and ``num_heads_q``."""
+    axis, bounds, stacked = _locate(qkv, layout, num_heads_q)
+    q, k, v = (_take(qkv, axis, bounds[i], bounds[i + 1], squeeze=stacked) for i in range(3))
+    return FusedQKV(q, k, v, axis, stacked)
+
+
+def joint_qk(qkv: Array, layout: str, num_heads_q: int | None) -> Array | None:
+    """One view holding the query heads then the key heads of ``qkv``, or ``None``.
+
+    Rotating it rotates q and k with the bits of rotating each (every head is rotated
+    alone), in one call instead of two arrays. A grouped array always has it; a stacked
+    one when its (q, k) axis steps over exactly the heads axis, so that the two merge
+    into one heads axis without a copy (any contiguous array), and in a library that
+    shows its strides (NumPy, PyTorch, CuPy).
+    """
+    axis, bounds, stacked = _locate(qkv, layout, num_heads_q)
+    qk = _take(qkv, axis, 0, bounds[2], squeeze=False)
+    if not stacked:
+        return qk
+    stride = getattr(qk, "stride", None)  # torch's, in elements
+    strides = stride() if callable(stride) else getattr(qk, "strides", None)  # NumPy's, CuPy's
+    heads = axis + 1
+    if strides is None or strides[axis] != qk.shape[heads] * strides[heads]:
+        return None
+    shape = tuple(qk.shape)
+    merged = (*shape[:axis], 2 * shape[heads], *shape[heads + 1 :])
+    # The strides check makes this reshape a view in every library that has strides.
+    return qk.reshape(merged)
+
+
+def _locate(
+    qkv: Array, layout: str, num_heads_q: int | None
+) -> tuple[int, tuple[int, int, int, int], bool]:
+    """The axis that separates q, k and v, their bounds on it, and whether it is stacked."""
     heads = heads_axis(layout)
     ndim = len(getattr(qkv, "shape", ()))
     if num_heads_q is None:
@@ -45,9 +79,9 @@ def split_qkv(qkv: Array, layout: str, num_heads_q: int | None) -> FusedQKV:
                 f"before the heads axis, e.g. (batch, seq, 3, heads, head_dim) for layout="
                 f"'bshd'; got {describe(qkv)} with layout={layout!r}"
             )
-        q, k, v = (_take(qkv, axis, i, i + 1, squeeze=True) for i in range(3))
-        return FusedQKV(q, k, v, axis, True)
-    count = check_int(num_heads_q, "num_heads_q")
+        return axis, (0, 1, 2, 3), True
+    # A plain int skips the numbers.Integral check, an ABC's, at every decode step.
+    count = num_heads_q if type(num_heads_q) is int else check_int(num_heads_q, "num_heads_q")
     if ndim < -heads:
         raise ValueError(
             f"`qkv` must have a heads axis at {heads} for layout={layout!r}; got {describe(qkv)}"
@@ -59,9 +93,7 @@ def split_qkv(qkv: Array, layout: str, num_heads_q: int | None) -> FusedQKV:
             f"`num_heads_q`={count} must leave an even, positive number of key and value heads "
             f"in the {total} heads of `qkv` (axis {heads}); got {describe(qkv)}"
         )
-    bounds = (0, count, count + kv, total)
-    q, k, v = (_take(qkv, heads, bounds[i], bounds[i + 1], squeeze=False) for i in range(3))
-    return FusedQKV(q, k, v, heads, False)
+    return heads, (0, count, count + kv, total), False
 
 
 def join_qkv(fused: FusedQKV, q: Array, k: Array, xp: Namespace) -> Array:

@@ -22,7 +22,7 @@ from ._namespace import (
     namespace_of,
     to_host,
 )
-from ._qkv import join_qkv, split_qkv
+from ._qkv import join_qkv, joint_qk, split_qkv
 from ._tables import TableSource
 from ._validation import (
     MAX_POSITION,
@@ -334,7 +334,10 @@ class RoPE:
         """Number of bytes held by this RoPE's cached cos/sin tables.
 
         Every library, device and dtype the tables were built for counts; see
-        :meth:`clear_cache` and :func:`anyrope.clear_cache`.
+        :meth:`clear_cache`. A property, read without a call, like the RoPE's other
+        attributes; the functional API's tables, which no object of yours holds, are
+        counted by the function :func:`anyrope.cache_nbytes` (a module has no
+        properties) and freed by :func:`anyrope.clear_cache`.
 
         Returns
         -------
@@ -606,6 +609,20 @@ class RoPE:
             )
         if xp is not None:  # a namespace of another library is named for `qkv`, not its views
             namespace_of(qkv, xp=xp, argument="qkv")
+        if inplace:
+            qk = joint_qk(qkv, layout, num_heads_q)
+            if qk is not None:
+                self._rotate(
+                    qk,
+                    positions=positions,
+                    layout=layout,
+                    inverse=inverse,
+                    inplace=True,
+                    impl=impl,
+                    xp=xp,
+                    cu_seqlens=cu_seqlens,
+                )
+                return qkv
         fused = split_qkv(qkv, layout, num_heads_q)
         q, k = self._rotate(
             fused.q,
@@ -843,6 +860,7 @@ class RoPE:
                 ],
                 self.sections,
                 xp,
+                interleaved=self.scaling.mrope_interleaved,
             )
         return xp.astype(cos, dtype), xp.astype(sin, dtype)
 

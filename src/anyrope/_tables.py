@@ -745,7 +745,7 @@ class TableSource:
             return cache.gather(where[0], xp, device, dtype)
         assert self.sections is not None
         parts = [cache.gather(stream, xp, device, dtype) for stream in where]
-        return join_sections(parts, self.sections, xp)
+        return join_sections(parts, self.sections, xp, interleaved=self.scaling.mrope_interleaved)
 
     def gather_wide(  # noqa: PLR0917 - gather's arguments and the pairing
         self,

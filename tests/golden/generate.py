@@ -5,7 +5,8 @@ Three kinds of golden data, all stored as raw bits (bfloat16 and float16 payload
 - ``cases.json`` + ``golden.npz``: rotations. Random inputs over every dtype, pairing,
   axis layout and partial width; special values (subnormal inputs and outputs, signed
   zeros, infinities, NaN, overflow); positions up to ``2**53 - 1``; scaled RoPEs, with
-  factors and lengths that are not powers of two too; dynamic NTK decoding steps.
+  factors and lengths that are not powers of two too; dynamic NTK decoding steps; M-RoPE
+  with three distinct position streams, contiguous and interleaved.
 - ``tables.json`` + ``golden.npz``: ``inv_freq``, attention factor, softmax scale and the
   float64 and float32 cos/sin tables of every scaling method, at positions up to
   ``2**53 - 1``.
@@ -264,7 +265,28 @@ def _rotation_cases(rng: np.random.Generator) -> tuple[list[dict[str, Any]], dic
             scaling=dynamic_rope["scaling"],
             max_position_embeddings=dynamic_rope["max_position_embeddings"],
         )
+
+    # 7. M-RoPE: three position streams (temporal, height, width) that all differ, the
+    # streams' pairs in contiguous runs (Qwen2-VL) and in turn (Qwen3-VL).
+    for dtype, scaling in itertools.product(DTYPES, MROPE_SCALINGS):
+        add(
+            "mrope",
+            dtype,
+            _input(rng, (2, 5, 2, 128), dtype),
+            rng.integers(0, 2**20, size=(3, 2, 5), dtype=np.int64),
+            interleaved=False,
+            layout="bshd",
+            rotary_dim=128,
+            base=5e6,
+            scaling=scaling,
+        )
     return cases, arrays
+
+
+MROPE_SCALINGS = (
+    {"type": "mrope", "mrope_section": [16, 24, 24]},
+    {"rope_type": "default", "mrope_section": [24, 20, 20], "mrope_interleaved": True},
+)
 
 
 _ROTATION_SCALINGS = (
@@ -485,6 +507,10 @@ TABLE_ROPES += (
         },
         (None,),
     ),
+    *(
+        (f"mrope-{label}", {"head_dim": 128, "base": 5e6, "scaling": scaling}, (None,))
+        for label, scaling in zip(("contiguous", "interleaved"), MROPE_SCALINGS, strict=True)
+    ),
 )
 
 TABLE_POSITIONS = (0, 1, 2, 3, 7, 100, 4095, 4096, 65535, 131071, 10**6 + 3, 2**31 - 1)
@@ -514,6 +540,9 @@ def _table_cases() -> tuple[list[dict[str, Any]], dict[str, Any]]:
                 coordinates = [positions, positions[::-1], np.roll(positions, 3)]
                 assert rope.sections is not None
                 positions = np.stack(coordinates[: len(rope.sections)], axis=-1)
+            elif rope.sections is not None:
+                # M-RoPE: (temporal, height, width) streams on the first axis.
+                positions = np.stack([positions, positions[::-1], np.roll(positions, 3)])
             inv_freq, factor = rope.frequencies(int(positions.max()) + 1)
             arrays[f"{name}_positions"] = positions
             arrays[f"{name}_inv_freq"] = inv_freq.view(np.uint64)

@@ -36,7 +36,14 @@ everywhere but not listed here.
 
 _ALIASES = {"mrope": "default"}
 _ANY_TYPE_KEYS = frozenset(
-    {"rope_type", "type", "rope_theta", "partial_rotary_factor", "mrope_section"}
+    {
+        "rope_type",
+        "type",
+        "rope_theta",
+        "partial_rotary_factor",
+        "mrope_section",
+        "mrope_interleaved",
+    }
 )
 # The RopeScaling fields that hold a real number; a scaling dict's are converted in this
 # order, so the first bad one is the one named.
@@ -77,6 +84,8 @@ class RopeScaling:
     scaling dict; ``original_max_position_embeddings`` (``L0``) is the pre-extension
     context. ``rope_theta`` and ``partial_rotary_factor`` are recorded when the dict
     carries them (newer transformers ``rope_parameters``) so callers can check them.
+    ``mrope_interleaved`` gives the pairs of the ``mrope_section`` streams in turn
+    (Qwen3-VL) instead of in contiguous runs (Qwen2-VL).
 
     Examples
     --------
@@ -105,6 +114,7 @@ class RopeScaling:
     axial_sections: tuple[int, ...] | None = None
     rope_theta: float | None = None
     partial_rotary_factor: float | None = None
+    mrope_interleaved: bool = False
 
     def __post_init__(self) -> None:
         kind = self.rope_type
@@ -140,6 +150,14 @@ class RopeScaling:
             method.validate(self)
         if self.mrope_section is not None and method.sections is not None:
             raise ValueError(f"`mrope_section` does not apply to rope_type={kind!r}")
+        if not isinstance(self.mrope_interleaved, bool):
+            raise TypeError(
+                f"`mrope_interleaved` must be true or false; got {self.mrope_interleaved!r}"
+            )
+        if self.mrope_interleaved and self.mrope_section is None:
+            raise ValueError(
+                "`mrope_interleaved` needs `mrope_section` (the pairs of each position stream)"
+            )
         if self.axial_sections is not None and "axial_sections" not in method.keys:
             raise ValueError(
                 f"`axial_sections` does not apply to rope_type={kind!r} (it is a key of "
@@ -504,6 +522,8 @@ def parse_rope_scaling(
     for key in ("mrope_section", "axial_sections"):
         if key in given:
             fields[key] = positive_int_list(given[key], key)
+    if "mrope_interleaved" in given:
+        fields["mrope_interleaved"] = given["mrope_interleaved"]
     inner = given.get("original_max_position_embeddings")
     if inner is not None:
         inner = positive_int(inner, "original_max_position_embeddings")

@@ -107,23 +107,37 @@ ignore it (MiniMax-M3-VL's 64 of 128: transformers rotates all 128)."""
 
 INTERLEAVED_MROPE_MODEL_TYPES = frozenset(
     {
-        f"{family}{suffix}"
-        for family in (
-            "qwen3_vl",
-            "qwen3_vl_moe",
-            "qwen3_5",
-            "qwen3_5_moe",
-            "qwen4_exp",
-            "cosmos3_edge",
-            "ernie4_5_vl_moe",
-            "glm_ocr",
-        )
-        for suffix in ("", "_text")
+        *(
+            f"{family}{suffix}"
+            for family in (
+                "qwen3_vl",
+                "qwen3_vl_moe",
+                "qwen3_5",
+                "qwen3_5_moe",
+                "qwen4_exp",
+                "cosmos3_edge",
+                "cohere_compass",
+            )
+            for suffix in ("", "_text")
+        ),
+        "qwen3_omni_moe",
+        "qwen3_omni_moe_text",
+        "qwen3_omni_moe_thinker",
+        "qwen3_omni_moe_talker_text",
     }
 )
 """Families whose M-RoPE gives the streams' pairs in turn (t, h, w, t, h, w, ...)
-instead of anyrope's contiguous runs of ``mrope_section`` pairs: their M-RoPE configs
-are refused (text-only configs, without ``mrope_section``, are plain RoPE)."""
+instead of contiguous runs of ``mrope_section`` pairs: a property of the family's
+modeling code (``recomposition_frequencies``), whatever ``mrope_interleaved`` says.
+Their configs with ``mrope_section`` read as ``mrope_interleaved=True``; without it
+(text-only configs) they are plain RoPE. Outside these families the key decides."""
+
+OWN_MROPE_MODEL_TYPES = frozenset(
+    f"{family}{suffix}" for family in ("ernie4_5_vl_moe", "glm_ocr") for suffix in ("", "_text")
+)
+"""Families whose M-RoPE lays the streams out another way (ERNIE 4.5 VL reorders the
+frequencies, GLM-OCR pairs the sections' features ``(2i, 2i+1)``): their M-RoPE
+configs are refused."""
 
 GLOBAL_HEAD_DIM_MODEL_TYPES = frozenset(
     {"gemma4_text", "gemma4_unified_text", "diffusion_gemma_text", "embedding_gemma2"}
@@ -327,7 +341,7 @@ def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfi
     config = _as_layer_type_sees_it(current_format(config), layer_type)
     scaling = _layer_scaling(config, layer_type)
     inner = {} if scaling is None else scaling
-    _refuse_interleaved_mrope(config, inner)
+    _refuse_own_mrope(config, inner)
     _refuse_llama_4_scaling(inner)
     theta_key, theta = _one_of(config, ("rope_theta", "rotary_emb_base"))
     if "rope_theta" in inner and inner["rope_theta"] is not None:
@@ -357,6 +371,8 @@ def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfi
         parsed = dataclasses.replace(parsed, partial_rotary_factor=None)
     parsed.check_rotary_dim(rotary_dim)
     model_type = _get(config, "model_type")
+    if model_type in INTERLEAVED_MROPE_MODEL_TYPES and parsed.mrope_section is not None:
+        parsed = dataclasses.replace(parsed, mrope_interleaved=True)
     if model_type in NEGATIVE_ANGLE_MODEL_TYPES:
         raise ValueError(
             f"model_type={model_type!r} rotates by the negative angle (-m * theta_i), "
@@ -485,15 +501,13 @@ def _refuse_llama_4_scaling(inner: Mapping[str, Any]) -> None:
     )
 
 
-def _refuse_interleaved_mrope(config: Any, inner: Mapping[str, Any]) -> None:
+def _refuse_own_mrope(config: Any, inner: Mapping[str, Any]) -> None:
     model_type = _get(config, "model_type")
-    if inner.get("mrope_interleaved") or (
-        model_type in INTERLEAVED_MROPE_MODEL_TYPES and inner.get("mrope_section") is not None
-    ):
+    if model_type in OWN_MROPE_MODEL_TYPES and inner.get("mrope_section") is not None:
         raise ValueError(
-            f"model_type={model_type!r} uses interleaved M-RoPE (the pairs of the temporal, "
-            "height and width streams in turn), which anyrope does not model: its "
-            "mrope_section gives each stream a contiguous run of pairs"
+            f"model_type={model_type!r} lays out its M-RoPE streams in its own way, which "
+            "anyrope does not model: anyrope's mrope_section gives each stream a contiguous "
+            "run of pairs, or the pairs in turn with mrope_interleaved (Qwen3-VL)"
         )
 
 
