@@ -200,8 +200,7 @@ def run(args: argparse.Namespace) -> int:
         # NumPy has no bfloat16 of its own: the arrays are ml_dtypes'.
         dtypes = tuple(d for d in dtypes if d != "bfloat16")
         print(
-            "anyrope bench: bfloat16 left out: it needs ml_dtypes "
-            "(pip install ml_dtypes, or 'anyrope[cli]')",
+            "anyrope bench: bfloat16 left out: it needs ml_dtypes (pip install ml_dtypes)",
             file=sys.stderr,
         )
         if not dtypes:
@@ -232,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
     (output / "bench.json").write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {output / 'bench.json'}")
     if importlib.util.find_spec("matplotlib") is None:
-        print("bench.png not written: matplotlib is not installed (pip install 'anyrope[cli]')")
+        print("bench.png not written: matplotlib is not installed (pip install matplotlib)")
         return 0
     title = f"anyrope bench, median of {args.repeats} rounds\n{report['machine']['processor']}"
     chart(results, output / "bench.png", title)

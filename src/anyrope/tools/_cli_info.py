@@ -99,7 +99,7 @@ def fast_paths() -> list[dict[str, Any]]:
             "path": "numba (compiled CPU kernel, NumPy and PyTorch CPU)",
             "available": not numba_missing,
             "reason": (
-                "numba is not installed (pip install 'anyrope[numba]')"
+                "numba is not installed (pip install numba)"
                 if numba_missing
                 else "numba is installed"
             ),

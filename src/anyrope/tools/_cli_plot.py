@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         import matplotlib
     except ImportError:
         return _fail(
-            "plotting needs matplotlib: pip install matplotlib (or 'anyrope[cli]')",
+            "plotting needs matplotlib: pip install matplotlib",
             EXIT_MISSING_PACKAGE,
         )
     matplotlib.use("Agg")

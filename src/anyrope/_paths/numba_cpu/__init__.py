@@ -3,7 +3,7 @@
 The kernel (:mod:`.kernels`) reads each element once and writes it once, converting
 float16 and bfloat16 exactly in registers, so a rotation costs about what a copy of the
 same bytes does, for every dtype. It needs the optional ``numba`` dependency
-(``pip install anyrope[numba]``); without it, ``impl="auto"`` takes the blocked path.
+(``pip install numba``); without it, ``impl="auto"`` takes the blocked path.
 
 The inputs are seen as (n0, n1, n2, head_dim) arrays of their own memory (NumPy views
 of torch tensors, half types as 16-bit integers); each (n0, n1, n2) row reads one row of
@@ -43,7 +43,7 @@ def installed() -> bool:
 def rejects(plan: Plan) -> str | None:
     """NumPy arrays and PyTorch CPU tensors without autograd, when numba is installed."""
     if not installed():
-        return "needs numba, which is not installed (pip install 'anyrope[numba]')"
+        return "needs numba, which is not installed (pip install numba)"
     if plan.library not in ("numpy", "torch") or str(plan.device) != "cpu":
         return (
             "needs NumPy arrays or PyTorch CPU tensors; "
