@@ -1,6 +1,6 @@
 """The bit-exactness check behind ``python -m anyrope check``.
 
-``anyrope.check`` is the public name of :mod:`anyrope.tools.check`, which holds the code.
+``anyrope.check`` is the public name of ``anyrope.tools.check``, which holds the code.
 """
 
 from ..tools.check import (

@@ -377,10 +377,10 @@ def run_check(
     Parameters
     ----------
     reference : mapping, optional
-        Reference digests as :func:`compute_reference` returns them; default: the
-        shipped ones (:func:`load_reference`).
+        Reference digests as ``compute_reference`` returns them; default: the
+        shipped ones (``load_reference``).
     backends : sequence of Backend, optional
-        Default: every usable backend (:func:`checked_backends`).
+        Default: every usable backend (``checked_backends``).
 
     Returns
     -------
