@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from anyrope._paths.cuda import _module
-from test_cuda_source import _cuda_include_dir, _nvcc
+from test_cuda_source import _cuda_include_dir, _nvcc, _nvrtc_compile
 
 ARCH = "sm_90"
 
@@ -68,13 +68,6 @@ def _sass(nvrtc_path: str) -> tuple[str, dict[str, str]]:
     # libnvrtc opens its builtins by name: load the ones beside it first.
     for builtins in sorted(Path(nvrtc_path).parent.glob("libnvrtc-builtins.so*")):
         ctypes.CDLL(str(builtins))
-    lib = ctypes.CDLL(nvrtc_path)
-    program = ctypes.c_void_p()
-    source = _module.kernel_source().encode()
-    assert lib.nvrtcCreateProgram(ctypes.byref(program), source, b"rope.cu", 0, None, None) == 0
-    names = [name for dtype in _module.KERNEL_TYPES for name in _module.kernel_names(dtype)]
-    for name in names:
-        assert lib.nvrtcAddNameExpression(program, name.encode()) == 0
     # CuPy's options: the kernel's own, the CUDA headers, a real architecture (CuPy asks
     # NVRTC for a cubin when it can) and the -ftz=true CuPy appends.
     options = [
@@ -83,24 +76,8 @@ def _sass(nvrtc_path: str) -> tuple[str, dict[str, str]]:
         f"--gpu-architecture={ARCH}",
         "-ftz=true",
     ]
-    encoded = (ctypes.c_char_p * len(options))(*(o.encode() for o in options))
-    status = lib.nvrtcCompileProgram(program, len(options), encoded)
-    size = ctypes.c_size_t()
-    lib.nvrtcGetProgramLogSize(program, ctypes.byref(size))
-    log = ctypes.create_string_buffer(size.value)
-    lib.nvrtcGetProgramLog(program, log)
-    assert status == 0, log.value.decode()
-    lowered = {}
-    for name in names:
-        out = ctypes.c_char_p()
-        assert lib.nvrtcGetLoweredName(program, name.encode(), ctypes.byref(out)) == 0
-        assert out.value is not None
-        lowered[name] = out.value.decode()
-    lib.nvrtcGetCUBINSize(program, ctypes.byref(size))
-    cubin = ctypes.create_string_buffer(size.value)
-    assert lib.nvrtcGetCUBIN(program, cubin) == 0
-    lib.nvrtcDestroyProgram(ctypes.byref(program))
-    return _disassemble(cubin.raw), lowered
+    cubin, lowered = _nvrtc_compile(options, lib=ctypes.CDLL(nvrtc_path), output="CUBIN")
+    return _disassemble(cubin), {name: value.decode() for name, value in lowered.items()}
 
 
 def _disassemble(cubin: bytes) -> str:

@@ -160,9 +160,12 @@ def _cuda_include_dir(nvcc: str) -> str:
     return match.group(1).strip()
 
 
-def _nvrtc_compile(options: list[str]) -> tuple[bytes, dict[str, bytes]]:
-    """PTX and lowered names of the source CuPy compiles, every name of every dtype, by NVRTC."""
-    lib = _nvrtc_library()
+def _nvrtc_compile(
+    options: list[str], *, lib: ctypes.CDLL | None = None, output: str = "PTX"
+) -> tuple[bytes, dict[str, bytes]]:
+    """PTX (or, with ``output="CUBIN"``, the cubin) and lowered names of the source CuPy
+    compiles, every name of every dtype, by NVRTC (``lib``: the one installed)."""
+    lib = _nvrtc_library() if lib is None else lib
     program = ctypes.c_void_p()
     source = _module.kernel_source().encode()
     assert lib.nvrtcCreateProgram(ctypes.byref(program), source, b"rope.cu", 0, None, None) == 0
@@ -182,11 +185,11 @@ def _nvrtc_compile(options: list[str]) -> tuple[bytes, dict[str, bytes]]:
         assert lib.nvrtcGetLoweredName(program, name.encode(), ctypes.byref(lowered)) == 0
         assert lowered.value is not None
         lowered_names[name] = lowered.value
-    lib.nvrtcGetPTXSize(program, ctypes.byref(size))
-    ptx = ctypes.create_string_buffer(size.value)
-    assert lib.nvrtcGetPTX(program, ptx) == 0
+    getattr(lib, f"nvrtcGet{output}Size")(program, ctypes.byref(size))
+    code = ctypes.create_string_buffer(size.value)
+    assert getattr(lib, f"nvrtcGet{output}")(program, code) == 0
     lib.nvrtcDestroyProgram(ctypes.byref(program))
-    return ptx.value, lowered_names
+    return (code.value if output == "PTX" else code.raw), lowered_names
 
 
 def test_nvrtc_compiles_every_name_expression() -> None:
