@@ -359,7 +359,7 @@ def test_section_errors(scaling: dict, error: type[Exception], message: str) -> 
 
 
 def test_a_description_with_sections_for_another_method_is_refused() -> None:
-    with pytest.raises(ValueError, match=r"`axial_sections` does not apply to rope_type='linear'"):
+    with pytest.raises(ValueError, match=r"rope_type='linear' does not use `axial_sections`"):
         RopeScaling("linear", factor=2.0, axial_sections=(2, 2))
 
 

@@ -148,7 +148,7 @@ def test_frozen() -> None:
             {"rope_type": "yarn", "factor": 4.0, "truncate": "no"},
             {"max_position_embeddings": 4096},
             TypeError,
-            "`truncate` must be True or False",
+            "`truncate` must be true or false",
         ),
         (
             {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096.5},

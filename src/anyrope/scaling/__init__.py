@@ -1,13 +1,14 @@
 """Context-extension scaling of RoPE frequencies: the Hugging Face ``rope_type`` family.
 
 Everything here is float64 NumPy on the host and never touches an accelerator: one
-small module per method (:mod:`~anyrope.scaling.default`, :mod:`~anyrope.scaling.linear`,
+small module per method, each a record class of its keys and its formulas
+(:mod:`~anyrope.scaling.default`, :mod:`~anyrope.scaling.linear`,
 :mod:`~anyrope.scaling.ntk`, :mod:`~anyrope.scaling.dynamic`, :mod:`~anyrope.scaling.yarn`,
 :mod:`~anyrope.scaling.longrope`, :mod:`~anyrope.scaling.llama3`,
 :mod:`~anyrope.scaling.proportional` (Gemma 4), and :mod:`~anyrope.scaling.axial` for
-image patches and video grids), a validated
-:class:`RopeScaling` parsed from a ``rope_scaling`` dict, and :func:`from_hf_config`
-reading a whole model config.
+image patches and video grids), :class:`RopeScaling`, their base, read from a
+``rope_scaling`` dict by :func:`parse_rope_scaling`, and :func:`from_hf_config` reading a
+whole model config.
 
 The formulas follow transformers 5.23.0 (``modeling_rope_utils.py``); the optional
 ``tests-hf`` nox session checks every real config in ``tests/configs`` against it.
@@ -15,27 +16,27 @@ The formulas follow transformers 5.23.0 (``modeling_rope_utils.py``); the option
 
 from __future__ import annotations
 
-# config imports the method modules in registration order (the order of ROPE_TYPES), so it
-# must run before the alphabetical import below.
-from .config import ROPE_TYPES, RopeScaling, parse_rope_scaling
+import importlib
+import pkgutil
 
-# isort: split
-from . import axial, default, dynamic, linear, llama3, longrope, ntk, proportional, yarn
+from .config import RopeScaling, names, parse_rope_scaling, register
 from .hf import HFRopeConfig, from_hf_config
+
+# Importing a method's module registers it: every public module here is imported, so a
+# new method is one new module.
+for _module in pkgutil.iter_modules(__path__):
+    if not _module.name.startswith("_"):
+        importlib.import_module(f"{__name__}.{_module.name}")
+
+ROPE_TYPES = names()
+"""Every ``rope_type`` anyrope computes, sorted (``"mrope"`` is read as ``"default"``
+with sections); a method registered later is accepted everywhere but not listed here."""
 
 __all__ = [
     "ROPE_TYPES",
     "HFRopeConfig",
     "RopeScaling",
-    "axial",
-    "default",
-    "dynamic",
     "from_hf_config",
-    "linear",
-    "llama3",
-    "longrope",
-    "ntk",
     "parse_rope_scaling",
-    "proportional",
-    "yarn",
+    "register",
 ]

@@ -1,17 +1,40 @@
-"""Value checks shared by :mod:`~anyrope.scaling.config` and the methods' validation hooks.
+"""How a scaling record's fields are read: one check per field, found from its type.
 
-Each names the offending key in its message, so that a bad config points at its line.
+A field typed ``float``, ``int``, ``bool``, ``tuple[float, ...]`` or ``tuple[int, ...]``
+(optionally ``| None``) gets the check of its kind (:data:`CHECK_OF_TYPE`); a type from
+this module (:data:`Factor`, :data:`Positive`, :data:`Fraction`, :data:`Base`) carries a
+narrower check of its own. Each check names the key in its message, so that a bad
+config points at its line.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import numbers
-from collections.abc import Sequence
+import types
+import typing
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, TypeAlias
 
-from .._validation import MAX_POSITION
+from .._validation import MAX_POSITION, check_base
 
-__all__ = ["factor_list", "positive_int", "positive_int_list", "real"]
+__all__ = [
+    "CHECK_OF_TYPE",
+    "Base",
+    "Factor",
+    "Fraction",
+    "Positive",
+    "factor_list",
+    "field_checks",
+    "flag",
+    "positive_int",
+    "positive_int_list",
+    "real",
+]
+
+Check: TypeAlias = Callable[[Any, str], Any]
 
 
 def real(value: object, key: str) -> float:
@@ -78,6 +101,32 @@ def positive_int(value: object, key: str) -> int:
     return int(value)
 
 
+def flag(value: object, key: str) -> bool:
+    """Return ``value`` if it is a ``bool``.
+
+    Parameters
+    ----------
+    value : object
+        The value to check, as read from a scaling dict or a field.
+    key : str
+        The name of the key, quoted in the error message.
+
+    Returns
+    -------
+    bool
+        ``value`` itself.
+
+    Raises
+    ------
+    TypeError
+        If ``value`` is not ``True`` or ``False`` (1 and 0 are not: a config says true
+        or false).
+    """
+    if not isinstance(value, bool):
+        raise TypeError(f"`{key}` must be true or false; got {value!r}")
+    return value
+
+
 def factor_list(value: object, key: str) -> tuple[float, ...]:
     """Return ``value`` as a tuple of positive finite floats.
 
@@ -138,3 +187,92 @@ def positive_int_list(value: object, key: str) -> tuple[int, ...]:
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
         raise TypeError(f"`{key}` must be a list of integers; got {value!r}")
     return tuple(positive_int(item, f"{key}[{index}]") for index, item in enumerate(value))
+
+
+def _at_least_one(value: object, key: str) -> float:
+    result = real(value, key)
+    if result < 1.0:
+        raise ValueError(f"`{key}` must be >= 1; got {value!r}")
+    return result
+
+
+def _positive(value: object, key: str) -> float:
+    result = real(value, key)
+    if result <= 0.0:
+        raise ValueError(f"`{key}` must be positive; got {value!r}")
+    return result
+
+
+def _fraction(value: object, key: str) -> float:
+    result = real(value, key)
+    if not 0.0 < result <= 1.0:
+        raise ValueError(f"`{key}` must be in (0, 1]; got {value!r}")
+    return result
+
+
+Factor: TypeAlias = Annotated[float, _at_least_one]
+"""A scaling factor: a finite float >= 1."""
+
+Positive: TypeAlias = Annotated[float, _positive]
+"""A finite float > 0."""
+
+Fraction: TypeAlias = Annotated[float, _fraction]
+"""A share of the head: a float in (0, 1]."""
+
+Base: TypeAlias = Annotated[float, lambda value, key: check_base(value)]
+"""A RoPE base (``rope_theta``): a finite float > 1."""
+
+CHECK_OF_TYPE: dict[object, Check] = {
+    float: real,
+    int: positive_int,
+    bool: flag,
+    tuple[float, ...]: factor_list,
+    tuple[int, ...]: positive_int_list,
+}
+"""The check of a field typed with a plain type (integers are lengths or counts: positive)."""
+
+
+@functools.cache
+def field_checks(record: type) -> dict[str, Check]:
+    """Return the check of each field of the dataclass ``record``, in field order.
+
+    Parameters
+    ----------
+    record : type
+        A dataclass whose field types are those of :data:`CHECK_OF_TYPE` or of this
+        module, each optionally ``| None``.
+
+    Returns
+    -------
+    dict
+        Field name -> ``check(value, key)``, which returns the value converted (a list
+        becomes a tuple) or raises ``TypeError`` / ``ValueError`` naming ``key``.
+
+    Raises
+    ------
+    TypeError
+        If a field's type has no check.
+
+    Examples
+    --------
+    >>> from anyrope.scaling import _checks, linear
+    >>> _checks.field_checks(linear.Linear)["factor"](2, "factor")
+    2.0
+    """
+    hints = typing.get_type_hints(record, include_extras=True)
+    checks = {}
+    for field in dataclasses.fields(record):
+        hint = hints[field.name]
+        if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+            (hint,) = (arg for arg in typing.get_args(hint) if arg is not type(None))
+        if typing.get_origin(hint) is Annotated:
+            checks[field.name] = hint.__metadata__[0]
+        elif hint in CHECK_OF_TYPE:
+            checks[field.name] = CHECK_OF_TYPE[hint]
+        else:
+            raise TypeError(
+                f"field `{field.name}` of {record.__name__} has type {hint!r}, which has no "
+                f"check; use one of {', '.join(map(repr, CHECK_OF_TYPE))} or a type of "
+                "anyrope.scaling._checks"
+            )
+    return checks

@@ -17,15 +17,16 @@ a ``D``-wide RoPE (``axial_sections=[D // 2] * n``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
 
 from . import default
-from ._registry import Method, ScalingFields, register
 from ._types import FloatArray
+from .config import RopeScaling, register
 
-__all__ = ["ATTENTION_FACTOR", "inv_freq", "sections"]
+__all__ = ["ATTENTION_FACTOR", "Axial", "inv_freq", "sections"]
 
 ATTENTION_FACTOR = 1.0
 
@@ -115,28 +116,39 @@ def _check_sections(rotary_dim: int, axial_sections: Sequence[int] | None, name:
         )
 
 
-def _check_rotary_dim(scaling: ScalingFields, rotary_dim: int) -> None:
-    # RoPE calls this when it is built, so a bad width fails before any table, naming the
-    # config's rope_type.
-    _check_sections(rotary_dim, scaling.axial_sections, "rope_type='axial'")
+@register
+@dataclasses.dataclass(frozen=True, kw_only=True, repr=False)
+class Axial(RopeScaling):
+    """``rope_type="axial"``: grid positions, one section of pairs per axis."""
 
+    rope_type = "axial"
+    axial_sections: tuple[int, ...] | None = None
 
-def _sections(scaling: ScalingFields, rotary_dim: int) -> tuple[int, ...]:
-    return sections(rotary_dim, axial_sections=scaling.axial_sections)
+    def _validate(self) -> None:
+        if self.mrope_section is not None:
+            raise ValueError(f"`mrope_section` does not apply to rope_type={self.rope_type!r}")
 
+    def _check_rotary_dim(self, rotary_dim: int) -> None:
+        # RoPE calls this when it is built, so a bad width fails before any table, naming the
+        # config's rope_type.
+        _check_sections(rotary_dim, self.axial_sections, "rope_type='axial'")
 
-def _frequencies(
-    scaling: ScalingFields, rotary_dim: int, base: float, seq_len: int | None
-) -> tuple[FloatArray, float]:
-    return inv_freq(rotary_dim, base, axial_sections=scaling.axial_sections), ATTENTION_FACTOR
+    def sections(self, rotary_dim: int) -> tuple[int, ...]:
+        """The pairs per axis: ``axial_sections``, or two equal halves (:func:`sections`).
 
+        Parameters
+        ----------
+        rotary_dim : int
+            The rotated width ``d``.
 
-register(
-    Method(
-        "axial",
-        _frequencies,
-        keys=frozenset({"axial_sections"}),
-        check_rotary_dim=_check_rotary_dim,
-        sections=_sections,
-    )
-)
+        Returns
+        -------
+        tuple of int
+            The pairs of each axis, in axis order.
+        """
+        return sections(rotary_dim, axial_sections=self.axial_sections)
+
+    def _frequencies(
+        self, rotary_dim: int, base: float, seq_len: int | None
+    ) -> tuple[FloatArray, float]:
+        return inv_freq(rotary_dim, base, axial_sections=self.axial_sections), ATTENTION_FACTOR

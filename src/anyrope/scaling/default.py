@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from .._frequencies import default_inv_freq
-from ._registry import Method, ScalingFields, register
 from ._types import FloatArray
+from .config import RopeScaling, register
 
-__all__ = ["ATTENTION_FACTOR", "inv_freq"]
+__all__ = ["ATTENTION_FACTOR", "Default", "inv_freq"]
 
 ATTENTION_FACTOR = 1.0
 
@@ -36,10 +36,13 @@ def inv_freq(rotary_dim: int, base: float) -> FloatArray:
     return default_inv_freq(rotary_dim, base)
 
 
-def _frequencies(
-    scaling: ScalingFields, rotary_dim: int, base: float, seq_len: int | None
-) -> tuple[FloatArray, float]:
-    return inv_freq(rotary_dim, base), ATTENTION_FACTOR
+@register
+class Default(RopeScaling):
+    """``rope_type="default"``: no scaling."""
 
+    rope_type = "default"
 
-register(Method("default", _frequencies))
+    def _frequencies(
+        self, rotary_dim: int, base: float, seq_len: int | None
+    ) -> tuple[FloatArray, float]:
+        return inv_freq(rotary_dim, base), ATTENTION_FACTOR

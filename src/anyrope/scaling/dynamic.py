@@ -12,11 +12,11 @@ import numpy as np
 
 from .._hostmath import power
 from . import default
-from ._registry import Method, ScalingFields, register
 from ._types import FloatArray, IntArray
-from .ntk import _check_rotary_dim
+from .config import register
+from .ntk import NTK
 
-__all__ = ["effective_length", "inv_freq", "inv_freq_per_length", "scaled_base"]
+__all__ = ["DynamicNTK", "effective_length", "inv_freq", "inv_freq_per_length", "scaled_base"]
 
 
 def effective_length(seq_len: int | None, *, max_position_embeddings: int) -> int:
@@ -185,49 +185,58 @@ def inv_freq_per_length(
     return power(scaled[:, None], -np.arange(0, rotary_dim, 2), rotary_dim)
 
 
-def _frequencies_per_length(
-    scaling: ScalingFields, rotary_dim: int, base: float, lengths: IntArray
-) -> FloatArray:
-    assert scaling.factor is not None
-    assert scaling.max_position_embeddings is not None
-    return inv_freq_per_length(
-        rotary_dim,
-        base,
-        factor=scaling.factor,
-        lengths=lengths,
-        max_position_embeddings=scaling.max_position_embeddings,
-    )
+@register
+class DynamicNTK(NTK):
+    """``rope_type="dynamic"``: NTK whose base grows with the length past ``L_max``."""
 
+    rope_type = "dynamic"
+    depends_on_length = True
+    frequencies_change_with_every_length = True
 
-def _frequencies(
-    scaling: ScalingFields, rotary_dim: int, base: float, seq_len: int | None
-) -> tuple[FloatArray, float]:
-    assert scaling.factor is not None
-    assert scaling.max_position_embeddings is not None
-    freq = inv_freq(
-        rotary_dim,
-        base,
-        factor=scaling.factor,
-        seq_len=seq_len,
-        max_position_embeddings=scaling.max_position_embeddings,
-    )
-    return freq, 1.0
+    def _validate(self) -> None:
+        if self.max_position_embeddings is None:
+            raise ValueError(
+                f"`max_position_embeddings` is required for rope_type={self.rope_type!r}"
+            )
 
+    def _frequencies(
+        self, rotary_dim: int, base: float, seq_len: int | None
+    ) -> tuple[FloatArray, float]:
+        assert self.max_position_embeddings is not None
+        freq = inv_freq(
+            rotary_dim,
+            base,
+            factor=self.factor,
+            seq_len=seq_len,
+            max_position_embeddings=self.max_position_embeddings,
+        )
+        return freq, 1.0
 
-def _length_bucket(scaling: ScalingFields, seq_len: int | None) -> int:
-    assert scaling.max_position_embeddings is not None
-    return effective_length(seq_len, max_position_embeddings=scaling.max_position_embeddings)
+    def _frequencies_per_length(
+        self, rotary_dim: int, base: float, lengths: IntArray
+    ) -> FloatArray:
+        assert self.max_position_embeddings is not None
+        return inv_freq_per_length(
+            rotary_dim,
+            base,
+            factor=self.factor,
+            lengths=lengths,
+            max_position_embeddings=self.max_position_embeddings,
+        )
 
+    def length_bucket(self, seq_len: int | None) -> int:
+        """``max(seq_len, max_position_embeddings)``: each length past ``L_max`` its own.
 
-register(
-    Method(
-        "dynamic",
-        _frequencies,
-        keys=frozenset({"factor"}),
-        required=("factor",),
-        needs_max_position_embeddings=True,
-        check_rotary_dim=_check_rotary_dim,
-        length_bucket=_length_bucket,
-        frequencies_per_length=_frequencies_per_length,
-    )
-)
+        Parameters
+        ----------
+        seq_len : int or None
+            The length of the sequence (``max position + 1``); ``None`` counts as
+            ``max_position_embeddings``.
+
+        Returns
+        -------
+        int
+            The length the frequencies are computed for (:func:`effective_length`).
+        """
+        assert self.max_position_embeddings is not None
+        return effective_length(seq_len, max_position_embeddings=self.max_position_embeddings)

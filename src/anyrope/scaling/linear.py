@@ -6,11 +6,14 @@ a model trained on ``L`` positions sees ``factor * L`` positions squeezed into i
 
 from __future__ import annotations
 
-from . import default
-from ._registry import Method, ScalingFields, register
-from ._types import FloatArray
+import dataclasses
 
-__all__ = ["inv_freq"]
+from . import default
+from ._checks import Factor
+from ._types import FloatArray
+from .config import RopeScaling, register
+
+__all__ = ["Linear", "inv_freq"]
 
 
 def inv_freq(rotary_dim: int, base: float, *, factor: float) -> FloatArray:
@@ -39,11 +42,15 @@ def inv_freq(rotary_dim: int, base: float, *, factor: float) -> FloatArray:
     return default.inv_freq(rotary_dim, base) / factor
 
 
-def _frequencies(
-    scaling: ScalingFields, rotary_dim: int, base: float, seq_len: int | None
-) -> tuple[FloatArray, float]:
-    assert scaling.factor is not None
-    return inv_freq(rotary_dim, base, factor=scaling.factor), 1.0
+@register
+@dataclasses.dataclass(frozen=True, kw_only=True, repr=False)
+class Linear(RopeScaling):
+    """``rope_type="linear"``: every frequency divided by ``factor``."""
 
+    rope_type = "linear"
+    factor: Factor
 
-register(Method("linear", _frequencies, keys=frozenset({"factor"}), required=("factor",)))
+    def _frequencies(
+        self, rotary_dim: int, base: float, seq_len: int | None
+    ) -> tuple[FloatArray, float]:
+        return inv_freq(rotary_dim, base, factor=self.factor), 1.0

@@ -10,16 +10,17 @@ keep their frequency; in between,
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 
 from . import default
-from ._checks import real
-from ._registry import Method, ScalingFields, register
+from ._checks import Factor
 from ._types import FloatArray
+from .config import RopeScaling, register
 
-__all__ = ["inv_freq"]
+__all__ = ["Llama3", "inv_freq"]
 
 
 def inv_freq(
@@ -78,44 +79,35 @@ def inv_freq(
     return result
 
 
-def _validate(scaling: ScalingFields) -> None:
-    low = real(scaling.low_freq_factor, "low_freq_factor")
-    high = real(scaling.high_freq_factor, "high_freq_factor")
-    if low <= 0.0 or high <= low:
-        raise ValueError(
-            "`high_freq_factor` must be greater than `low_freq_factor` > 0; got "
-            f"low_freq_factor={scaling.low_freq_factor!r}, "
-            f"high_freq_factor={scaling.high_freq_factor!r}"
+@register
+@dataclasses.dataclass(frozen=True, kw_only=True, repr=False)
+class Llama3(RopeScaling):
+    """``rope_type="llama3"``: Llama 3.1's frequencies, piecewise by wavelength."""
+
+    rope_type = "llama3"
+    factor: Factor
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_position_embeddings: int | None = None
+
+    def _validate(self) -> None:
+        if self.low_freq_factor <= 0.0 or self.high_freq_factor <= self.low_freq_factor:
+            raise ValueError(
+                "`high_freq_factor` must be greater than `low_freq_factor` > 0; got "
+                f"low_freq_factor={self.low_freq_factor!r}, "
+                f"high_freq_factor={self.high_freq_factor!r}"
+            )
+
+    def _frequencies(
+        self, rotary_dim: int, base: float, seq_len: int | None
+    ) -> tuple[FloatArray, float]:
+        assert self.original_max_position_embeddings is not None
+        freq = inv_freq(
+            rotary_dim,
+            base,
+            factor=self.factor,
+            low_freq_factor=self.low_freq_factor,
+            high_freq_factor=self.high_freq_factor,
+            original_max_position_embeddings=self.original_max_position_embeddings,
         )
-
-
-def _frequencies(
-    scaling: ScalingFields, rotary_dim: int, base: float, seq_len: int | None
-) -> tuple[FloatArray, float]:
-    assert scaling.factor is not None
-    assert scaling.original_max_position_embeddings is not None
-    assert scaling.low_freq_factor is not None
-    assert scaling.high_freq_factor is not None
-    freq = inv_freq(
-        rotary_dim,
-        base,
-        factor=scaling.factor,
-        low_freq_factor=scaling.low_freq_factor,
-        high_freq_factor=scaling.high_freq_factor,
-        original_max_position_embeddings=scaling.original_max_position_embeddings,
-    )
-    return freq, 1.0
-
-
-register(
-    Method(
-        "llama3",
-        _frequencies,
-        keys=frozenset(
-            {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}
-        ),
-        required=("factor", "low_freq_factor", "high_freq_factor"),
-        uses_original=True,
-        validate=_validate,
-    )
-)
+        return freq, 1.0

@@ -12,6 +12,7 @@ The attention factor depends only on the configured extension ``factor = L_max /
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 
@@ -19,11 +20,11 @@ import numpy as np
 
 from .._hostmath import log
 from . import default
-from ._checks import factor_list
-from ._registry import Method, ScalingFields, register
+from ._checks import Factor, Positive
 from ._types import FloatArray
+from .config import RopeScaling, register
 
-__all__ = ["attention_factor", "inv_freq", "select_factors", "uses_long_factors"]
+__all__ = ["LongRoPE", "attention_factor", "inv_freq", "select_factors", "uses_long_factors"]
 
 
 def uses_long_factors(seq_len: int | None, *, original_max_position_embeddings: int) -> bool:
@@ -160,76 +161,80 @@ def attention_factor(
     return math.sqrt(1.0 + float(log(factor)) / float(log(original_max_position_embeddings)))
 
 
-def _validate(scaling: ScalingFields) -> None:
-    if scaling.short_factor is None or scaling.long_factor is None:
-        raise ValueError("`short_factor` and `long_factor` are required for rope_type='longrope'")
-    factor_list(scaling.short_factor, "short_factor")
-    factor_list(scaling.long_factor, "long_factor")
-    if len(scaling.short_factor) != len(scaling.long_factor):
-        raise ValueError(
-            f"`short_factor` and `long_factor` must have the same length; got "
-            f"{len(scaling.short_factor)} and {len(scaling.long_factor)}"
+@register
+@dataclasses.dataclass(frozen=True, kw_only=True, repr=False)
+class LongRoPE(RopeScaling):
+    """``rope_type="longrope"``: searched per-pair factors, short and long."""
+
+    rope_type = "longrope"
+    depends_on_length = True
+    short_factor: tuple[float, ...]
+    long_factor: tuple[float, ...]
+    factor: Factor | None = None
+    attention_factor: Positive | None = None
+    original_max_position_embeddings: int | None = None
+
+    def _validate(self) -> None:
+        if len(self.short_factor) != len(self.long_factor):
+            raise ValueError(
+                f"`short_factor` and `long_factor` must have the same length; got "
+                f"{len(self.short_factor)} and {len(self.long_factor)}"
+            )
+        if (
+            self.attention_factor is None
+            and self.factor is None
+            and self.max_position_embeddings is None
+        ):
+            raise ValueError(
+                "rope_type='longrope' needs `factor`, `attention_factor` or "
+                "`max_position_embeddings` to set its attention factor"
+            )
+
+    def _check_rotary_dim(self, rotary_dim: int) -> None:
+        if len(self.short_factor) != rotary_dim // 2:
+            raise ValueError(
+                f"`short_factor` must have rotary_dim // 2 = {rotary_dim // 2} entries; got "
+                f"{len(self.short_factor)}"
+            )
+
+    def _frequencies(
+        self, rotary_dim: int, base: float, seq_len: int | None
+    ) -> tuple[FloatArray, float]:
+        original = self.original_max_position_embeddings
+        assert original is not None
+        factors = select_factors(
+            self.short_factor,
+            self.long_factor,
+            seq_len=seq_len,
+            original_max_position_embeddings=original,
         )
-    if (
-        scaling.attention_factor is None
-        and scaling.factor is None
-        and scaling.max_position_embeddings is None
-    ):
-        raise ValueError(
-            "rope_type='longrope' needs `factor`, `attention_factor` or "
-            "`max_position_embeddings` to set its attention factor"
+        extension = self.factor
+        if extension is None and self.max_position_embeddings is not None:
+            extension = self.max_position_embeddings / original
+        factor = attention_factor(
+            factor=1.0 if extension is None else extension,
+            original_max_position_embeddings=original,
+            attention_factor=self.attention_factor,
         )
+        return inv_freq(rotary_dim, base, factors=factors), factor
 
+    def length_bucket(self, seq_len: int | None) -> int:
+        """0 up to ``original_max_position_embeddings`` (short factors), else 1 (long).
 
-def _frequencies(
-    scaling: ScalingFields, rotary_dim: int, base: float, seq_len: int | None
-) -> tuple[FloatArray, float]:
-    assert scaling.short_factor is not None
-    assert scaling.long_factor is not None
-    original = scaling.original_max_position_embeddings
-    assert original is not None
-    factors = select_factors(
-        scaling.short_factor,
-        scaling.long_factor,
-        seq_len=seq_len,
-        original_max_position_embeddings=original,
-    )
-    extension = scaling.factor
-    if extension is None and scaling.max_position_embeddings is not None:
-        extension = scaling.max_position_embeddings / original
-    factor = attention_factor(
-        factor=1.0 if extension is None else extension,
-        original_max_position_embeddings=original,
-        attention_factor=scaling.attention_factor,
-    )
-    return inv_freq(rotary_dim, base, factors=factors), factor
+        Parameters
+        ----------
+        seq_len : int or None
+            The length of the sequence (``max position + 1``); ``None`` before any
+            sequence is seen.
 
-
-def _length_bucket(scaling: ScalingFields, seq_len: int | None) -> int:
-    assert scaling.original_max_position_embeddings is not None
-    return int(
-        uses_long_factors(
-            seq_len, original_max_position_embeddings=scaling.original_max_position_embeddings
+        Returns
+        -------
+        int
+            Whether the sequence takes the long factors.
+        """
+        assert self.original_max_position_embeddings is not None
+        return int(
+            uses_long_factors(
+                seq_len, original_max_position_embeddings=self.original_max_position_embeddings
+            )
         )
-    )
-
-
-register(
-    Method(
-        "longrope",
-        _frequencies,
-        keys=frozenset(
-            {
-                "short_factor",
-                "long_factor",
-                "factor",
-                "attention_factor",
-                "original_max_position_embeddings",
-            }
-        ),
-        required=("short_factor", "long_factor"),
-        uses_original=True,
-        validate=_validate,
-        length_bucket=_length_bucket,
-    )
-)

@@ -7,12 +7,15 @@ The highest frequency (``i = 0``) is unchanged and the lowest is divided by exac
 
 from __future__ import annotations
 
+import dataclasses
+
 from .._hostmath import power
 from . import default
-from ._registry import Method, ScalingFields, register
+from ._checks import Factor
 from ._types import FloatArray
+from .config import RopeScaling, register
 
-__all__ = ["inv_freq", "scaled_base"]
+__all__ = ["NTK", "inv_freq", "scaled_base"]
 
 
 def scaled_base(rotary_dim: int, base: float, *, factor: float) -> float:
@@ -67,25 +70,20 @@ def inv_freq(rotary_dim: int, base: float, *, factor: float) -> FloatArray:
     return default.inv_freq(rotary_dim, scaled_base(rotary_dim, base, factor=factor))
 
 
-def _check_rotary_dim(scaling: ScalingFields, rotary_dim: int) -> None:
-    # The exponent d / (d - 2) has no value for a single pair.
-    if rotary_dim <= 2:
-        raise ValueError(f"rope_type={scaling.rope_type!r} needs rotary_dim > 2; got {rotary_dim}")
+@register
+@dataclasses.dataclass(frozen=True, kw_only=True, repr=False)
+class NTK(RopeScaling):
+    """``rope_type="ntk"``: the base raised once, by ``factor``."""
 
+    rope_type = "ntk"
+    factor: Factor
 
-def _frequencies(
-    scaling: ScalingFields, rotary_dim: int, base: float, seq_len: int | None
-) -> tuple[FloatArray, float]:
-    assert scaling.factor is not None
-    return inv_freq(rotary_dim, base, factor=scaling.factor), 1.0
+    def _check_rotary_dim(self, rotary_dim: int) -> None:
+        # The exponent d / (d - 2) has no value for a single pair.
+        if rotary_dim <= 2:
+            raise ValueError(f"rope_type={self.rope_type!r} needs rotary_dim > 2; got {rotary_dim}")
 
-
-register(
-    Method(
-        "ntk",
-        _frequencies,
-        keys=frozenset({"factor"}),
-        required=("factor",),
-        check_rotary_dim=_check_rotary_dim,
-    )
-)
+    def _frequencies(
+        self, rotary_dim: int, base: float, seq_len: int | None
+    ) -> tuple[FloatArray, float]:
+        return inv_freq(rotary_dim, base, factor=self.factor), 1.0

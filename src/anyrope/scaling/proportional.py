@@ -10,11 +10,14 @@ rotated width: it chooses how many of the head's pairs turn.
 
 from __future__ import annotations
 
-from . import default
-from ._registry import Method, ScalingFields, register
-from ._types import FloatArray
+import dataclasses
 
-__all__ = ["inv_freq"]
+from . import default
+from ._checks import Factor
+from ._types import FloatArray
+from .config import RopeScaling, register
+
+__all__ = ["Proportional", "inv_freq"]
 
 
 def inv_freq(head_dim: int, base: float, *, fraction: float, factor: float = 1.0) -> FloatArray:
@@ -48,16 +51,18 @@ def inv_freq(head_dim: int, base: float, *, fraction: float, factor: float = 1.0
     return scaled
 
 
-def _frequencies(
-    scaling: ScalingFields, rotary_dim: int, base: float, seq_len: int | None
-) -> tuple[FloatArray, float]:
-    fraction = 1.0 if scaling.partial_rotary_factor is None else scaling.partial_rotary_factor
-    factor = 1.0 if scaling.factor is None else scaling.factor
-    return inv_freq(rotary_dim, base, fraction=fraction, factor=factor), 1.0
+@register
+@dataclasses.dataclass(frozen=True, kw_only=True, repr=False)
+class Proportional(RopeScaling):
+    """``rope_type="proportional"``: ``partial_rotary_factor`` of the head's pairs turn."""
 
+    rope_type = "proportional"
+    partial_rotary_factor_sets_width = False
+    factor: Factor | None = None
 
-register(
-    Method(
-        "proportional", _frequencies, keys=frozenset({"factor"}), reads_partial_rotary_factor=True
-    )
-)
+    def _frequencies(
+        self, rotary_dim: int, base: float, seq_len: int | None
+    ) -> tuple[FloatArray, float]:
+        fraction = 1.0 if self.partial_rotary_factor is None else self.partial_rotary_factor
+        factor = 1.0 if self.factor is None else self.factor
+        return inv_freq(rotary_dim, base, fraction=fraction, factor=factor), 1.0

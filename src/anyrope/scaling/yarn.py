@@ -20,17 +20,19 @@ dict, even when ``original_max_position_embeddings`` is given (transformers 4.4x
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 
 from .._hostmath import log
 from . import default
-from ._checks import real
-from ._registry import Method, ScalingFields, register
+from ._checks import Factor, Positive
 from ._types import FloatArray
+from .config import RopeScaling, register
 
 __all__ = [
+    "YaRN",
     "attention_factor",
     "correction_dim",
     "correction_range",
@@ -325,68 +327,50 @@ def softmax_scale(factor: float, *, mscale_all_dim: float | None) -> float:
 _mscale = mscale
 
 
-def _validate(scaling: ScalingFields) -> None:
-    fast = real(scaling.beta_fast, "beta_fast")
-    slow = real(scaling.beta_slow, "beta_slow")
-    if slow <= 0.0 or fast < slow:
-        raise ValueError(
-            "`beta_fast` must be >= `beta_slow` > 0; got "
-            f"beta_fast={scaling.beta_fast!r}, beta_slow={scaling.beta_slow!r}"
+@register
+@dataclasses.dataclass(frozen=True, kw_only=True, repr=False)
+class YaRN(RopeScaling):
+    """``rope_type="yarn"``: NTK-by-parts interpolation and a temperature."""
+
+    rope_type = "yarn"
+    factor: Factor
+    original_max_position_embeddings: int | None = None
+    attention_factor: Positive | None = None
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    truncate: bool = True
+
+    def _validate(self) -> None:
+        if self.beta_slow <= 0.0 or self.beta_fast < self.beta_slow:
+            raise ValueError(
+                "`beta_fast` must be >= `beta_slow` > 0; got "
+                f"beta_fast={self.beta_fast!r}, beta_slow={self.beta_slow!r}"
+            )
+
+    def _frequencies(
+        self, rotary_dim: int, base: float, seq_len: int | None
+    ) -> tuple[FloatArray, float]:
+        assert self.original_max_position_embeddings is not None
+        freq = inv_freq(
+            rotary_dim,
+            base,
+            factor=self.factor,
+            original_max_position_embeddings=self.original_max_position_embeddings,
+            beta_fast=self.beta_fast,
+            beta_slow=self.beta_slow,
+            truncate=self.truncate,
         )
-    for key, value in (("mscale", scaling.mscale), ("mscale_all_dim", scaling.mscale_all_dim)):
-        if value is not None:
-            real(value, key)
-    if not isinstance(scaling.truncate, bool):
-        raise TypeError(f"`truncate` must be True or False; got {scaling.truncate!r}")
+        factor = attention_factor(
+            self.factor,
+            attention_factor=self.attention_factor,
+            mscale=self.mscale,
+            mscale_all_dim=self.mscale_all_dim,
+        )
+        return freq, factor
 
-
-def _frequencies(
-    scaling: ScalingFields, rotary_dim: int, base: float, seq_len: int | None
-) -> tuple[FloatArray, float]:
-    assert scaling.factor is not None
-    assert scaling.original_max_position_embeddings is not None
-    freq = inv_freq(
-        rotary_dim,
-        base,
-        factor=scaling.factor,
-        original_max_position_embeddings=scaling.original_max_position_embeddings,
-        beta_fast=scaling.beta_fast,
-        beta_slow=scaling.beta_slow,
-        truncate=scaling.truncate,
-    )
-    factor = attention_factor(
-        scaling.factor,
-        attention_factor=scaling.attention_factor,
-        mscale=scaling.mscale,
-        mscale_all_dim=scaling.mscale_all_dim,
-    )
-    return freq, factor
-
-
-def _softmax_scale(scaling: ScalingFields) -> float:
-    assert scaling.factor is not None
-    return softmax_scale(scaling.factor, mscale_all_dim=scaling.mscale_all_dim)
-
-
-register(
-    Method(
-        "yarn",
-        _frequencies,
-        keys=frozenset(
-            {
-                "factor",
-                "original_max_position_embeddings",
-                "attention_factor",
-                "beta_fast",
-                "beta_slow",
-                "mscale",
-                "mscale_all_dim",
-                "truncate",
-            }
-        ),
-        required=("factor",),
-        uses_original=True,
-        validate=_validate,
-        softmax_scale=_softmax_scale,
-    )
-)
+    @property
+    def softmax_scale(self) -> float:
+        """DeepSeek's multiplier of the attention softmax scale (:func:`softmax_scale`)."""
+        return softmax_scale(self.factor, mscale_all_dim=self.mscale_all_dim)
