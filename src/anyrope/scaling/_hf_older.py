@@ -311,16 +311,25 @@ def _refuse_flat(config: Mapping[str, Any], model_type: str, names: tuple[str, .
         )
 
 
-def _two_kinds(config: dict[str, Any], model_type: str) -> None:
-    """Gemma 3, Gemma 3n, T5Gemma 2 and ModernBERT: ``rope_scaling`` and two bases."""
-    (full_key, full_default), (sliding_key, sliding_default), scaled = _TWO_KINDS[model_type]
+def _sliding_and_full(
+    config: dict[str, Any], model_type: str
+) -> tuple[dict[str, Any], Mapping[str, Any] | None]:
+    """The config's settings per layer type (``"default"`` where it gives none), now its
+    ``rope_parameters``, and its older ``rope_scaling``, taken out."""
     names = ("sliding_attention", "full_attention")
     _refuse_flat(config, model_type, names)
-    scaling = config.pop("rope_scaling", None)
-    params = config.get("rope_parameters") or {name: {"rope_type": "default"} for name in names}
+    params = config.get("rope_parameters") or {}
     for name in names:
         if params.get(name) is None:
             params[name] = {"rope_type": "default"}
+    config["rope_parameters"] = params
+    return params, config.pop("rope_scaling", None)
+
+
+def _two_kinds(config: dict[str, Any], model_type: str) -> None:
+    """Gemma 3, Gemma 3n, T5Gemma 2 and ModernBERT: ``rope_scaling`` and two bases."""
+    (full_key, full_default), (sliding_key, sliding_default), scaled = _TWO_KINDS[model_type]
+    params, scaling = _sliding_and_full(config, model_type)
     if scaling:
         if _present(scaling, "type") and not _present(scaling, "rope_type"):
             raise ValueError(
@@ -334,19 +343,12 @@ def _two_kinds(config: dict[str, Any], model_type: str) -> None:
             params[name].update(scaling)
     params["full_attention"].setdefault("rope_theta", config.pop(full_key, full_default))
     params["sliding_attention"].setdefault("rope_theta", config.pop(sliding_key, sliding_default))
-    config["rope_parameters"] = params
 
 
 def _olmo3(config: dict[str, Any]) -> None:
     """OLMo 3: ``rope_theta`` for both layer types, ``rope_scaling`` for full attention."""
-    names = ("sliding_attention", "full_attention")
-    _refuse_flat(config, "olmo3", names)
     default = DEFAULT_ROPE_THETA["olmo3"]
-    scaling = config.pop("rope_scaling", None)
-    params = config.get("rope_parameters") or {name: {"rope_type": "default"} for name in names}
-    for name in names:
-        if params.get(name) is None:
-            params[name] = {"rope_type": "default"}
+    params, scaling = _sliding_and_full(config, "olmo3")
     if scaling:
         params["full_attention"].update(scaling)
     theta = config.pop("rope_theta", default)
@@ -361,7 +363,6 @@ def _olmo3(config: dict[str, Any]) -> None:
         )
     params["full_attention"].setdefault("rope_theta", theta)
     params["sliding_attention"].setdefault("rope_theta", default)
-    config["rope_parameters"] = params
 
 
 def _gpt_neox(config: dict[str, Any], model_type: str) -> None:

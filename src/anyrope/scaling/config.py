@@ -322,7 +322,8 @@ def register(method: _Record) -> _Record:
     ----------
     method : type
         A frozen dataclass that subclasses :class:`~anyrope.RopeScaling`, with a class
-        attribute ``rope_type``; its fields are the keys it takes.
+        attribute ``rope_type``; its fields are the keys it takes (see "Adding a
+        scaling method" in the contributor guide).
 
     Returns
     -------
@@ -334,15 +335,15 @@ def register(method: _Record) -> _Record:
     ValueError
         If a method with the same ``rope_type`` is already registered.
     TypeError
-        If a field's type has no check (:func:`~anyrope.scaling._checks.field_checks`).
+        If a field's type has no check (``anyrope.scaling._checks.field_checks``).
 
     Examples
     --------
-    >>> from anyrope.scaling import config
-    >>> config.register(config.get("default"))
+    >>> from anyrope.scaling import linear, register
+    >>> register(linear.Linear)
     Traceback (most recent call last):
     ...
-    ValueError: rope_type='default' is already registered
+    ValueError: rope_type='linear' is already registered
     """
     if method.rope_type in _METHODS:
         raise ValueError(f"rope_type={method.rope_type!r} is already registered")

@@ -222,6 +222,21 @@ def _one_of(config: Any, keys: tuple[str, ...]) -> tuple[str, Any]:
     return present[0]
 
 
+def _setting(config: Any, inner: Mapping[str, Any], keys: tuple[str, ...]) -> tuple[str, Any]:
+    """:func:`_one_of`, or the scaling dict's ``keys[0]`` (newer configs keep it there); an
+    error if the two disagree."""
+    key, value = _one_of(config, keys)
+    nested = inner.get(keys[0])
+    if nested is None:
+        return key, value
+    if value is not _MISSING and value != nested:
+        raise ValueError(
+            f"`{key}`={value!r} and `rope_parameters['{keys[0]}']`={nested!r} disagree in the "
+            "model config"
+        )
+    return keys[0], nested
+
+
 def _int(value: Any, key: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"`{key}` must be a positive integer in the model config; got {value!r}")
@@ -343,14 +358,7 @@ def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfi
     inner = {} if scaling is None else scaling
     _refuse_own_mrope(config, inner)
     _refuse_llama_4_scaling(inner)
-    theta_key, theta = _one_of(config, ("rope_theta", "rotary_emb_base"))
-    if "rope_theta" in inner and inner["rope_theta"] is not None:
-        if theta is not _MISSING and theta != inner["rope_theta"]:
-            raise ValueError(
-                f"`{theta_key}`={theta!r} and `rope_parameters['rope_theta']`="
-                f"{inner['rope_theta']!r} disagree in the model config"
-            )
-        theta = inner["rope_theta"]
+    theta = _setting(config, inner, ("rope_theta", "rotary_emb_base"))[1]
     base = 10000.0 if theta is _MISSING else check_base(theta)
     lmax_key = "max_position_embeddings"
     max_positions = _get(config, lmax_key)
@@ -592,15 +600,7 @@ def _rotary_dim(config: Any, inner: Mapping[str, Any], head_dim: int) -> int:
     width = _get(config, "rotary_dim")
     if width is not _MISSING and _get(config, "model_type") in ROTARY_DIM_MODEL_TYPES:
         return _explicit_rotary_dim(config, inner, width, head_dim)
-    key, fraction = _one_of(config, ("partial_rotary_factor", "rotary_pct"))
-    nested = inner.get("partial_rotary_factor")
-    if nested is not None:
-        if fraction is not _MISSING and fraction != nested:
-            raise ValueError(
-                f"`{key}`={fraction!r} and `rope_parameters['partial_rotary_factor']`={nested!r} "
-                "disagree in the model config"
-            )
-        key, fraction = "partial_rotary_factor", nested
+    key, fraction = _setting(config, inner, ("partial_rotary_factor", "rotary_pct"))
     if fraction is _MISSING:
         return head_dim
     if _get(config, "qk_rope_head_dim") is not _MISSING:
