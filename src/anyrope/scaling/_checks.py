@@ -20,19 +20,7 @@ from typing import Annotated, Any, TypeAlias
 
 from .._validation import MAX_POSITION, check_base
 
-__all__ = [
-    "CHECK_OF_TYPE",
-    "Base",
-    "Factor",
-    "Fraction",
-    "Positive",
-    "factor_list",
-    "field_checks",
-    "flag",
-    "positive_int",
-    "positive_int_list",
-    "real",
-]
+__all__ = ["CHECK_OF_TYPE", "Base", "Factor", "Fraction", "Positive", "field_checks"]
 
 Check: TypeAlias = Callable[[Any, str], Any]
 
@@ -189,34 +177,25 @@ def positive_int_list(value: object, key: str) -> tuple[int, ...]:
     return tuple(positive_int(item, f"{key}[{index}]") for index, item in enumerate(value))
 
 
-def _at_least_one(value: object, key: str) -> float:
-    result = real(value, key)
-    if result < 1.0:
-        raise ValueError(f"`{key}` must be >= 1; got {value!r}")
-    return result
+def _real_in(bounds: str, within: Callable[[float], bool]) -> Check:
+    """The check of a finite float for which ``within`` holds, ``bounds`` in its message."""
+
+    def check(value: object, key: str) -> float:
+        result = real(value, key)
+        if not within(result):
+            raise ValueError(f"`{key}` must be {bounds}; got {value!r}")
+        return result
+
+    return check
 
 
-def _positive(value: object, key: str) -> float:
-    result = real(value, key)
-    if result <= 0.0:
-        raise ValueError(f"`{key}` must be positive; got {value!r}")
-    return result
-
-
-def _fraction(value: object, key: str) -> float:
-    result = real(value, key)
-    if not 0.0 < result <= 1.0:
-        raise ValueError(f"`{key}` must be in (0, 1]; got {value!r}")
-    return result
-
-
-Factor: TypeAlias = Annotated[float, _at_least_one]
+Factor: TypeAlias = Annotated[float, _real_in(">= 1", lambda x: x >= 1.0)]
 """A scaling factor: a finite float >= 1."""
 
-Positive: TypeAlias = Annotated[float, _positive]
+Positive: TypeAlias = Annotated[float, _real_in("positive", lambda x: x > 0.0)]
 """A finite float > 0."""
 
-Fraction: TypeAlias = Annotated[float, _fraction]
+Fraction: TypeAlias = Annotated[float, _real_in("in (0, 1]", lambda x: 0.0 < x <= 1.0)]
 """A share of the head: a float in (0, 1]."""
 
 Base: TypeAlias = Annotated[float, lambda value, key: check_base(value)]

@@ -105,7 +105,7 @@ class RopeScaling(metaclass=_ByRopeType):
 
     def __getattr__(self, name: str) -> Any:
         # Code written when one class held every key reads another method's key as None.
-        if any(name in get(kind).keys for kind in names()):
+        if any(name in method.keys for method in _METHODS.values()):
             return None
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 

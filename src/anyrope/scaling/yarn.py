@@ -372,5 +372,11 @@ class YaRN(RopeScaling):
 
     @property
     def softmax_scale(self) -> float:
-        """DeepSeek's multiplier of the attention softmax scale (:func:`softmax_scale`)."""
+        """Multiplier of the attention softmax scale (DeepSeek's, :func:`softmax_scale`).
+
+        Returns
+        -------
+        float
+            ``mscale(factor, mscale_all_dim) ** 2``; 1.0 without ``mscale_all_dim``.
+        """
         return softmax_scale(self.factor, mscale_all_dim=self.mscale_all_dim)
