@@ -16,7 +16,7 @@ ARCHITECTURE = Path(__file__).parents[1] / "docs" / "architecture.rst"
 
 
 def test_add_a_scaling_method(tmp_path: Path) -> None:
-    """"Adding a scaling method": the page's module, dropped into a copy of the package
+    """The recipe "Adding a scaling method": the page's module, dropped into a copy of the package
     and nothing else edited, is read from a dict and from a model config, takes its new
     key, and refuses a key it does not take."""
     page = ARCHITECTURE.read_text()
