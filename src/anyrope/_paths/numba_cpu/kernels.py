@@ -303,13 +303,13 @@ def rotate_in_place(  # noqa: PLR0917 - the kernel's operands, in the order they
     start: int,
     stop: int,
 ) -> None:
-    """:func:`rotate` with ``out`` = ``x``. Each row is rotated into a scratch row and
-    copied back: the compiler vectorizes no loop whose reads and writes may alias."""
+    """:func:`rotate` with ``out`` = ``x``: each pair is read, then written. The halves
+    of a row are two views, which the compiler checks for overlap once per row and
+    then vectorizes."""
     first, t0, t1, t2 = rows
     n1 = x.shape[1]
     half = cos.shape[1]
     like = np.zeros(1, x.dtype)[0]
-    scratch = np.empty(2 * half, x.dtype)
     for unit in range(start, stop):
         a = unit // n1
         b = unit - a * n1
@@ -319,12 +319,11 @@ def rotate_in_place(  # noqa: PLR0917 - the kernel's operands, in the order they
             if interleaved:
                 for i in range(half):
                     x0, x1 = _load(x_row[2 * i]), _load(x_row[2 * i + 1])
-                    scratch[2 * i] = _store(x0 * cos_row[i] - x1 * sin_row[i], like)
-                    scratch[2 * i + 1] = _store(x1 * cos_row[i] + x0 * sin_row[i], like)
+                    x_row[2 * i] = _store(x0 * cos_row[i] - x1 * sin_row[i], like)
+                    x_row[2 * i + 1] = _store(x1 * cos_row[i] + x0 * sin_row[i], like)
             else:
+                low, high = x_row[:half], x_row[half : 2 * half]
                 for i in range(half):
-                    x0, x1 = _load(x_row[i]), _load(x_row[half + i])
-                    scratch[i] = _store(x0 * cos_row[i] - x1 * sin_row[i], like)
-                    scratch[half + i] = _store(x1 * cos_row[i] + x0 * sin_row[i], like)
-            for f in range(2 * half):
-                x_row[f] = scratch[f]
+                    x0, x1 = _load(low[i]), _load(high[i])
+                    low[i] = _store(x0 * cos_row[i] - x1 * sin_row[i], like)
+                    high[i] = _store(x1 * cos_row[i] + x0 * sin_row[i], like)
