@@ -258,7 +258,7 @@ def test_special_values_and_subnormals(dtype: str) -> None:
 
 
 def test_memory_layouts() -> None:
-    """Strided views (q of a fused qkv, a transposed array, reversed steps), 3-D and 6-D."""
+    """Strided views (q of a fused qkv, a transposed array, steps of -1 and 2), 3-D and 6-D."""
     rng = np.random.default_rng(2)
     rope = anyrope.RoPE(16)
     fused = rng.standard_normal((2, 7, 3, 48), dtype=np.float32)
@@ -266,6 +266,7 @@ def test_memory_layouts() -> None:
         fused[..., 16:32],
         np.swapaxes(rng.standard_normal((2, 3, 7, 16), dtype=np.float32), 1, 2),
         rng.standard_normal((2, 7, 3, 16), dtype=np.float32)[:, ::-1],
+        rng.standard_normal((2, 7, 3, 32), dtype=np.float32)[..., ::2],
         rng.standard_normal((7, 3, 16), dtype=np.float32),
         rng.standard_normal((2, 2, 3, 7, 3, 16), dtype=np.float32),
     ]

@@ -371,7 +371,7 @@ def test_dynamic_decoding_past_the_context_builds_no_large_table() -> None:
     # Rows of 16 pairs, and of the 32 widened features the blocked path reads; cos and
     # sin; float32.
     block_bytes = AHEAD * (16 + 32) * 2 * 4
-    assert rope.cache_nbytes - within.cache_nbytes <= AHEAD_BLOCKS * block_bytes
+    assert rope.cache_nbytes() - within.cache_nbytes() <= AHEAD_BLOCKS * block_bytes
 
 
 @pytest.mark.parametrize("impl", ["auto", "numba", "blocked", "array_api"])

@@ -59,11 +59,8 @@ def clear_cache() -> None:
 def cache_nbytes() -> int:
     """Return the bytes of cos/sin tables the functional API keeps now.
 
-    One name for one question, in the form each place allows: a module has no
-    properties, so the functional API's tables are counted by this function, and a
-    :class:`RoPE` you hold counts its own with the property :attr:`RoPE.cache_nbytes`
-    (read without a call, like its other attributes). Both count every library, device
-    and dtype the tables were built for; :func:`clear_cache` and
+    A :class:`RoPE` you hold counts its own with :meth:`RoPE.cache_nbytes`. Both count
+    every library, device and dtype the tables were built for; :func:`clear_cache` and
     :meth:`RoPE.clear_cache` free them.
 
     Returns
@@ -82,7 +79,7 @@ def cache_nbytes() -> int:
     """
     with _lock:
         held = {rope._op_target.key: rope for rope in _ropes.values()} | _pinned
-        return sum(rope.cache_nbytes for rope in held.values())
+        return sum(rope.cache_nbytes() for rope in held.values())
 
 
 def _rope_for_input(
@@ -240,7 +237,7 @@ def _keep_within_bounds() -> None:
         return
     with _lock:
         _measured = generation
-        sizes = {settings: held.cache_nbytes for settings, held in _ropes.items()}
+        sizes = {settings: held.cache_nbytes() for settings, held in _ropes.items()}
         total = sum(sizes.values())
         for settings in list(_ropes)[:-1]:
             if total <= CACHE_BYTES and len(_ropes) <= CACHE_ENTRIES:

@@ -329,15 +329,12 @@ class RoPE:
         """
         return self._source.frequencies(seq_len)
 
-    @property
     def cache_nbytes(self) -> int:
-        """Number of bytes held by this RoPE's cached cos/sin tables.
+        """Return the bytes held by this RoPE's cached cos/sin tables.
 
         Every library, device and dtype the tables were built for counts; see
-        :meth:`clear_cache`. A property, read without a call, like the RoPE's other
-        attributes; the functional API's tables, which no object of yours holds, are
-        counted by the function :func:`anyrope.cache_nbytes` (a module has no
-        properties) and freed by :func:`anyrope.clear_cache`.
+        :meth:`clear_cache`. A call, as :func:`anyrope.cache_nbytes` is for the
+        functional API's tables.
 
         Returns
         -------
@@ -350,10 +347,10 @@ class RoPE:
         >>> import anyrope
         >>> rope = anyrope.RoPE(64)
         >>> _ = rope.rotate(np.zeros((1, 10, 1, 64), dtype=np.float32), impl="array_api")
-        >>> rope.cache_nbytes    # 256 positions x 32 pairs, cos and sin in float32
+        >>> rope.cache_nbytes()  # 256 positions x 32 pairs, cos and sin in float32
         65536
         >>> rope.clear_cache()
-        >>> rope.cache_nbytes
+        >>> rope.cache_nbytes()
         0
         """
         return self._source.nbytes

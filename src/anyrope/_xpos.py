@@ -138,9 +138,8 @@ class XPos:
         self.inv_freq = self._queries.default.inv_freq
         self.zeta = xpos_zeta(self.rotary_dim)
 
-    @property
     def cache_nbytes(self) -> int:
-        """Number of bytes held by the cached cos/sin tables of queries and keys.
+        """Return the bytes held by the cached cos/sin tables of queries and keys.
 
         Returns
         -------

@@ -71,7 +71,9 @@ def run(plan: Plan) -> tuple[Array, ...]:
     results = []
     for x in plan.arrays:
         out = x if plan.inplace else empty_like(x)
-        xv = _storage_view(x, plan)
+        xv = held = _storage_view(x, plan)
+        if xv.strides[-1] != xv.itemsize:  # the kernels read rows of unit stride
+            xv = np.ascontiguousarray(xv)
         outv = None if plan.inplace else _storage_view(out, plan)
         if xv.ndim == 4:
             _launch(kernels, xv, outv, cos, sin, (first, *strides), plan)
@@ -87,6 +89,8 @@ def run(plan: Plan) -> tuple[Array, ...]:
                 rows = (offset, *strides[outer:])
                 part = None if outv is None else outv[index]
                 _launch(kernels, xv[index], part, cos, sin, rows, plan)
+        if xv is not held and plan.inplace:
+            held[...] = xv
         results.append(out)
     if plan.inplace and plan.library == "torch":
         # Written through NumPy views: autograd must still see the tensors change.

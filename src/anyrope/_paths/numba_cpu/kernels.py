@@ -24,8 +24,9 @@ import llvmlite.binding
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
-from numba.core import config
+from numba.core import cgutils, config
 from numba.extending import intrinsic, overload
+from numba.np.arrayobj import populate_array
 
 
 def _hardware_float16() -> bool:
@@ -165,6 +166,27 @@ def float32_to_bfloat16(typingctx: Any, value: Any) -> Any:
     return types.int16(value), codegen
 
 
+@intrinsic
+def _row(typingctx: Any, x: Any, a: Any, b: Any, c: Any) -> Any:
+    """``x[a, b, c]`` typed as contiguous, for an ``x`` whose last axis has unit stride
+    (the caller's check): the compiler vectorizes a row's loops only over strides it
+    knows are one, and a view of a fused array is not contiguous as a whole."""
+    row = types.Array(x.dtype, 1, "C")
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        array = context.make_array(x)(context, builder, args[0])
+        shape = cgutils.unpack_tuple(builder, array.shape)
+        strides = cgutils.unpack_tuple(builder, array.strides)
+        index = [*args[1:], context.get_constant(types.intp, 0)]
+        data = cgutils.get_item_pointer2(context, builder, array.data, shape, strides, "A", index)
+        view = context.make_array(row)(context, builder)
+        # No owner of its own (no reference counts per row): x outlives it.
+        populate_array(view, data, [shape[3]], [array.itemsize], array.itemsize, None)
+        return view._getvalue()
+
+    return row(x, types.intp, types.intp, types.intp), codegen
+
+
 def _load(value: Any) -> Any:
     """A stored element in the compute dtype (defined for numba by the overload)."""
     raise NotImplementedError
@@ -236,7 +258,8 @@ def rotate(  # noqa: PLR0917 - the kernel's operands, in the order they are used
     start: int,
     stop: int,
 ) -> None:
-    """Rotate ``x`` (n0, n1, n2, width) into ``out``, a separate array of the same shape.
+    """Rotate ``x`` (n0, n1, n2, width; its last axis of unit stride) into ``out``, a
+    separate C-contiguous array of the same shape.
 
     ``out[pair] = (x0 c - x1 s, x1 c + x0 s)`` (numerical-contract.rst, "How every path computes"
     3), where the pairs of ``x[a, b, c]`` use the table row ``first + a*t0 + b*t1 + c*t2`` (``rows =
@@ -255,7 +278,7 @@ def rotate(  # noqa: PLR0917 - the kernel's operands, in the order they are used
         b = unit - a * n1
         for c in range(x.shape[2]):
             row = first + a * t0 + b * t1 + c * t2
-            x_row, out_row, cos_row, sin_row = x[a, b, c], out[a, b, c], cos[row], sin[row]
+            x_row, out_row, cos_row, sin_row = _row(x, a, b, c), out[a, b, c], cos[row], sin[row]
             if interleaved:
                 for i in range(half):
                     x0, x1 = _load(x_row[2 * i]), _load(x_row[2 * i + 1])
@@ -280,28 +303,27 @@ def rotate_in_place(  # noqa: PLR0917 - the kernel's operands, in the order they
     start: int,
     stop: int,
 ) -> None:
-    """:func:`rotate` with ``out`` = ``x``. Each row is rotated into a scratch row and
-    copied back: the compiler vectorizes no loop whose reads and writes may alias."""
+    """:func:`rotate` with ``out`` = ``x``: each pair is read, then written. The halves
+    of a row are two views, which the compiler checks for overlap once per row and
+    then vectorizes."""
     first, t0, t1, t2 = rows
     n1 = x.shape[1]
     half = cos.shape[1]
     like = np.zeros(1, x.dtype)[0]
-    scratch = np.empty(2 * half, x.dtype)
     for unit in range(start, stop):
         a = unit // n1
         b = unit - a * n1
         for c in range(x.shape[2]):
             row = first + a * t0 + b * t1 + c * t2
-            x_row, cos_row, sin_row = x[a, b, c], cos[row], sin[row]
+            x_row, cos_row, sin_row = _row(x, a, b, c), cos[row], sin[row]
             if interleaved:
                 for i in range(half):
                     x0, x1 = _load(x_row[2 * i]), _load(x_row[2 * i + 1])
-                    scratch[2 * i] = _store(x0 * cos_row[i] - x1 * sin_row[i], like)
-                    scratch[2 * i + 1] = _store(x1 * cos_row[i] + x0 * sin_row[i], like)
+                    x_row[2 * i] = _store(x0 * cos_row[i] - x1 * sin_row[i], like)
+                    x_row[2 * i + 1] = _store(x1 * cos_row[i] + x0 * sin_row[i], like)
             else:
+                low, high = x_row[:half], x_row[half : 2 * half]
                 for i in range(half):
-                    x0, x1 = _load(x_row[i]), _load(x_row[half + i])
-                    scratch[i] = _store(x0 * cos_row[i] - x1 * sin_row[i], like)
-                    scratch[half + i] = _store(x1 * cos_row[i] + x0 * sin_row[i], like)
-            for f in range(2 * half):
-                x_row[f] = scratch[f]
+                    x0, x1 = _load(low[i]), _load(high[i])
+                    low[i] = _store(x0 * cos_row[i] - x1 * sin_row[i], like)
+                    high[i] = _store(x1 * cos_row[i] + x0 * sin_row[i], like)
