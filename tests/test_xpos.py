@@ -314,7 +314,7 @@ def test_pickle_deepcopy_repr_and_cache():
     xpos.clear_cache()
     assert xpos.cache_nbytes == 0
     # The table sources pickle with their amplitude (dask's worker processes get them).
-    keys = pickle.loads(pickle.dumps(xpos._keys))
+    keys = pickle.loads(pickle.dumps(xpos._sources[1]))
     assert keys.amplitude == Amplitude(16, 100, 7, -1)
 
 
