@@ -141,11 +141,13 @@ class RoPE:
             for amplitude in self._amplitudes()
         ]
         # The tables of queries, then of keys: one source for both but in xPos.
+        self._source = sources[0]
         self._sources = (sources[0], sources[-1])
         # Names the table sources to the torch custom op that torch.compile traces.
-        self._op_keys = tuple(torch_op.register(source) for source in self._sources)
-        self.inv_freq = sources[0].default.inv_freq
-        self.attention_factor = sources[0].default.attention_factor
+        keys = [torch_op.register(source) for source in sources]
+        self._op_keys = (keys[0], keys[-1])
+        self.inv_freq = self._source.default.inv_freq
+        self.attention_factor = self._source.default.attention_factor
 
     def _amplitudes(self) -> tuple[Amplitude | None, ...]:
         """The amplitudes of the tables: none for RoPE (one source for queries and keys)."""
@@ -303,7 +305,7 @@ class RoPE:
         >>> bool(rope.frequencies(150)[0][-1] < rope.inv_freq[-1])
         True
         """
-        return self._sources[0].frequencies(seq_len)
+        return self._source.frequencies(seq_len)
 
     @property
     def cache_nbytes(self) -> int:
@@ -622,7 +624,7 @@ class RoPE:
             cu_seqlens=cu_seqlens,
         )
         return _pipeline.path_name(
-            self._sources[0], call, head_dim=self.head_dim - start, interleaved=self.interleaved
+            self._source, call, head_dim=self.head_dim - start, interleaved=self.interleaved
         )
 
     def _target(self, call: Call, sides: slice) -> torch_op.Target:
@@ -735,7 +737,7 @@ class RoPE:
                 f"`positions` must lie in [0, 2**53); got values in [{host.min()}, {host.max()}]"
             )
         host = host.astype(np.int64)
-        cache = self._sources[0].for_length(int(host.max()) + 1 if host.size else 0)
+        cache = self._source.for_length(int(host.max()) + 1 if host.size else 0)
         if self.sections is None or not (self.axial or hasattr(positions, "shape")):
             cos, sin = cache.build(host, xp, device, np.dtype(np.float64))
         else:

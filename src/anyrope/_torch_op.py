@@ -228,9 +228,9 @@ def _define(torch: Any) -> None:
             None,
             adjoint,
         )
-        return _pipeline.rotate_each(
-            tuple(_source(key) for key in keys), call, head_dim=head_dim, interleaved=interleaved
-        )
+        # One key per array, or one for every array.
+        sources = tuple(map(_source, keys)) * (len(arrays) if len(keys) == 1 else 1)
+        return _pipeline.rotate_each(sources, call, head_dim=head_dim, interleaved=interleaved)
 
     def rotate_kernel(arrays: list[Array], *args: Any, **options: Any) -> list[Array]:
         rotated = run(arrays, *args, inplace=False, **options)
