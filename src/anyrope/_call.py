@@ -156,23 +156,25 @@ def shared_docs(documented: _Documented) -> _Documented:
 
     The line ``{shared}`` in its Parameters section becomes one entry for each parameter
     of its signature (the ``__init__`` of a class) that :data:`SHARED` documents and the
-    docstring does not, in the signature's order: every page shows them all.
+    entries above the line do not, in the signature's order: every page shows them all.
     """
     doc = documented.__doc__
     if doc is None:  # python -OO
         return documented
-    function = documented.__init__ if isinstance(documented, type) else documented
+    marker = re.search(r"^( *)\{shared\}\n", doc, re.MULTILINE)
+    assert marker is not None, f"{documented!r} has no {{shared}} line"
+    # Its own entries come first, between the Parameters heading and the line.
     own = {
         name.strip()
-        for names in re.findall(r"^ *([\w, ]+) : ", doc, re.MULTILINE)
+        for names in re.findall(
+            r"^ *([\w, ]+) : ", doc[doc.find("Parameters") : marker.start()], re.MULTILINE
+        )
         for name in names.split(",")
     }
-    marker = re.search(r"^( *)\{shared\}\n", doc, re.MULTILINE)
-    assert marker is not None, f"{function.__qualname__} has no {{shared}} line"
     indent = marker.group(1)
     entries = [
         re.sub("^", indent, SHARED[name], flags=re.MULTILINE) + "\n"
-        for name in inspect.signature(function).parameters
+        for name in inspect.signature(documented).parameters  # type: ignore[arg-type]
         if name in SHARED and name not in own
     ]
     documented.__doc__ = doc[: marker.start()] + "".join(entries) + doc[marker.end() :]

@@ -1,5 +1,7 @@
-"""The functional API: :func:`rotate`, :func:`rotate_qk` and :func:`rotate_qkv`, each a call
-of the :class:`RoPE` of its settings, from a cache bounded in entries and in bytes."""
+"""The functional API: each call is one of the :class:`RoPE` of its settings, kept in a cache.
+
+The cache holds at most :data:`CACHE_ENTRIES` RoPEs and :data:`CACHE_BYTES` of tables.
+"""
 
 from __future__ import annotations
 
@@ -100,7 +102,7 @@ def _rope(x: Array, name: str, settings: tuple[Any, ...]) -> RoPE:
     try:
         rope = _ropes.get(key)
     except TypeError:  # an unhashable argument: RoPE() names it
-        key, rope = None, None
+        key, rope = (), None
     if rope is not None:
         with contextlib.suppress(KeyError):  # evicted by another thread meanwhile
             _ropes.move_to_end(key)
@@ -120,7 +122,7 @@ def _rope(x: Array, name: str, settings: tuple[Any, ...]) -> RoPE:
         max_position_embeddings=max_position_embeddings,
         start_index=start_index,
     )
-    if key is not None:
+    if key:
         with _lock:
             rope = _ropes.setdefault(key, rope)
     return rope

@@ -42,7 +42,7 @@ def rotate(
     if known is not None:
         plan, path = known
         return _run(path, plan.for_call(arrays, positions))
-    geometry = {"head_dim": head_dim, "interleaved": interleaved}
+    geometry: dict[str, Any] = {"head_dim": head_dim, "interleaved": interleaved}
     host = _jax_on_host(call)
     if host is not None:
         from ._jax import back_to_jax
@@ -217,7 +217,9 @@ def _jax_on_host(call: Call) -> Call | None:
 
     positions = call.positions
     offsets = isinstance(positions, Offsets)
-    host = on_host(arrays, positions.values if offsets else positions, call.cu_seqlens)
+    if isinstance(positions, Offsets):
+        positions = positions.values
+    host = on_host(arrays, positions, call.cu_seqlens)
     if host is None:
         return None
     arrays, positions, cu_seqlens = host

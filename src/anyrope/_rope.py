@@ -142,10 +142,10 @@ class RoPE:
         ]
         # The tables of queries, then of keys: one source for both but in xPos.
         self._source = sources[0]
-        self._sources = (sources[0], sources[-1])
+        self._sources: tuple[TableSource, ...] = (sources[0], sources[-1])
         # Names the table sources to the torch custom op that torch.compile traces.
         keys = [torch_op.register(source) for source in sources]
-        self._op_keys = (keys[0], keys[-1])
+        self._op_keys: tuple[int, ...] = (keys[0], keys[-1])
         self.inv_freq = self._source.default.inv_freq
         self.attention_factor = self._source.default.attention_factor
 
@@ -655,7 +655,7 @@ class RoPE:
     def _rotate_whole(
         self, sources: tuple[TableSource, ...], call: Call, head_dim: int
     ) -> tuple[Array, ...]:
-        geometry = {"head_dim": head_dim, "interleaved": self.interleaved}
+        geometry: dict[str, Any] = {"head_dim": head_dim, "interleaved": self.interleaved}
         if array_api_compat.is_dask_array(call.arrays[0]):
             # Lazy libraries sit above the pipeline: dask calls it once per block.
             from ._lazy.dask import rotate_dask

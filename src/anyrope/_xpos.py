@@ -59,6 +59,10 @@ class XPos(RoPE):
         float64 per-pair bases ``zeta_i``, shape ``(rotary_dim // 2,)``, each the exact
         fraction ``(10 i + 2 d) / (7 d)`` rounded once.
 
+    See Also
+    --------
+    RoPE : The rotation without amplitudes.
+
     Notes
     -----
     An :class:`XPos` is a :class:`RoPE` with amplitudes: it takes every option of a
@@ -66,10 +70,6 @@ class XPos(RoPE):
     :meth:`RoPE.rotate_qkv` scale queries and keys each their way; one array is rotated
     by :meth:`rotate_queries` or :meth:`rotate_keys` (:meth:`RoPE.rotate` does not
     know which it is, and refuses). :meth:`RoPE.tables` gives those of the queries.
-
-    See Also
-    --------
-    RoPE : The rotation without amplitudes.
 
     Examples
     --------

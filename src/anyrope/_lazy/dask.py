@@ -84,7 +84,7 @@ def rotate_dask(
         positions=_stand_in(positions) if array_api_compat.is_dask_array(positions) else positions,
         xp=None,
     )
-    geometry = {"head_dim": head_dim, "interleaved": interleaved}
+    geometry: dict[str, Any] = {"head_dim": head_dim, "interleaved": interleaved}
     plan = make_plan(source, stand_ins, **geometry)
     tasks = [BlockRotation(source, call, **geometry) for source in sources]
     where = plan.where[0]
@@ -166,7 +166,7 @@ class BlockRotation:
         self.layout = call.layout
         # The options of each block's call; its arrays and positions are the block's.
         self.call = call._replace(arrays=(), names=("x",), positions=None, xp=None)
-        self.geometry = {"head_dim": head_dim, "interleaved": interleaved}
+        self.geometry: dict[str, Any] = {"head_dim": head_dim, "interleaved": interleaved}
 
     def _rotate(self, block: Array, positions: object) -> Array:
         # dask already runs one block per thread of each worker.
