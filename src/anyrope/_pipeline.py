@@ -116,7 +116,7 @@ def rotate_each(
     plan cache, serves it unchanged. A geometry checked before is checked again only
     where values matter (the positions, and memory overlap in place).
     """
-    if sources[1:] == sources[:-1]:
+    if sources[0] is sources[-1]:  # one array, or q and k of one RoPE
         return rotate(sources[0], call, head_dim=head_dim, interleaved=interleaved)
     geometry = None
     if call.cu_seqlens is None:
@@ -131,7 +131,7 @@ def rotate_each(
     return tuple(
         rotate(
             source,
-            call._replace(arrays=(x,), names=(name,)),
+            call.on((x,), (name,)),
             head_dim=head_dim,
             interleaved=interleaved,
         )[0]

@@ -553,10 +553,10 @@ class RoPE:
             # q and k as one view: one call's overhead (xPos rotates them apart).
             qk = joint_qk(qkv, layout, num_heads_q)
             if qk is not None:
-                self._rotate(call._replace(arrays=(qk,)), QUERIES)
+                self._rotate(call.on((qk,)), QUERIES)
                 return qkv
         fused = split_qkv(qkv, layout, num_heads_q)
-        q, k = self._rotate(call._replace(arrays=(fused.q, fused.k), names=("q", "k")), BOTH)
+        q, k = self._rotate(call.on((fused.q, fused.k), ("q", "k")), BOTH)
         if call.inplace:
             return qkv
         return join_qkv(fused, q, k, namespace_of(qkv, xp=xp, argument="qkv"))
@@ -647,7 +647,7 @@ class RoPE:
         # The features from start_index on, as views; those before are kept.
         whole = call.arrays
         tails = _slices.tails(whole, call.names, self.head_dim, start)
-        rotated = self._rotate_whole(sources, call._replace(arrays=tails), self.head_dim - start)
+        rotated = self._rotate_whole(sources, call.on(tails), self.head_dim - start)
         if call.inplace:
             return whole
         return _slices.rejoin(whole, rotated, start, namespace_of(*whole, xp=call.xp))
@@ -655,13 +655,12 @@ class RoPE:
     def _rotate_whole(
         self, sources: tuple[TableSource, ...], call: Call, head_dim: int
     ) -> tuple[Array, ...]:
-        geometry: dict[str, Any] = {"head_dim": head_dim, "interleaved": self.interleaved}
         if array_api_compat.is_dask_array(call.arrays[0]):
             # Lazy libraries sit above the pipeline: dask calls it once per block.
             from ._lazy.dask import rotate_dask
 
-            return rotate_dask(sources, call, **geometry)
-        return _pipeline.rotate_each(sources, call, **geometry)
+            return rotate_dask(sources, call, head_dim=head_dim, interleaved=self.interleaved)
+        return _pipeline.rotate_each(sources, call, head_dim=head_dim, interleaved=self.interleaved)
 
     def tables(
         self,

@@ -135,7 +135,7 @@ def rotate_qkv(target: Target, call: Call, num_heads_q: int | None) -> Array:
     import torch
 
     fused = split_qkv(call.arrays[0], call.layout, num_heads_q)
-    q, k = rotate(target, call._replace(arrays=(fused.q, fused.k), names=("q", "k")))
+    q, k = rotate(target, call.on((fused.q, fused.k), ("q", "k")))
     # torch's own stack and concat take ``axis``, as the array API's do.
     return call.arrays[0] if call.inplace else join_qkv(fused, q, k, torch)
 
