@@ -398,6 +398,16 @@ def rotate_qkv(
     target = _compiled_target(call, settings)
     if target is not None:
         return torch_op.rotate_qkv(target, call, num_heads_q)
-    y = _rope(qkv, "qkv", settings)._rotate_qkv(call, num_heads_q)
+    y = _rope(qkv, "qkv", settings).rotate_qkv(
+        qkv,
+        positions,
+        num_heads_q=num_heads_q,
+        layout=layout,
+        inverse=inverse,
+        inplace=inplace,
+        impl=impl,
+        xp=xp,
+        cu_seqlens=cu_seqlens,
+    )
     _keep_within_bounds()
     return y

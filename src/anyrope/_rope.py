@@ -529,8 +529,16 @@ class RoPE:
         >>> rope.rotate_qkv(grouped, num_heads_q=4).shape   # 4 query, 1 key, 1 value head
         (2, 4, 6, 8)
         """
+        if xp is not None:  # a namespace of another library is named for `qkv`, not its views
+            namespace_of(qkv, xp=xp, argument="qkv")
+        # In place, q and k as one view: one call's overhead. Not for xPos, which scales
+        # them apart, nor for the op that torch.compile traces, which takes q and k.
+        qk = None
+        one_source = self._sources[0] is self._sources[1]
+        if inplace is True and one_source and not torch_op.compiling(qkv):
+            qk = joint_qk(qkv, layout, num_heads_q)
         call = make_call(
-            (qkv,),
+            (qkv,) if qk is None else (qk,),
             ("qkv",),
             positions,
             layout=layout,
@@ -540,24 +548,14 @@ class RoPE:
             xp=xp,
             cu_seqlens=cu_seqlens,
         )
-        return self._rotate_qkv(call, num_heads_q)
-
-    def _rotate_qkv(self, call: Call, num_heads_q: int | None) -> Array:
-        """:meth:`rotate_qkv` of ``call``, whose one array is ``qkv``."""
-        qkv, layout, xp = call.arrays[0], call.layout, call.xp
+        if qk is not None:
+            self._rotate(call, QUERIES)
+            return qkv
         if torch_op.compiling(qkv):
             return torch_op.rotate_qkv(self._target(call, BOTH), call, num_heads_q)
-        if xp is not None:  # a namespace of another library is named for `qkv`, not its views
-            namespace_of(qkv, xp=xp, argument="qkv")
-        if call.inplace and self._sources[0] is self._sources[1]:
-            # q and k as one view: one call's overhead (xPos rotates them apart).
-            qk = joint_qk(qkv, layout, num_heads_q)
-            if qk is not None:
-                self._rotate(call.on((qk,)), QUERIES)
-                return qkv
         fused = split_qkv(qkv, layout, num_heads_q)
         q, k = self._rotate(call.on((fused.q, fused.k), ("q", "k")), BOTH)
-        if call.inplace:
+        if inplace:
             return qkv
         return join_qkv(fused, q, k, namespace_of(qkv, xp=xp, argument="qkv"))
 
