@@ -224,7 +224,8 @@ class RoPE:
         (128, 500000.0, 'llama3')
         """
         settings = from_hf_config(config, layer_type=layer_type)
-        return cls(settings.head_dim, **settings.kwargs(), max_positions=max_positions)
+        # A RoPE whatever the class it is asked of: a model config has no xPos amplitudes.
+        return RoPE(settings.head_dim, **settings.kwargs(), max_positions=max_positions)
 
     @classmethod
     def from_hf_config_layers(
@@ -271,7 +272,7 @@ class RoPE:
                 continue
             # Layer types with the same settings share one RoPE (and its tables).
             if settings not in made:
-                made[settings] = cls(
+                made[settings] = RoPE(
                     settings.head_dim, **settings.kwargs(), max_positions=max_positions
                 )
             ropes[name] = made[settings]
