@@ -138,7 +138,7 @@ def _compiled_target(call: Call, settings: tuple[Any, ...]) -> torch_op.Target |
     # constant it is, guarded, which int() would leave symbolic.
     head_dim = operator.index(x.shape[-1]) if x.ndim else 0
     key, *geometry = _compiled_rope(head_dim, x.dtype, call.names[0], *settings)
-    return torch_op.Target((key, key), *geometry)
+    return torch_op.Target((key,), *geometry)  # one key: the source of every array
 
 
 def _compiled_rope(head_dim: int, dtype: Any, name: str, *settings: Any) -> tuple[Any, ...]:
@@ -187,7 +187,7 @@ def _rotate(call: Call, settings: tuple[Any, ...]) -> tuple[Array, ...]:
     """Rotate the arrays of ``call`` (x, or q and k) with the RoPE of ``settings``."""
     target = _compiled_target(call, settings)
     if target is not None:
-        return torch_op.rotate(target._replace(keys=target.keys[: len(call.arrays)]), call)
+        return torch_op.rotate(target, call)
     sides = BOTH if len(call.arrays) == 2 else QUERIES
     rotated = _rope(call.arrays[0], call.names[0], settings)._rotate(call, sides)
     _keep_within_bounds()

@@ -14,10 +14,10 @@ the graph as one opaque node:
   the rotation asked for (``a * R(-angle)`` forward, ``R(angle) / a`` for ``inverse``;
   see :func:`anyrope._plan.make_plan`).
 
-The op takes tensors and primitives only; the table source of a RoPE is named by an
-integer key into a process-wide registry of weak references (:func:`register`), given
-to each RoPE when it is made. Nothing here imports torch until the op is first needed.
-Eager calls never come here.
+The op takes tensors and primitives only; the table sources of a RoPE (one, or xPos's
+two) are named by integer keys into a process-wide registry of weak references
+(:func:`register`), given to each RoPE when it is made. Nothing here imports torch
+until the op is first needed. Eager calls never come here.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ _NAMES = {1: ("x",), 2: ("q", "k")}
 
 class Target(NamedTuple):
     """What the op needs of a RoPE: the keys of the table sources of the arrays (one per
-    array: xPos has its own for queries and for keys) and its geometry."""
+    array, as xPos has for queries and for keys, or one for every array) and its geometry."""
 
     keys: tuple[int, ...]
     head_dim: int
