@@ -99,6 +99,7 @@ def cpu_tensors_as_cuda() -> Iterator[list[Any]]:
 
 
 def cases(torch: Any) -> dict[str, Callable[[], object]]:
+    from anyrope._call import make_call
     from anyrope._paths.cuda.dispatch import launch_on_device, rotate_raw
     from anyrope._plan import make_plan
 
@@ -110,15 +111,19 @@ def cases(torch: Any) -> dict[str, Callable[[], object]]:
     ahead = anyrope.RoPE(HEAD_DIM, max_positions=TABLE_LEN)
     plan = make_plan(
         rope._source,
-        (q, k),
-        ("q", "k"),
-        positions,
+        make_call(
+            (q, k),
+            ("q", "k"),
+            positions,
+            layout="bshd",
+            inverse=False,
+            inplace=False,
+            impl="auto",
+            xp=None,
+            cu_seqlens=None,
+        ),
         head_dim=HEAD_DIM,
         interleaved=False,
-        layout="bshd",
-        inverse=False,
-        inplace=False,
-        xp=None,
     )
 
     inv_freq = 1.0 / (10000.0 ** (torch.arange(0, HEAD_DIM, 2, dtype=torch.float64) / HEAD_DIM))

@@ -116,6 +116,7 @@ def test_cpu_paths_give_the_reference_bits(backend_dtype, case: str, impl: str) 
 
 
 def test_cuda_and_dask_say_why_they_refuse_several_axes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from anyrope._call import make_call
     from anyrope._paths import cuda
     from anyrope._plan import make_plan
 
@@ -125,15 +126,19 @@ def test_cuda_and_dask_say_why_they_refuse_several_axes(monkeypatch: pytest.Monk
     rope = _rope("3d-wan")
     plan = make_plan(
         rope._source,
-        (np.zeros((1, 4, 2, 40)),),
-        ("x",),
-        np.zeros((4, 3), dtype=np.int64),
+        make_call(
+            (np.zeros((1, 4, 2, 40)),),
+            ("x",),
+            np.zeros((4, 3), dtype=np.int64),
+            layout="bshd",
+            inverse=False,
+            inplace=False,
+            impl="auto",
+            xp=None,
+            cu_seqlens=None,
+        ),
         head_dim=40,
         interleaved=False,
-        layout="bshd",
-        inverse=False,
-        inplace=False,
-        xp=None,
     )
     assert len(plan.where) == 3
     assert "one position stream" in cuda.rejects(plan)

@@ -490,6 +490,7 @@ def test_missing_cupy_names_the_wheel_of_the_driver(
 ) -> None:
     """A CUDA 12 driver cannot run cupy-cuda13x: the advice follows the driver's version
     (a newer driver runs the newest wheel)."""
+    from anyrope._call import make_call
     from anyrope._paths import cuda
     from anyrope._plan import make_plan
 
@@ -499,15 +500,19 @@ def test_missing_cupy_names_the_wheel_of_the_driver(
     x = np.zeros((1, 4, 2, 16), dtype=np.float32)
     plan = make_plan(
         anyrope.RoPE(16)._source,
-        (x,),
-        ("x",),
-        None,
+        make_call(
+            (x,),
+            ("x",),
+            None,
+            layout="bshd",
+            inverse=False,
+            inplace=False,
+            impl="auto",
+            xp=None,
+            cu_seqlens=None,
+        ),
         head_dim=16,
         interleaved=False,
-        layout="bshd",
-        inverse=False,
-        inplace=False,
-        xp=None,
     )
     reason = cuda.rejects(plan)
     assert reason is not None

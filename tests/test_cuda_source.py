@@ -36,6 +36,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import anyrope
+from anyrope._call import make_call
 from anyrope._paths.cuda import _module
 from anyrope._paths.cuda.dispatch import rotate_raw
 from anyrope._paths.cuda.geometry import Launch, Operand, plan_launches
@@ -359,15 +360,19 @@ def _plan(
     """The plan the pipeline makes for ``arrays``, as the CUDA path receives it."""
     return make_plan(
         rope._source,
-        arrays,
-        ("q", "k")[: len(arrays)] if len(arrays) > 1 else ("x",),
-        positions,
+        make_call(
+            arrays,
+            ("q", "k")[: len(arrays)] if len(arrays) > 1 else ("x",),
+            positions,
+            layout=layout,
+            inverse=inverse,
+            inplace=inplace,
+            impl="auto",
+            xp=None,
+            cu_seqlens=None,
+        ),
         head_dim=rope.head_dim,
         interleaved=rope.interleaved,
-        layout=layout,
-        inverse=inverse,
-        inplace=inplace,
-        xp=None,
     )
 
 

@@ -62,6 +62,7 @@ def test_path_names_the_chosen_path() -> None:
 def test_cuda_rejects_several_position_streams_instead_of_running_another_path(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from anyrope._call import make_call
     from anyrope._paths import cuda
     from anyrope._plan import make_plan
 
@@ -72,15 +73,19 @@ def test_cuda_rejects_several_position_streams_instead_of_running_another_path(
     x = _x((1, 4, 2, 16))
     plan = make_plan(
         rope._source,
-        (x,),
-        ("x",),
-        np.zeros((3, 4), dtype=np.int64),
+        make_call(
+            (x,),
+            ("x",),
+            np.zeros((3, 4), dtype=np.int64),
+            layout="bshd",
+            inverse=False,
+            inplace=False,
+            impl="auto",
+            xp=None,
+            cu_seqlens=None,
+        ),
         head_dim=16,
         interleaved=False,
-        layout="bshd",
-        inverse=False,
-        inplace=False,
-        xp=None,
     )
     assert "one position stream" in cuda.rejects(plan)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import re
 import subprocess
 import sys
 import threading
@@ -315,3 +317,35 @@ def test_max_positions_builds_the_tables_ahead_and_is_kept() -> None:
     config = {"hidden_size": 64, "num_attention_heads": 8, "max_position_embeddings": 64}
     assert anyrope.RoPE.from_hf_config(config, max_positions=128).max_positions == 128
     assert np.array_equal(rope.rotate(x, 999), anyrope.RoPE(8).rotate(x, 999))
+
+
+SHARED_DOCS = [
+    anyrope.rotate,
+    anyrope.rotate_qk,
+    anyrope.rotate_qkv,
+    anyrope.RoPE,
+    anyrope.RoPE.__call__,
+    anyrope.RoPE.rotate,
+    anyrope.RoPE.rotate_qkv,
+    anyrope.RoPE.path,
+    anyrope.XPos,
+    anyrope.XPos.rotate_queries,
+    anyrope.XPos.rotate_keys,
+    anyrope.attention,
+    anyrope.linear_attention,
+]
+
+
+@pytest.mark.parametrize("documented", SHARED_DOCS, ids=lambda f: f.__qualname__)
+def test_every_parameter_is_documented_on_its_page(documented):
+    """The parameters documented once (anyrope._call) are written into each docstring."""
+    doc = documented.__doc__
+    assert "{shared}" not in doc
+    documented_names = {
+        name.strip()
+        for names in re.findall(r"^ *([\w, ]+) : ", doc, re.MULTILINE)
+        for name in names.split(",")
+    }
+    for name in inspect.signature(documented).parameters:
+        if name != "self":
+            assert name in documented_names, f"{documented.__qualname__}: `{name}`"

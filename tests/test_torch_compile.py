@@ -149,7 +149,7 @@ def test_double_backward_goes_through_the_op() -> None:
 
 def _options(rope: anyrope.RoPE, *, head_dim: int, offset: int = 0, **changes) -> dict:
     return {
-        "key": rope._op_target.key,
+        "keys": [rope._op_keys[0]],
         "offset": offset,
         "per_row": False,
         "head_dim": head_dim,
@@ -313,10 +313,10 @@ def test_errors_under_compile() -> None:
 
 def test_a_dead_rope_is_named() -> None:
     torch_op._define_ops()
-    key = anyrope.RoPE(16)._op_target.key
+    key = anyrope.RoPE(16)._op_keys[0]
     gc.collect()
     q, _ = _qk(torch.float32)
-    options = {**_options(anyrope.RoPE(16), head_dim=16), "key": key}
+    options = {**_options(anyrope.RoPE(16), head_dim=16), "keys": [key]}
     with pytest.raises(RuntimeError, match="no longer exists"):
         torch.ops.anyrope.rotate([q], None, None, adjoint=False, **options)
 

@@ -314,7 +314,7 @@ def test_pickle_deepcopy_repr_and_cache():
     xpos.clear_cache()
     assert xpos.cache_nbytes() == 0
     # The table sources pickle with their amplitude (dask's worker processes get them).
-    keys = pickle.loads(pickle.dumps(xpos._keys))
+    keys = pickle.loads(pickle.dumps(xpos._sources[1]))
     assert keys.amplitude == Amplitude(16, 100, 7, -1)
 
 
@@ -404,4 +404,87 @@ def test_jax_jit_within_rounding():
     expected = xpos(x, x, positions)
     q2, k2 = jax.jit(xpos)(x, x, positions)
     for ours, theirs in ((q2, expected[0]), (k2, expected[1])):
+        np.testing.assert_allclose(np.asarray(ours), theirs, rtol=1e-6, atol=1e-6)
+
+
+# -- XPos is a RoPE with amplitudes: every route of a RoPE call serves it ------------------
+
+
+def test_start_index_keeps_the_features_before_it():
+    """Features before ``start_index`` are copied bit for bit; the rest are those of an
+    XPos of the narrower head, as rotary-embedding-torch's ``start_index``."""
+    x = np.random.default_rng(10).standard_normal((2, 6, 3, 12)).astype(np.float32)
+    xpos = anyrope.XPos(12, scale_base=16, center=3, rotary_dim=8, start_index=2)
+    narrow = anyrope.XPos(10, scale_base=16, center=3, rotary_dim=8)
+    for inverse in (False, True):
+        q2, k2 = xpos(x, x, 5, inverse=inverse)
+        tails = narrow(x[..., 2:], x[..., 2:], 5, inverse=inverse)
+        for y, tail in zip((q2, k2), tails, strict=True):
+            np.testing.assert_array_equal(y[..., :2], x[..., :2])
+            np.testing.assert_array_equal(y[..., 2:], tail)
+    assert repr(xpos).endswith("start_index=2)")
+    assert repr(pickle.loads(pickle.dumps(xpos))) == repr(xpos)
+
+
+def test_rotate_qkv_scales_queries_and_keys_each_their_way():
+    xpos = anyrope.XPos(8, scale_base=16, center=4)
+    qkv = np.random.default_rng(11).standard_normal((2, 5, 3, 2, 8))
+    q2, k2 = xpos(qkv[:, :, 0], qkv[:, :, 1], 7)
+    for inplace in (False, True):
+        out = xpos.rotate_qkv(qkv.copy(), 7, inplace=inplace)
+        np.testing.assert_array_equal(out[:, :, 0], q2)
+        np.testing.assert_array_equal(out[:, :, 1], k2)
+        np.testing.assert_array_equal(out[:, :, 2], qkv[:, :, 2])
+
+
+def test_one_array_is_rotated_as_queries_or_as_keys():
+    xpos = anyrope.XPos(8)
+    with pytest.raises(TypeError, match="rotate_queries or rotate_keys"):
+        xpos.rotate(np.zeros((1, 4, 2, 8)))
+
+
+@pytest.mark.parametrize("start_index", [0, 2])
+def test_torch_compile_fullgraph_gives_the_eager_bits(start_index):
+    torch = pytest.importorskip("torch")
+    extra = {"start_index": start_index} if start_index else {}  # the default as XPos had it
+    xpos = anyrope.XPos(12, scale_base=16, center=3, rotary_dim=8, **extra)
+    q = torch.randn(2, 5, 4, 12, generator=torch.Generator().manual_seed(0))
+    k = torch.randn(2, 5, 2, 12, generator=torch.Generator().manual_seed(1))
+    calls = {
+        "pair": lambda q, k: xpos(q, k, 9),
+        "inverse": lambda q, k: xpos(q, k, torch.arange(5), inverse=True),
+        "one-by-one": lambda q, k: (xpos.rotate_queries(q, 9), xpos.rotate_keys(k, 9)),
+    }
+    for name, call in calls.items():
+        torch._dynamo.reset()
+        compiled = torch.compile(call, fullgraph=True, backend="eager")
+        for ours, eager in zip(compiled(q, k), call(q, k), strict=True):
+            assert torch.equal(ours, eager), name
+
+
+@pytest.mark.parametrize("positions", [None, 30, "array", "offsets"])
+def test_dask_with_start_index_gives_the_bits_of_numpy(positions):
+    da = pytest.importorskip("dask.array", reason="dask is not installed")
+    xpos = anyrope.XPos(12, scale_base=16, center=4, rotary_dim=6, start_index=4)
+    x = np.random.default_rng(12).standard_normal((2, 10, 2, 12)).astype(np.float32)
+    given = {
+        None: None,
+        30: 30,
+        "array": np.random.default_rng(13).integers(0, 500, size=(2, 10)),
+        "offsets": anyrope.Offsets(np.array([3, 70])),
+    }[positions]
+    lazy = da.from_array(x, chunks=(1, 4, 2, 12))
+    for ours, expected in zip(xpos(lazy, lazy, given), xpos(x, x, given), strict=True):
+        np.testing.assert_array_equal(ours.compute(), expected, strict=True)
+
+
+def test_jax_jit_with_start_index_within_rounding():
+    jax = pytest.importorskip("jax")
+    xpos = anyrope.XPos(12, scale_base=16, center=4, rotary_dim=8, start_index=2)
+    x = np.random.default_rng(14).standard_normal((2, 10, 2, 12)).astype(np.float32)
+    positions = np.arange(20).reshape(2, 10)
+    expected = xpos(x, x, positions)
+    q2, k2 = jax.jit(xpos)(x, x, positions)
+    for ours, theirs in ((q2, expected[0]), (k2, expected[1])):
+        np.testing.assert_array_equal(np.asarray(ours)[..., :2], x[..., :2])
         np.testing.assert_allclose(np.asarray(ours), theirs, rtol=1e-6, atol=1e-6)

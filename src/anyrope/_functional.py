@@ -1,4 +1,7 @@
-"""The functional API: :func:`rotate` and :func:`rotate_qk`, backed by cached RoPE objects."""
+"""The functional API: each call is one of the :class:`RoPE` of its settings, kept in a cache.
+
+The cache holds at most :data:`CACHE_ENTRIES` RoPEs and :data:`CACHE_BYTES` of tables.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +13,10 @@ from typing import Any
 
 from . import _tables, _threads
 from . import _torch_op as torch_op
+from ._call import Call, make_call, shared_docs
 from ._namespace import Array, Namespace, namespace_of
-from ._rope import RoPE
-from ._validation import check_base, check_bool, check_int, check_rotary_dim, describe
+from ._rope import BOTH, QUERIES, RoPE
+from ._validation import describe
 from .scaling import RopeScaling, parse_rope_scaling
 
 CACHE_BYTES = 256 * 2**20
@@ -23,8 +27,9 @@ CACHE_ENTRIES = 64
 """Settings (head_dim, rotary_dim, base, interleaved, scaling) kept at most."""
 
 _ropes: OrderedDict[tuple[Any, ...], RoPE] = OrderedDict()
-_known: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-"""The arguments of earlier calls as given, mapped to their validated settings."""
+"""The RoPE of each setting, by the arguments as given (with their types, so that 1 is not
+True: a call repeating known settings skips their checks, which they passed the first
+time), least recently used first."""
 _pinned: dict[int, RoPE] = {}
 """The RoPEs that code compiled by torch.compile calls, by their op key: kept for the life of the
 process (the compiled code names their tables by key), their tables freed by clear_cache."""
@@ -51,7 +56,6 @@ def clear_cache() -> None:
     """
     with _lock:
         _ropes.clear()
-        _known.clear()
         for rope in _pinned.values():
             rope.clear_cache()
 
@@ -78,51 +82,27 @@ def cache_nbytes() -> int:
     65536
     """
     with _lock:
-        held = {rope._op_target.key: rope for rope in _ropes.values()} | _pinned
+        held = {rope._op_keys[0]: rope for rope in _ropes.values()} | _pinned
         return sum(rope.cache_nbytes() for rope in held.values())
 
 
-def _rope_for_input(
-    x: Array,
-    name: str,
-    rotary_dim: int | None,
-    base: float,
-    interleaved: bool,
-    *,
-    scaling: Mapping[str, Any] | RopeScaling | None,
-    max_position_embeddings: int | None,
-    start_index: int = 0,
-) -> RoPE:
-    """The cached :class:`RoPE` for an input whose last axis is the head dimension."""
+def _rope(x: Array, name: str, settings: tuple[Any, ...]) -> RoPE:
+    """The cached :class:`RoPE` of ``settings`` for an input whose last axis is the head
+    dimension; ``settings`` are the arguments ``rotary_dim`` to ``start_index``."""
+    rotary_dim, base, interleaved, scaling, max_position_embeddings, start_index = settings
     shape = getattr(x, "shape", None)
     head_dim = int(shape[-1]) if shape else 0
-    # Keyed by the arguments as given (with their types, so that 1 is not True): a call
-    # repeating known settings skips their validation, which they passed the first time.
-    # A scaling dict may change after the call: it is parsed again each time.
-    key: tuple[Any, ...] | None = None
-    if not isinstance(scaling, Mapping):
-        key = (
-            head_dim,
-            rotary_dim,
-            type(rotary_dim),
-            base,
-            type(base),
-            interleaved,
-            type(interleaved),
-            max_position_embeddings,
-            type(max_position_embeddings),
-            scaling,
-            start_index,
-            type(start_index),
-        )
+    if isinstance(scaling, Mapping):  # a dict may change after the call: parsed each time
+        scaling = parse_rope_scaling(scaling, max_position_embeddings=max_position_embeddings)
+        settings = (rotary_dim, base, interleaved, scaling, max_position_embeddings, start_index)
+    key = (head_dim, *settings, *map(type, settings))
     try:
-        settings = None if key is None else _known.get(key)
-    except TypeError:  # an unhashable argument: validation below names it
-        key, settings = None, None
-    rope = None if settings is None else _ropes.get(settings)
-    if settings is not None and rope is not None:
+        rope = _ropes.get(key)
+    except TypeError:  # an unhashable argument: RoPE() names it
+        key, rope = (), None
+    if rope is not None:
         with contextlib.suppress(KeyError):  # evicted by another thread meanwhile
-            _ropes.move_to_end(settings)
+            _ropes.move_to_end(key)
         return rope
     namespace_of(x, argument=name)
     if head_dim <= 0 or head_dim % 2:
@@ -130,99 +110,48 @@ def _rope_for_input(
             f"the last axis of `{name}` (head_dim) must have a positive even length; "
             f"got {describe(x)}"
         )
-    if rotary_dim is not None:
-        check_rotary_dim(rotary_dim, head_dim)
-    parsed = parse_rope_scaling(scaling, max_position_embeddings=max_position_embeddings)
-    settings = (
+    rope = RoPE(
         head_dim,
-        rotary_dim,
-        check_base(base),
-        check_bool(interleaved, "interleaved"),
-        parsed,
-        check_int(start_index, "start_index"),
+        rotary_dim=rotary_dim,
+        base=base,
+        interleaved=interleaved,
+        scaling=scaling,
+        max_position_embeddings=max_position_embeddings,
+        start_index=start_index,
     )
-    with _lock:
-        rope = _ropes.get(settings)
-        if rope is None:
-            rope = RoPE(
-                head_dim,
-                rotary_dim=rotary_dim,
-                base=base,
-                interleaved=interleaved,
-                scaling=parsed,
-                start_index=start_index,
-            )
-            _ropes[settings] = rope
-        if key is not None:
-            if len(_known) >= 4 * CACHE_ENTRIES:
-                _known.clear()
-            _known[key] = settings
+    if key:
+        with _lock:
+            rope = _ropes.setdefault(key, rope)
     return rope
 
 
-def _compiled_target(
-    x: Array,
-    name: str,
-    rotary_dim: int | None,
-    base: float,
-    interleaved: bool,
-    *,
-    scaling: Mapping[str, Any] | RopeScaling | None,
-    max_position_embeddings: int | None,
-    start_index: int,
-) -> torch_op.Target | None:
+def _compiled_target(call: Call, settings: tuple[Any, ...]) -> torch_op.Target | None:
     """The op target of a call that torch.compile traces (see :func:`_compiled_rope`);
     ``None`` for every other call."""
+    x = call.arrays[0]
     if not torch_op.compiling(x):
         return None
-    found = _compiled_rope(
-        # operator.index: Dynamo specializes a symbolic head width (dynamic shapes) to
-        # the constant it is, guarded, which int() would leave symbolic.
-        operator.index(x.shape[-1]) if x.ndim else 0,
-        x.dtype,
-        name,
-        rotary_dim,
-        base,
-        interleaved,
-        scaling,
-        max_position_embeddings,
-        start_index,
-    )
-    return torch_op.Target(*found)
+    # operator.index: Dynamo specializes a symbolic head width (dynamic shapes) to the
+    # constant it is, guarded, which int() would leave symbolic.
+    head_dim = operator.index(x.shape[-1]) if x.ndim else 0
+    key, *geometry = _compiled_rope(head_dim, x.dtype, call.names[0], *settings)
+    return torch_op.Target((key,), *geometry)  # one key: the source of every array
 
 
-def _compiled_rope(  # noqa: PLR0917 - Dynamo passes the arguments as they are
-    head_dim: int,
-    dtype: Any,
-    name: str,
-    rotary_dim: int | None,
-    base: float,
-    interleaved: bool,
-    scaling: Mapping[str, Any] | RopeScaling | None,
-    max_position_embeddings: int | None,
-    start_index: int,
-) -> tuple[int, int, bool, int]:
-    """The op target of the cached RoPE for these settings, which it pins in :data:`_pinned`.
+def _compiled_rope(head_dim: int, dtype: Any, name: str, *settings: Any) -> tuple[Any, ...]:
+    """The op key and geometry of the cached RoPE of these settings, which it pins in
+    :data:`_pinned`.
 
     Dynamo runs this for real when it traces a call, and takes the result (plain
     constants) into the compiled code, rather than tracing the cache and its lock.
     """
     import torch
 
-    rope = _rope_for_input(
-        # The head width is all that the settings' checks read of the input.
-        torch.empty((head_dim,), dtype=dtype, device="meta"),
-        name,
-        rotary_dim,
-        base,
-        interleaved,
-        scaling=scaling,
-        max_position_embeddings=max_position_embeddings,
-        start_index=start_index,
-    )
+    # The head width is all that the settings' checks read of the input.
+    rope = _rope(torch.empty((head_dim,), dtype=dtype, device="meta"), name, settings)
     with _lock:
-        _pinned[rope._op_target.key] = rope
-    return tuple(rope._op_target)  # type: ignore[return-value]
+        _pinned[rope._op_keys[0]] = rope
+    return rope._op_keys[0], rope.head_dim, rope.interleaved, rope.start_index
 
 
 # What torch._dynamo.assume_constant_result marks, set without importing torch.
@@ -251,6 +180,18 @@ def _keep_within_bounds() -> None:
             evicted.clear_cache()
 
 
+def _rotate(call: Call, settings: tuple[Any, ...]) -> tuple[Array, ...]:
+    """Rotate the arrays of ``call`` (x, or q and k) with the RoPE of ``settings``."""
+    target = _compiled_target(call, settings)
+    if target is not None:
+        return torch_op.rotate(target, call)
+    sides = BOTH if len(call.arrays) == 2 else QUERIES
+    rotated = _rope(call.arrays[0], call.names[0], settings)._rotate(call, sides)
+    _keep_within_bounds()
+    return rotated
+
+
+@shared_docs
 def rotate(
     x: Array,
     positions: object = None,
@@ -273,6 +214,8 @@ def rotate(
     Each pair of features at position ``m`` is rotated by the angle ``m * theta_i``,
     ``theta_i = base ** (-2i / rotary_dim)``, with float64 tables and the arithmetic of
     anyrope's numerical contract, so the bits are the same on every library and device.
+    The rotation is that of the :class:`RoPE` of these settings, which is kept between
+    calls (see :func:`clear_cache`).
 
     Parameters
     ----------
@@ -281,64 +224,7 @@ def rotate(
         bfloat16, float32, float64); axes as given by ``layout``. A NumPy array of the
         other byte order gets the bits of its values in native order, in its own dtype;
         a NumPy masked array is refused (pass its ``.data``).
-    positions : None, int, Offsets or array of int, optional
-        ``None``: positions ``0 .. seq-1``. An int: that offset plus ``0 .. seq-1``
-        (KV-cache decode); a 0-d integer array (traced under ``jax.jit`` too) or a NumPy
-        integer scalar is the same offset, for every batch row. :class:`Offsets` of
-        shape ``(batch,)``: row ``b`` at ``offsets[b] + 0 .. seq-1`` (flash-attn's
-        ``seqlen_offsets``). An integer array of the caller's library, shape ``(seq,)``
-        or ``(*batch, seq)``, broadcastable (left padding, packed and speculative
-        positions). Any integer dtype (int8 to uint64); every position in
-        ``[0, 2**53)``. The heads axis never appears in positions.
-    rotary_dim : int, optional
-        Rotate only ``rotary_dim`` features from ``start_index`` on (even, at most
-        ``head_dim - start_index``); the rest are copied bit for bit. Defaults to the
-        whole head from ``start_index`` on.
-    base : float, optional
-        Frequency base (``rope_theta``), finite and > 1. Default 10000.
-    interleaved : bool, optional
-        ``False``: half-split pairs ``(x[i], x[i + r/2])`` (Hugging Face ``rotate_half``,
-        GPT-NeoX). ``True``: adjacent pairs ``(x[2i], x[2i+1])`` (Meta Llama, GPT-J).
-    layout : {"bshd", "bhsd", "sbhd", "thd"}, optional
-        ``"bshd"``: ``(*batch, seq, heads, head_dim)`` (flash-attn, default);
-        ``"bhsd"``: ``(*batch, heads, seq, head_dim)`` (Hugging Face);
-        ``"sbhd"``: ``(seq, *batch, heads, head_dim)`` (Megatron);
-        ``"thd"``: ``(total_tokens, heads, head_dim)``, packed sequences given by
-        ``cu_seqlens`` (TransformerEngine's name).
-    inverse : bool, optional
-        Undo a rotation: rotate by the negative angle and divide by the attention
-        factor ``a`` (tables ``cos/a``, ``sin/a``). Autograd's backward is the
-        transpose instead (``a`` times the negative angle).
-    inplace : bool, optional
-        Write the result into ``x`` and return it (not possible for JAX arrays).
-    impl : {"auto", "cuda", "numba", "blocked", "array_api"}, optional
-        ``"array_api"``: the standard-only reference. ``"numba"``: the compiled CPU
-        kernel for NumPy arrays and PyTorch CPU tensors (needs numba: ``pip install -e
-        '.[numba]'`` from a clone). ``"blocked"``: the cache-blocked NumPy path for the same
-        inputs. ``"cuda"``: the CUDA kernel for CuPy arrays and PyTorch CUDA tensors
-        (needs CuPy). ``"auto"`` (default) takes the first of ``cuda``, ``numba``,
-        ``blocked`` and ``array_api`` that can take the call; all give the same bits.
-        A path named here that cannot take the call raises a ``ValueError`` saying why.
-    xp : namespace, optional
-        The array namespace, of the library of ``x`` (``array_api_compat.torch`` for
-        torch tensors); inferred from ``x`` by default. A namespace of another library
-        raises ``TypeError``.
-    scaling : dict or RopeScaling, optional
-        Context-extension scaling, a Hugging Face ``rope_scaling`` dict (``linear``,
-        ``ntk``, ``dynamic``, ``yarn``, ``longrope``, ``llama3``; ``mrope_section`` for
-        M-RoPE positions ``(3, *batch, seq)``; ``axial``, with ``axial_sections``, for
-        positions ``(*batch, seq, n)`` on a grid); see :class:`RoPE` and :doc:`/scaling`.
-    max_position_embeddings : int, optional
-        The model's trained context, for the scaling methods that need it.
-    cu_seqlens : array of int, optional
-        With ``layout="thd"``: cumulative sequence lengths ``(num_sequences + 1,)`` of a
-        packed input ``(total_tokens, heads, head_dim)`` (flash-attn's varlen form).
-        Each sequence starts at position 0; ``positions`` then gives per-sequence
-        offsets (``None``, an int, or an array ``(num_sequences,)``). The result equals
-        rotating each sequence on its own, bit for bit.
-    start_index : int, optional
-        The first rotated feature (default 0), as rotary-embedding-torch's
-        ``apply_rotary_emb(freqs, t, start_index=...)``; see :class:`RoPE`.
+    {shared}
 
     Returns
     -------
@@ -358,41 +244,9 @@ def rotate(
     >>> bool(np.allclose(anyrope.rotate(y, inverse=True), x, atol=1e-6))
     True
     """
-    target = _compiled_target(
-        x,
-        "x",
-        rotary_dim,
-        base,
-        interleaved,
-        scaling=scaling,
-        max_position_embeddings=max_position_embeddings,
-        start_index=start_index,
-    )
-    if target is not None:
-        (y,) = torch_op.rotate(
-            target,
-            (x,),
-            positions,
-            layout=layout,
-            inverse=inverse,
-            inplace=inplace,
-            impl=impl,
-            xp=xp,
-            cu_seqlens=cu_seqlens,
-        )
-        return y
-    rope = _rope_for_input(
-        x,
-        "x",
-        rotary_dim,
-        base,
-        interleaved,
-        scaling=scaling,
-        max_position_embeddings=max_position_embeddings,
-        start_index=start_index,
-    )
-    y = rope.rotate(
-        x,
+    call = make_call(
+        (x,),
+        ("x",),
         positions,
         layout=layout,
         inverse=inverse,
@@ -401,10 +255,12 @@ def rotate(
         xp=xp,
         cu_seqlens=cu_seqlens,
     )
-    _keep_within_bounds()
+    settings = (rotary_dim, base, interleaved, scaling, max_position_embeddings, start_index)
+    (y,) = _rotate(call, settings)
     return y
 
 
+@shared_docs
 def rotate_qk(
     q: Array,
     k: Array,
@@ -434,37 +290,7 @@ def rotate_qk(
     q, k : array
         Queries and keys of one array-API library, real floating dtype (float16,
         bfloat16, float32, float64); axes as given by ``layout``.
-    positions : None, int, Offsets or array of int, optional
-        ``None``: ``0 .. seq-1``; an int or a 0-d integer array: that offset plus
-        ``0 .. seq-1``; per-row :class:`Offsets`; an integer array of one axis or more
-        broadcastable to ``(*batch, seq)``. See :func:`rotate`.
-    rotary_dim : int, optional
-        Rotate only ``rotary_dim`` features from ``start_index`` on; the whole head by
-        default.
-    base : float, optional
-        Frequency base (``rope_theta``), finite and > 1. Default 10000.
-    interleaved : bool, optional
-        ``False``: half-split pairs (Hugging Face); ``True``: adjacent pairs (Meta, GPT-J).
-    layout : {"bshd", "bhsd", "sbhd", "thd"}, optional
-        Where the batch, sequence and heads axes are; see :func:`rotate`.
-    inverse : bool, optional
-        Undo a rotation: rotate by the negative angle and divide by the attention
-        factor ``a`` (tables ``cos/a``, ``sin/a``). Autograd's backward is the
-        transpose instead (``a`` times the negative angle).
-    inplace : bool, optional
-        Write the results into ``q`` and ``k`` (which must not share memory).
-    impl : {"auto", "cuda", "numba", "blocked", "array_api"}, optional
-        The path; ``"auto"`` takes the first that can take the call.
-    xp : namespace, optional
-        The array namespace; inferred from ``q`` and ``k`` by default.
-    scaling : dict or RopeScaling, optional
-        Context-extension scaling, a Hugging Face ``rope_scaling`` dict.
-    max_position_embeddings : int, optional
-        The model's trained context, for the scaling methods that need it.
-    cu_seqlens : array of int, optional
-        With ``layout="thd"``: cumulative lengths of the packed sequences.
-    start_index : int, optional
-        The first rotated feature (default 0); see :func:`rotate`.
+    {shared}
 
     Returns
     -------
@@ -488,42 +314,9 @@ def rotate_qk(
     """
     if not hasattr(q, "shape") or not hasattr(k, "shape"):
         namespace_of(q, k, argument=("q", "k"))
-    target = _compiled_target(
-        q,
-        "q",
-        rotary_dim,
-        base,
-        interleaved,
-        scaling=scaling,
-        max_position_embeddings=max_position_embeddings,
-        start_index=start_index,
-    )
-    if target is not None:
-        q2, k2 = torch_op.rotate(
-            target,
-            (q, k),
-            positions,
-            layout=layout,
-            inverse=inverse,
-            inplace=inplace,
-            impl=impl,
-            xp=xp,
-            cu_seqlens=cu_seqlens,
-        )
-        return q2, k2
-    rope = _rope_for_input(
-        q,
-        "q",
-        rotary_dim,
-        base,
-        interleaved,
-        scaling=scaling,
-        max_position_embeddings=max_position_embeddings,
-        start_index=start_index,
-    )
-    q2, k2 = rope(
-        q,
-        k,
+    call = make_call(
+        (q, k),
+        ("q", "k"),
         positions,
         layout=layout,
         inverse=inverse,
@@ -532,10 +325,12 @@ def rotate_qk(
         xp=xp,
         cu_seqlens=cu_seqlens,
     )
-    _keep_within_bounds()
+    settings = (rotary_dim, base, interleaved, scaling, max_position_embeddings, start_index)
+    q2, k2 = _rotate(call, settings)
     return q2, k2
 
 
+@shared_docs
 def rotate_qkv(
     qkv: Array,
     positions: object = None,
@@ -566,36 +361,9 @@ def rotate_qkv(
     ----------
     qkv : array
         The fused queries, keys and values, real floating dtype.
-    positions : None, int, Offsets or array of int, optional
-        As for :func:`rotate`.
     num_heads_q : int, optional
         The number of query heads of a grouped array; ``None`` for a stacked one.
-    rotary_dim : int, optional
-        Rotate only ``rotary_dim`` features from ``start_index`` on.
-    base : float, optional
-        Frequency base (``rope_theta``), finite and > 1. Default 10000.
-    interleaved : bool, optional
-        ``False``: half-split pairs (Hugging Face); ``True``: adjacent pairs (Meta, GPT-J).
-    layout : {"bshd", "bhsd", "sbhd", "thd"}, optional
-        The layout of q, k and v once split.
-    inverse : bool, optional
-        Undo a rotation: rotate by the negative angle and divide by the attention
-        factor ``a`` (tables ``cos/a``, ``sin/a``). Autograd's backward is the
-        transpose instead (``a`` times the negative angle).
-    inplace : bool, optional
-        Write rotated q and k into ``qkv`` and return it.
-    impl : {"auto", "cuda", "numba", "blocked", "array_api"}, optional
-        The path; ``"auto"`` takes the first that can take the call.
-    xp : namespace, optional
-        The array namespace; inferred from ``qkv`` by default.
-    scaling : dict or RopeScaling, optional
-        Context-extension scaling, a Hugging Face ``rope_scaling`` dict.
-    max_position_embeddings : int, optional
-        The model's trained context, for the scaling methods that need it.
-    cu_seqlens : array of int, optional
-        With ``layout="thd"``: cumulative lengths of the packed sequences.
-    start_index : int, optional
-        The first rotated feature (default 0).
+    {shared}
 
     Returns
     -------
@@ -612,40 +380,22 @@ def rotate_qkv(
     >>> bool((out[:, :, 1] == k2).all() and (out[:, :, 2] == qkv[:, :, 2]).all())
     True
     """
-    target = _compiled_target(
-        qkv,
-        "qkv",
-        rotary_dim,
-        base,
-        interleaved,
-        scaling=scaling,
-        max_position_embeddings=max_position_embeddings,
-        start_index=start_index,
+    call = make_call(
+        (qkv,),
+        ("qkv",),
+        positions,
+        layout=layout,
+        inverse=inverse,
+        inplace=inplace,
+        impl=impl,
+        xp=xp,
+        cu_seqlens=cu_seqlens,
     )
+    settings = (rotary_dim, base, interleaved, scaling, max_position_embeddings, start_index)
+    target = _compiled_target(call, settings)
     if target is not None:
-        return torch_op.rotate_qkv(
-            target,
-            qkv,
-            positions,
-            num_heads_q=num_heads_q,
-            layout=layout,
-            inverse=inverse,
-            inplace=inplace,
-            impl=impl,
-            xp=xp,
-            cu_seqlens=cu_seqlens,
-        )
-    rope = _rope_for_input(
-        qkv,
-        "qkv",
-        rotary_dim,
-        base,
-        interleaved,
-        scaling=scaling,
-        max_position_embeddings=max_position_embeddings,
-        start_index=start_index,
-    )
-    y = rope.rotate_qkv(
+        return torch_op.rotate_qkv(target, call, num_heads_q)
+    y = _rope(qkv, "qkv", settings).rotate_qkv(
         qkv,
         positions,
         num_heads_q=num_heads_q,

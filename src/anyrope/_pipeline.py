@@ -1,9 +1,9 @@
 """One rotation: plan it, pick a path, run it.
 
-``rotate(source, arrays, ...)`` is what :class:`anyrope.RoPE` and the lazy libraries
-(:mod:`anyrope._lazy.dask`, per block) call: :func:`anyrope._plan.make_plan` checks
-everything once, :func:`anyrope._paths.choose` picks the path ``impl`` names (or the
-first that takes the plan), and the path rotates.
+``rotate(source, call, ...)`` is what :class:`anyrope.RoPE` and the lazy libraries
+(:mod:`anyrope._lazy.dask`, per block) call with a checked :class:`~anyrope._call.Call`:
+:func:`anyrope._plan.make_plan` checks what its arrays tell, :func:`anyrope._paths.choose`
+picks the path ``impl`` names (or the first that takes the plan), and the path rotates.
 """
 
 from __future__ import annotations
@@ -17,94 +17,47 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
-from ._namespace import Array, Namespace, namespace_of
+from ._call import Call
+from ._namespace import Array, namespace_of
 from ._offsets import Offsets
 from ._paths import choose
 from ._plan import Plan, make_plan
 from ._tables import TableSource
-from ._validation import check_bool
 
 
 def rotate(
-    source: TableSource,
-    arrays: tuple[Array, ...],
-    names: tuple[str, ...],
-    positions: object,
-    *,
-    head_dim: int,
-    interleaved: bool,
-    layout: str,
-    inverse: bool,
-    inplace: bool,
-    impl: str,
-    xp: Namespace | None,
-    cu_seqlens: object = None,
-    adjoint: bool = False,
+    source: TableSource, call: Call, *, head_dim: int, interleaved: bool
 ) -> tuple[Array, ...]:
-    """Rotate each of ``arrays`` (q and k, or one x) with the tables of ``source``.
-
-    ``adjoint`` gives the transpose of the rotation asked for (autograd's backward; see
-    :func:`~anyrope._plan.make_plan`).
+    """Rotate each array of ``call`` (q and k, or one x) with the tables of ``source``.
 
     A call whose geometry was seen before (libraries, shapes, dtypes, devices, the kind of
     positions and every option) reuses that call's plan and path: only what depends on
     the values is checked again (the positions, and memory overlap in place).
     """
-    # Checked before the plan cache is asked: its keys take 1 for True and 0 for False.
-    check_bool(inverse, "inverse")
-    check_bool(inplace, "inplace")
+    arrays, positions = call.arrays, call.positions
     key = None
-    if cu_seqlens is None:  # packed positions come from its values: planned anew
-        key = _geometry(
-            arrays,
-            positions,
-            head_dim,
-            interleaved,
-            layout,
-            inverse,
-            inplace,
-            impl,
-            xp,
-            cu_seqlens,
-            adjoint,
-        )
+    if call.cu_seqlens is None:  # packed positions come from its values: planned anew
+        key = _geometry(arrays, positions, head_dim, interleaved, *call.options)
     known, key = _known(source, key)
     if known is not None:
         plan, path = known
         return _run(path, plan.for_call(arrays, positions))
-    options = {
-        "head_dim": head_dim,
-        "interleaved": interleaved,
-        "layout": layout,
-        "inverse": inverse,
-        "inplace": inplace,
-        "xp": xp,
-        "cu_seqlens": cu_seqlens,
-        "adjoint": adjoint,
-    }
-    host = _jax_on_host(arrays, names, positions, cu_seqlens, xp=xp, inplace=inplace, impl=impl)
+    geometry: dict[str, Any] = {"head_dim": head_dim, "interleaved": interleaved}
+    host = _jax_on_host(call)
     if host is not None:
         from ._jax import back_to_jax
 
-        host_arrays, host_positions, host_cu_seqlens = host
         try:
-            results = rotate(
-                source,
-                host_arrays,
-                names,
-                host_positions,
-                **{**options, "xp": None, "cu_seqlens": host_cu_seqlens},  # type: ignore[arg-type]
-                impl=impl,
-            )
+            results = rotate(source, host, **geometry)
         except (TypeError, ValueError):
             # The checks described the NumPy views: say it again of the caller's arrays.
-            _raise_for(source, arrays, names, positions, options)
+            _raise_for(source, call, geometry)
             raise
         return back_to_jax(results, like=arrays)
     if any(isinstance(x, np.ndarray) and not x.dtype.isnative for x in arrays):
-        return _in_native_order(source, arrays, names, positions, impl=impl, options=options)
-    plan = make_plan(source, arrays, names, positions, **options)  # type: ignore[arg-type]
-    path = choose(impl, plan)
+        return _in_native_order(source, call, geometry)
+    plan = make_plan(source, call, **geometry)
+    path = choose(call.impl, plan)
     full = [math.prod(x.shape) != 0 for x in plan.arrays]
     if all(full):
         if key is not None and len(plan.where) == 1:
@@ -114,37 +67,25 @@ def rotate(
     if any(full):
         subset = plan.with_arrays(
             tuple(x for x, f in zip(arrays, full, strict=True) if f),
-            tuple(n for n, f in zip(names, full, strict=True) if f),
+            tuple(n for n, f in zip(call.names, full, strict=True) if f),
         )
         rotated = iter(_run(path, subset))
     return tuple(
-        next(rotated) if f else (x if inplace else plan.xp.asarray(x, copy=True))
+        next(rotated) if f else (x if call.inplace else plan.xp.asarray(x, copy=True))
         for x, f in zip(plan.arrays, full, strict=True)
     )
 
 
-def _raise_for(
-    source: TableSource,
-    arrays: tuple[Array, ...],
-    names: tuple[str, ...],
-    positions: object,
-    options: dict[str, object],
-) -> None:
+def _raise_for(source: TableSource, call: Call, geometry: dict[str, Any]) -> None:
     """Raise the error :func:`make_plan` finds in these arguments, if any."""
     try:
-        make_plan(source, arrays, names, positions, **options)  # type: ignore[arg-type]
+        make_plan(source, call, **geometry)
     except (TypeError, ValueError) as error:
         raise error from None
 
 
 def _in_native_order(
-    source: TableSource,
-    arrays: tuple[Array, ...],
-    names: tuple[str, ...],
-    positions: object,
-    *,
-    impl: str,
-    options: dict[str, object],
+    source: TableSource, call: Call, geometry: dict[str, Any]
 ) -> tuple[Array, ...]:
     """Rotate NumPy arrays of a non-native byte order (``>f4`` on a little-endian
     machine): the bits of the same values in native order, in the caller's dtype.
@@ -152,86 +93,50 @@ def _in_native_order(
     The paths and the tables read native memory only: the arrays are rotated as native
     copies, after every check on the caller's arrays (in place: written back).
     """
-    make_plan(source, arrays, names, positions, **options)  # type: ignore[arg-type]
-    native = tuple(x.astype(x.dtype.newbyteorder("=")) for x in arrays)
-    results = rotate(
-        source,
-        native,
-        names,
-        positions,
-        impl=impl,
-        **{**options, "inplace": False},  # type: ignore[arg-type]
-    )
-    if not options["inplace"]:
-        return tuple(y.astype(x.dtype, copy=False) for x, y in zip(arrays, results, strict=True))
-    for x, y in zip(arrays, results, strict=True):
+    make_plan(source, call, **geometry)
+    native = tuple(x.astype(x.dtype.newbyteorder("=")) for x in call.arrays)
+    results = rotate(source, call._replace(arrays=native, inplace=False), **geometry)
+    if not call.inplace:
+        return tuple(
+            y.astype(x.dtype, copy=False) for x, y in zip(call.arrays, results, strict=True)
+        )
+    for x, y in zip(call.arrays, results, strict=True):
         x[...] = y
-    return arrays
+    return call.arrays
 
 
 def rotate_each(
-    sources: tuple[TableSource, ...],
-    arrays: tuple[Array, ...],
-    names: tuple[str, ...],
-    positions: object,
-    *,
-    head_dim: int,
-    interleaved: bool,
-    layout: str,
-    inverse: bool,
-    inplace: bool,
-    impl: str,
-    xp: Namespace | None,
-    cu_seqlens: object = None,
+    sources: tuple[TableSource, ...], call: Call, *, head_dim: int, interleaved: bool
 ) -> tuple[Array, ...]:
-    """Rotate ``arrays[j]`` with the tables of ``sources[j]`` (xPos: queries and keys
-    have amplitudes of their own), the arguments checked together as :func:`rotate`
-    checks them (same dtype, device and tokens; in place, separate memory).
+    """Rotate the ``j``-th array of ``call`` with the tables of ``sources[j]`` (xPos:
+    queries and keys have amplitudes of their own), the arrays checked together as
+    :func:`rotate` checks them (same dtype, device and tokens; in place, separate memory).
 
     Each array then takes :func:`rotate` with its own source, so every path, and its
     plan cache, serves it unchanged. A geometry checked before is checked again only
     where values matter (the positions, and memory overlap in place).
     """
-    check_bool(inverse, "inverse")
-    check_bool(inplace, "inplace")
-    options = {
-        "head_dim": head_dim,
-        "interleaved": interleaved,
-        "layout": layout,
-        "inverse": inverse,
-        "inplace": inplace,
-        "xp": xp,
-        "cu_seqlens": cu_seqlens,
-    }
-    if len(arrays) > 1:
-        _check_together(sources[0], arrays, names, positions, impl=impl, options=options)
-    return tuple(
-        rotate(source, (x,), (name,), positions, impl=impl, **options)[0]  # type: ignore[arg-type]
-        for source, x, name in zip(sources, arrays, names, strict=True)
-    )
-
-
-def _check_together(
-    source: TableSource,
-    arrays: tuple[Array, ...],
-    names: tuple[str, ...],
-    positions: object,
-    *,
-    impl: str,
-    options: dict[str, object],
-) -> None:
-    """What :func:`make_plan` checks of several arrays, remembered by geometry as
-    :func:`rotate` remembers its plans."""
+    if sources[0] is sources[-1]:  # one array, or q and k of one RoPE
+        return rotate(sources[0], call, head_dim=head_dim, interleaved=interleaved)
     geometry = None
-    if options["cu_seqlens"] is None:
-        geometry = _geometry(arrays, positions, *options.values(), impl)
-    known, key = _known(source, None if geometry is None else ("together", geometry))
+    if call.cu_seqlens is None:
+        geometry = _geometry(call.arrays, call.positions, head_dim, interleaved, *call.options)
+    known, key = _known(sources[0], None if geometry is None else ("together", geometry))
     if known is not None:
-        known.for_call(arrays, positions)
-        return
-    plan = make_plan(source, arrays, names, positions, **options)  # type: ignore[arg-type]
-    if key is not None and len(plan.where) == 1:
-        source.remember(key, plan.template())
+        known.for_call(call.arrays, call.positions)
+    else:
+        plan = make_plan(sources[0], call, head_dim=head_dim, interleaved=interleaved)
+        if key is not None and len(plan.where) == 1:
+            sources[0].remember(key, plan.template())
+    return tuple(
+        rotate(
+            source,
+            call.on((x,), (name,)),
+            head_dim=head_dim,
+            interleaved=interleaved,
+        )[0]
+        for source, x, name in zip(sources, call.arrays, call.names, strict=True)
+    )
 
 
 def _run(path: ModuleType, plan: Plan) -> tuple[Array, ...]:
@@ -289,53 +194,38 @@ def _array_geometry(x: Any) -> Hashable | None:
     return None
 
 
-def path_name(
-    source: TableSource,
-    arrays: tuple[Array, ...],
-    names: tuple[str, ...],
-    positions: object,
-    *,
-    impl: str,
-    **options: object,
-) -> str:
-    """The ``impl`` name of the path that :func:`rotate` would take for these arguments."""
-    host = _jax_on_host(
-        arrays,
-        names,
-        positions,
-        options.get("cu_seqlens"),
-        xp=options.get("xp"),
-        inplace=options["inplace"],
-        impl=impl,
-    )
-    if host is not None:
-        arrays, positions, cu_seqlens = host
-        options = {**options, "xp": None, "cu_seqlens": cu_seqlens}
-    plan = make_plan(source, arrays, names, positions, **options)  # type: ignore[arg-type]
-    return str(choose(impl, plan).NAME)
+def path_name(source: TableSource, call: Call, *, head_dim: int, interleaved: bool) -> str:
+    """The ``impl`` name of the path that :func:`rotate` would take for ``call``."""
+    call = _jax_on_host(call) or call
+    plan = make_plan(source, call, head_dim=head_dim, interleaved=interleaved)
+    return str(choose(call.impl, plan).NAME)
 
 
-def _jax_on_host(
-    arrays: tuple[Array, ...],
-    names: tuple[str, ...],
-    positions: object,
-    cu_seqlens: object,
-    *,
-    xp: Namespace | None,
-    inplace: object,
-    impl: str,
-) -> tuple[tuple[Array, ...], object, object] | None:
-    """NumPy views for eager JAX arrays on the CPU, which XLA would flush to zero when
-    subnormal; ``None`` for everything else."""
-    if not array_api_compat.is_jax_array(arrays[0]) or inplace or impl not in ("auto", "array_api"):
+def _jax_on_host(call: Call) -> Call | None:
+    """``call`` on NumPy views of eager JAX arrays on the CPU, which XLA would flush to
+    zero when subnormal; ``None`` for everything else."""
+    arrays = call.arrays
+    if (
+        not array_api_compat.is_jax_array(arrays[0])
+        or call.inplace
+        or call.impl not in ("auto", "array_api")
+    ):
         return None
     # The views are planned without `xp`, and each array is asked for its devices.
-    namespace_of(*arrays, xp=xp, argument=names)
+    namespace_of(*arrays, xp=call.xp, argument=call.names)
     from ._jax import on_host
 
-    if not isinstance(positions, Offsets):
-        return on_host(arrays, positions, cu_seqlens)
-    host = on_host(arrays, positions.values, cu_seqlens)
+    positions = call.positions
+    offsets = isinstance(positions, Offsets)
+    if isinstance(positions, Offsets):
+        positions = positions.values
+    host = on_host(arrays, positions, call.cu_seqlens)
     if host is None:
         return None
-    return host[0], Offsets(host[1]), host[2]
+    arrays, positions, cu_seqlens = host
+    return call._replace(
+        arrays=arrays,
+        positions=Offsets(positions) if offsets else positions,
+        cu_seqlens=cu_seqlens,
+        xp=None,
+    )

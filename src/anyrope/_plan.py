@@ -1,7 +1,7 @@
 """The plan of one call: every argument checked once, turned into plain data.
 
-:func:`make_plan` is the only place where the arguments of ``rotate`` / ``rotate_qk`` /
-``RoPE.__call__`` are validated. A :class:`Plan` holds the arrays, where their axes
+:func:`make_plan` checks what the arrays of a :class:`~anyrope._call.Call` tell (its
+options were checked where it was made). A :class:`Plan` holds the arrays, where their axes
 are, the positions of each stream, the flags, the namespace and the tables to use;
 every path (:mod:`anyrope._paths`) reads a plan and nothing else.
 """
@@ -15,6 +15,7 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
+from ._call import Call
 from ._jax import outside_trace
 from ._layout import Axes, axes_of, place_tables, range_table_shape
 from ._memory import Extent, extent, has_internal_overlap, may_overlap
@@ -32,7 +33,7 @@ from ._namespace import (
 from ._packed import packed_positions
 from ._positions import Positions, known_positions, offset_positions, read, resolve_positions
 from ._tables import TableCache, TableSource
-from ._validation import check_bool, describe
+from ._validation import describe
 
 
 @dataclass(frozen=True)
@@ -191,31 +192,17 @@ class Plan:
         return plan
 
 
-def make_plan(
-    source: TableSource,
-    arrays: tuple[Array, ...],
-    names: tuple[str, ...],
-    positions: object,
-    *,
-    head_dim: int,
-    interleaved: bool,
-    layout: str,
-    inverse: bool,
-    inplace: bool,
-    xp: Namespace | None,
-    cu_seqlens: object = None,
-    adjoint: bool = False,
-) -> Plan:
-    """Check every argument of one call and return its :class:`Plan`.
+def make_plan(source: TableSource, call: Call, *, head_dim: int, interleaved: bool) -> Plan:
+    """Check what the arrays of ``call`` tell (its options were checked by
+    :func:`~anyrope._call.make_call`) and return its :class:`Plan`.
 
     ``inverse`` undoes a rotation: ``R(-angle) / a`` for the attention factor ``a``.
     ``adjoint`` (autograd's backward, never a user's option) gives the transpose of the
     rotation ``inverse`` asks for: the same tables with the other sign of the angle, so
     ``a * R(-angle)`` for a forward rotation and ``R(angle) / a`` for an inverse one.
     """
+    arrays, names, positions, cu_seqlens, layout, inverse, inplace, _, xp, adjoint = call
     xp = namespace_of(*arrays, xp=xp, argument=names)
-    check_bool(inverse, "inverse")
-    check_bool(inplace, "inplace")
     torch = array_api_compat.is_torch_array(arrays[0])
     if torch:
         from ._torch import check_tensor, resolved
@@ -228,8 +215,6 @@ def make_plan(
         with outside_trace(xp):
             positions = packed_positions(cu_seqlens, positions, x=arrays[0], xp=xp)
         layout = "bshd"
-    elif cu_seqlens is not None:
-        raise ValueError(f"`cu_seqlens` needs layout='thd'; got layout={layout!r}")
     axes = [
         _check_input(x, name, head_dim, layout, xp) for x, name in zip(arrays, names, strict=True)
     ]

@@ -11,6 +11,8 @@ import numpy as np
 
 from . import _mrope, _pipeline, _slices
 from . import _torch_op as torch_op
+from ._amplitude import Amplitude
+from ._call import Call, make_call, shared_docs
 from ._jax import is_traced
 from ._namespace import (
     Array,
@@ -37,6 +39,7 @@ from .scaling._types import FloatArray
 from .scaling.hf import from_hf_config_layers
 
 
+@shared_docs
 class RoPE:
     """Rotary position embedding for heads of width ``head_dim``.
 
@@ -49,42 +52,7 @@ class RoPE:
     ----------
     head_dim : int
         Width of each attention head (the last axis of q and k); positive and even.
-    rotary_dim : int, optional
-        Number of features that rotate, from ``start_index`` on; the rest are copied
-        bit for bit. Positive, even and at most ``head_dim - start_index``. Defaults to
-        ``head_dim - start_index``.
-    base : float, optional
-        Base of the frequencies ``theta_i = base ** (-2i / rotary_dim)`` (``rope_theta``
-        in Hugging Face configs). Finite and greater than 1. Default 10000.
-    interleaved : bool, optional
-        ``False`` (default): pairs are ``(x[i], x[i + rotary_dim/2])``, the half-split
-        layout of Hugging Face's ``rotate_half`` and GPT-NeoX. ``True``: pairs are
-        ``(x[2i], x[2i+1])``, the layout of Meta's complex form and GPT-J.
-    scaling : dict or RopeScaling, optional
-        Context-extension scaling as in a Hugging Face ``rope_scaling`` /
-        ``rope_parameters`` dict (``rope_type`` or ``type``: ``default``, ``linear``,
-        ``ntk``, ``dynamic``, ``yarn``, ``longrope``, ``llama3``; ``mrope_section`` for
-        M-RoPE; ``axial`` for image patches, with ``axial_sections`` for ``n``-D grids such
-        as video), or a :class:`anyrope.RopeScaling`.
-        See :doc:`/scaling`.
-    max_position_embeddings : int, optional
-        The model's trained context ``L_max`` (needed by ``dynamic``; the default
-        ``original_max_position_embeddings`` of ``yarn``, ``llama3`` and ``longrope``).
-    start_index : int, optional
-        The first rotated feature (default 0): features ``start_index`` to
-        ``start_index + rotary_dim - 1`` rotate, as in rotary-embedding-torch's
-        ``apply_rotary_emb(freqs, t, start_index=...)``; those before and after are
-        copied bit for bit.
-    max_positions : int, optional
-        Build the tables for positions ``0 .. max_positions - 1`` at the first call on
-        each device, and let the CUDA path leave position arrays on the GPU unread:
-        the call then never waits for the device (it can be captured in a CUDA graph),
-        and the kernel checks each position as it reads it: a position outside the
-        tables gives NaN in the rotated features of its token. Without it, such
-        arrays are read on the host (a device synchronisation) and an out-of-range
-        position raises ``ValueError``. For ``dynamic`` and ``longrope`` scaling the
-        largest position chooses the frequencies, so their arrays are always read.
-        See :doc:`/performance`.
+    {shared}
 
     Attributes
     ----------
@@ -162,18 +130,28 @@ class RoPE:
                 raise ValueError(
                     f"`max_positions` must be at least 1 and at most 2**53; got {max_positions}"
                 )
-        self._source = TableSource(
-            self.scaling,
-            rotary_dim=self.rotary_dim,
-            base=self.base,
-            max_positions=self.max_positions,
-        )
-        # Names the table source to the torch custom op that torch.compile traces.
-        self._op_target = torch_op.Target(
-            torch_op.register(self._source), self.head_dim, self.interleaved, self.start_index
-        )
+        sources = [
+            TableSource(
+                self.scaling,
+                rotary_dim=self.rotary_dim,
+                base=self.base,
+                amplitude=amplitude,
+                max_positions=self.max_positions,
+            )
+            for amplitude in self._amplitudes()
+        ]
+        # The tables of queries, then of keys: one source for both but in xPos.
+        self._source = sources[0]
+        self._sources: tuple[TableSource, ...] = (sources[0], sources[-1])
+        # Names the table sources to the torch custom op that torch.compile traces.
+        keys = [torch_op.register(source) for source in sources]
+        self._op_keys: tuple[int, ...] = (keys[0], keys[-1])
         self.inv_freq = self._source.default.inv_freq
         self.attention_factor = self._source.default.attention_factor
+
+    def _amplitudes(self) -> tuple[Amplitude | None, ...]:
+        """The amplitudes of the tables: none for RoPE (one source for queries and keys)."""
+        return (None,)
 
     def _check_scaling(self) -> None:
         scaling = self.scaling
@@ -246,7 +224,8 @@ class RoPE:
         (128, 500000.0, 'llama3')
         """
         settings = from_hf_config(config, layer_type=layer_type)
-        return cls(settings.head_dim, **settings.kwargs(), max_positions=max_positions)
+        # A RoPE whatever the class it is asked of: a model config has no xPos amplitudes.
+        return RoPE(settings.head_dim, **settings.kwargs(), max_positions=max_positions)
 
     @classmethod
     def from_hf_config_layers(
@@ -293,7 +272,7 @@ class RoPE:
                 continue
             # Layer types with the same settings share one RoPE (and its tables).
             if settings not in made:
-                made[settings] = cls(
+                made[settings] = RoPE(
                     settings.head_dim, **settings.kwargs(), max_positions=max_positions
                 )
             ropes[name] = made[settings]
@@ -353,11 +332,12 @@ class RoPE:
         >>> rope.cache_nbytes()
         0
         """
-        return self._source.nbytes
+        return sum(source.nbytes for source in set(self._sources))
 
     def clear_cache(self) -> None:
         """Drop the cached cos/sin tables; they are rebuilt (the same bits) when needed."""
-        self._source.clear()
+        for source in self._sources:
+            source.clear()
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Rebuilt from its settings: the frequencies are recomputed (the same bits) and
@@ -387,6 +367,7 @@ class RoPE:
             f"base={self.base!r}, interleaved={self.interleaved}{extra})"
         )
 
+    @shared_docs
     def __call__(
         self,
         q: Array,
@@ -407,24 +388,7 @@ class RoPE:
         q, k : array
             Queries and keys of one array-API library, real floating dtype; their head
             counts may differ (grouped-query attention).
-        positions : None, int or array of int, optional
-            ``None``: ``0 .. seq-1``; an int or a 0-d integer array: that offset plus
-            ``0 .. seq-1`` (KV-cache decode); an integer array of one axis or more
-            broadcastable to ``(*batch, seq)``.
-        layout : {"bshd", "bhsd", "sbhd", "thd"}, optional
-            Where the batch, sequence and heads axes are; see :func:`anyrope.rotate`.
-        inverse : bool, optional
-            Undo a rotation: rotate by the negative angle and divide by the
-            attention factor ``a`` (tables ``cos/a``, ``sin/a``). Autograd's backward
-            is the transpose instead (``a`` times the negative angle).
-        inplace : bool, optional
-            Write the results into ``q`` and ``k`` (which must not share memory).
-        impl : {"auto", "cuda", "numba", "blocked", "array_api"}, optional
-            The path; ``"auto"`` takes the first that can take the call.
-        xp : namespace, optional
-            The array namespace; inferred from ``q`` and ``k`` by default.
-        cu_seqlens : array of int, optional
-            With ``layout="thd"``: cumulative lengths of the packed sequences.
+        {shared}
 
         Returns
         -------
@@ -443,10 +407,10 @@ class RoPE:
         >>> bool(np.allclose(q3, q) and np.allclose(k3, k))
         True
         """
-        q2, k2 = self._rotate(
-            q,
-            k,
-            positions=positions,
+        call = make_call(
+            (q, k),
+            ("q", "k"),
+            positions,
             layout=layout,
             inverse=inverse,
             inplace=inplace,
@@ -454,8 +418,10 @@ class RoPE:
             xp=xp,
             cu_seqlens=cu_seqlens,
         )
+        q2, k2 = self._rotate(call, BOTH)
         return q2, k2
 
+    @shared_docs
     def rotate(
         self,
         x: Array,
@@ -474,24 +440,7 @@ class RoPE:
         ----------
         x : array
             An array of any array-API library, real floating dtype.
-        positions : None, int or array of int, optional
-            ``None``: ``0 .. seq-1``; an int or a 0-d integer array: that offset plus
-            ``0 .. seq-1`` (KV-cache decode); an integer array of one axis or more
-            broadcastable to ``(*batch, seq)``.
-        layout : {"bshd", "bhsd", "sbhd", "thd"}, optional
-            Where the batch, sequence and heads axes are; see :func:`anyrope.rotate`.
-        inverse : bool, optional
-            Undo a rotation: rotate by the negative angle and divide by the
-            attention factor ``a`` (tables ``cos/a``, ``sin/a``). Autograd's backward
-            is the transpose instead (``a`` times the negative angle).
-        inplace : bool, optional
-            Write the result into ``x`` and return it.
-        impl : {"auto", "cuda", "numba", "blocked", "array_api"}, optional
-            The path; ``"auto"`` takes the first that can take the call.
-        xp : namespace, optional
-            The array namespace; inferred from ``x`` by default.
-        cu_seqlens : array of int, optional
-            With ``layout="thd"``: cumulative lengths of the packed sequences.
+        {shared}
 
         Returns
         -------
@@ -509,9 +458,10 @@ class RoPE:
                [ 0.5403023 ,  0.84147096],
                [-0.41614684,  0.9092974 ]], dtype=float32)
         """
-        (y,) = self._rotate(
-            x,
-            positions=positions,
+        call = make_call(
+            (x,),
+            ("x",),
+            positions,
             layout=layout,
             inverse=inverse,
             inplace=inplace,
@@ -519,8 +469,10 @@ class RoPE:
             xp=xp,
             cu_seqlens=cu_seqlens,
         )
+        (y,) = self._rotate(call, QUERIES)
         return y
 
+    @shared_docs
     def rotate_qkv(
         self,
         qkv: Array,
@@ -552,25 +504,9 @@ class RoPE:
         ----------
         qkv : array
             The fused array, real floating dtype, in one of the forms above.
-        positions : None, int, Offsets or array of int, optional
-            As for :meth:`rotate`.
         num_heads_q : int, optional
             The number of query heads of a grouped array; ``None`` for a stacked one.
-        layout : {"bshd", "bhsd", "sbhd", "thd"}, optional
-            The layout of q, k and v once split; see :func:`anyrope.rotate`.
-        inverse : bool, optional
-            Undo a rotation: rotate by the negative angle and divide by the
-            attention factor ``a`` (tables ``cos/a``, ``sin/a``). Autograd's backward
-            is the transpose instead (``a`` times the negative angle).
-        inplace : bool, optional
-            Write the rotated q and k into ``qkv`` and return it (flash-attn's in-place
-            form); otherwise a new array holds rotated q and k and a copy of v.
-        impl : {"auto", "cuda", "numba", "blocked", "array_api"}, optional
-            The path; ``"auto"`` takes the first that can take the call.
-        xp : namespace, optional
-            The array namespace; inferred from ``qkv`` by default.
-        cu_seqlens : array of int, optional
-            With ``layout="thd"``: cumulative lengths of the packed sequences.
+        {shared}
 
         Returns
         -------
@@ -591,40 +527,18 @@ class RoPE:
         >>> rope.rotate_qkv(grouped, num_heads_q=4).shape   # 4 query, 1 key, 1 value head
         (2, 4, 6, 8)
         """
-        if torch_op.compiling(qkv):
-            return torch_op.rotate_qkv(
-                self._op_target,
-                qkv,
-                positions,
-                num_heads_q=num_heads_q,
-                layout=layout,
-                inverse=inverse,
-                inplace=inplace,
-                impl=impl,
-                xp=xp,
-                cu_seqlens=cu_seqlens,
-            )
         if xp is not None:  # a namespace of another library is named for `qkv`, not its views
             namespace_of(qkv, xp=xp, argument="qkv")
-        if inplace:
+        # In place, q and k as one view: one call's overhead. Not for xPos, which scales
+        # them apart, nor for the op that torch.compile traces, which takes q and k.
+        qk = None
+        one_source = self._sources[0] is self._sources[1]
+        if inplace is True and one_source and not torch_op.compiling(qkv):
             qk = joint_qk(qkv, layout, num_heads_q)
-            if qk is not None:
-                self._rotate(
-                    qk,
-                    positions=positions,
-                    layout=layout,
-                    inverse=inverse,
-                    inplace=True,
-                    impl=impl,
-                    xp=xp,
-                    cu_seqlens=cu_seqlens,
-                )
-                return qkv
-        fused = split_qkv(qkv, layout, num_heads_q)
-        q, k = self._rotate(
-            fused.q,
-            fused.k,
-            positions=positions,
+        call = make_call(
+            (qkv,) if qk is None else (qk,),
+            ("qkv",),
+            positions,
             layout=layout,
             inverse=inverse,
             inplace=inplace,
@@ -632,10 +546,18 @@ class RoPE:
             xp=xp,
             cu_seqlens=cu_seqlens,
         )
+        if qk is not None:
+            self._rotate(call, QUERIES)
+            return qkv
+        if torch_op.compiling(qkv):
+            return torch_op.rotate_qkv(self._target(call, BOTH), call, num_heads_q)
+        fused = split_qkv(qkv, layout, num_heads_q)
+        q, k = self._rotate(call.on((fused.q, fused.k), ("q", "k")), BOTH)
         if inplace:
             return qkv
         return join_qkv(fused, q, k, namespace_of(qkv, xp=xp, argument="qkv"))
 
+    @shared_docs
     def path(
         self,
         x: Array,
@@ -658,18 +580,7 @@ class RoPE:
         ----------
         x : array
             An input as :meth:`rotate` would receive it.
-        positions : None, int or array of int, optional
-            The positions, as for :meth:`rotate`.
-        layout : {"bshd", "bhsd", "sbhd", "thd"}, optional
-            Where the batch, sequence and heads axes are.
-        inplace : bool, optional
-            Whether the call would write into ``x``.
-        impl : {"auto", "cuda", "numba", "blocked", "array_api"}, optional
-            The path asked for; ``"auto"`` takes the first that can take the call.
-        xp : namespace, optional
-            The array namespace; inferred from ``x`` by default.
-        cu_seqlens : array of int, optional
-            With ``layout="thd"``: cumulative lengths of the packed sequences.
+        {shared}
 
         Returns
         -------
@@ -688,8 +599,6 @@ class RoPE:
         >>> rope.path(x, impl="blocked"), rope.path(x, impl="array_api")
         ('blocked', 'array_api')
         """
-        from ._pipeline import path_name
-
         if array_api_compat.is_dask_array(x):
             # `xp` is the dask array's; the path named is that of its blocks.
             namespace_of(x, xp=xp)
@@ -699,78 +608,55 @@ class RoPE:
             # The call rotates a view from start_index on: name the path that view takes.
             start = self.start_index if x.shape[-1] == self.head_dim else 0
             x = x[..., start:]
-        return path_name(
-            self._source,
+        call = make_call(
             (x,),
             ("x",),
             positions,
-            impl=impl,
-            head_dim=self.head_dim - start,
-            interleaved=self.interleaved,
             layout=layout,
             inverse=False,
             inplace=inplace,
+            impl=impl,
             xp=xp,
             cu_seqlens=cu_seqlens,
         )
+        return _pipeline.path_name(
+            self._source, call, head_dim=self.head_dim - start, interleaved=self.interleaved
+        )
 
-    def _rotate(self, *arrays: Array, positions: object, **options: Any) -> tuple[Array, ...]:
-        if torch_op.compiling(arrays[0]):
+    def _target(self, call: Call, sides: slice) -> torch_op.Target:
+        """What the torch custom op needs of this RoPE for ``call`` (see :meth:`_rotate`)."""
+        keys = self._op_keys[::-1] if call.inverse else self._op_keys
+        return torch_op.Target(keys[sides], self.head_dim, self.interleaved, self.start_index)
+
+    def _rotate(self, call: Call, sides: slice) -> tuple[Array, ...]:
+        """Rotate the arrays of ``call``, each with the tables of its side (``sides`` of
+        queries and keys)."""
+        if torch_op.compiling(call.arrays[0]):
             # torch.compile traces this call: one custom op, run by the pipeline.
-            return torch_op.rotate(self._op_target, arrays, positions, **options)
-        names = _NAMES[len(arrays)]
-        if self.start_index and all(map(array_api_compat.is_array_api_obj, arrays)):
-            return self._rotate_from(arrays, names, positions, options)
-        return self._rotate_whole(arrays, names, positions, options)
-
-    def _rotate_from(
-        self,
-        arrays: tuple[Array, ...],
-        names: tuple[str, ...],
-        positions: object,
-        options: dict[str, Any],
-    ) -> tuple[Array, ...]:
-        """Rotate the features from ``start_index`` on, as views; keep those before."""
+            return torch_op.rotate(self._target(call, sides), call)
+        # The inverse of a scaled rotation a R(theta) is R(-theta) / a: the pipeline's
+        # inverse with the other side's tables (xPos: amplitude 1 / a).
+        sources = (self._sources[::-1] if call.inverse else self._sources)[sides]
         start = self.start_index
-        views = _slices.tails(arrays, names, self.head_dim, start)
-        rotated = self._rotate_whole(views, names, positions, options, start=start)
-        if options["inplace"]:
-            return arrays
-        xp = namespace_of(*arrays, xp=options["xp"], argument=names)
-        return _slices.rejoin(arrays, rotated, start, xp)
+        if not start or not all(map(array_api_compat.is_array_api_obj, call.arrays)):
+            return self._rotate_whole(sources, call, self.head_dim)
+        # The features from start_index on, as views; those before are kept.
+        whole = call.arrays
+        tails = _slices.tails(whole, call.names, self.head_dim, start)
+        rotated = self._rotate_whole(sources, call.on(tails), self.head_dim - start)
+        if call.inplace:
+            return whole
+        return _slices.rejoin(whole, rotated, start, namespace_of(*whole, xp=call.xp))
 
     def _rotate_whole(
-        self,
-        arrays: tuple[Array, ...],
-        names: tuple[str, ...],
-        positions: object,
-        options: dict[str, Any],
-        *,
-        start: int = 0,
+        self, sources: tuple[TableSource, ...], call: Call, head_dim: int
     ) -> tuple[Array, ...]:
-        head_dim, interleaved = self.head_dim - start, self.interleaved
-        if array_api_compat.is_dask_array(arrays[0]):
+        if array_api_compat.is_dask_array(call.arrays[0]):
             # Lazy libraries sit above the pipeline: dask calls it once per block.
             from ._lazy.dask import rotate_dask
 
-            return rotate_dask(
-                (self._source,) * len(arrays),
-                arrays,
-                names,
-                positions,
-                head_dim=head_dim,
-                interleaved=interleaved,
-                **options,
-            )
-        return _pipeline.rotate(
-            self._source,
-            arrays,
-            names,
-            positions,
-            head_dim=head_dim,
-            interleaved=interleaved,
-            **options,
-        )
+            return rotate_dask(sources, call, head_dim=head_dim, interleaved=self.interleaved)
+        return _pipeline.rotate_each(sources, call, head_dim=head_dim, interleaved=self.interleaved)
 
     def tables(
         self,
@@ -862,8 +748,8 @@ class RoPE:
         return xp.astype(cos, dtype), xp.astype(sin, dtype)
 
 
-_NAMES = {1: ("x",), 2: ("q", "k")}
-"""The argument names of one array (``rotate``) and of two (``rope(q, k)``)."""
+BOTH, QUERIES, KEYS = slice(0, 2), slice(0, 1), slice(1, 2)
+"""The sides (queries, keys) of the arrays of ``rope(q, k)``, of ``rotate`` and of keys."""
 
 
 def _restore(  # noqa: PLR0917 - the arguments __reduce__ gives, in order

@@ -14,10 +14,10 @@ the graph as one opaque node:
   the rotation asked for (``a * R(-angle)`` forward, ``R(angle) / a`` for ``inverse``;
   see :func:`anyrope._plan.make_plan`).
 
-The op takes tensors and primitives only; the table source of a RoPE is named by an
-integer key into a process-wide registry of weak references (:func:`register`), given
-to each RoPE when it is made. Nothing here imports torch until the op is first needed.
-Eager calls never come here.
+The op takes tensors and primitives only; the table sources of a RoPE (one, or xPos's
+two) are named by integer keys into a process-wide registry of weak references
+(:func:`register`), given to each RoPE when it is made. Nothing here imports torch
+until the op is first needed. Eager calls never come here.
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ import weakref
 from typing import Any, NamedTuple
 
 from . import _slices, _threads
+from ._call import Call
 from ._namespace import Array
 from ._offsets import Offsets
 from ._qkv import join_qkv, split_qkv
 from ._tables import TableSource
-from ._validation import check_bool
 
 __all__ = ["Target", "compiling", "register", "rotate", "rotate_qkv"]
 
@@ -44,9 +44,10 @@ _NAMES = {1: ("x",), 2: ("q", "k")}
 
 
 class Target(NamedTuple):
-    """What the op needs of a RoPE: the key of its table source and its geometry."""
+    """What the op needs of a RoPE: the keys of the table sources of the arrays (one per
+    array, as xPos has for queries and for keys, or one for every array) and its geometry."""
 
-    key: int
+    keys: tuple[int, ...]
     head_dim: int
     interleaved: bool
     start: int
@@ -82,54 +83,41 @@ def compiling(x: object) -> bool:
     return torch is not None and isinstance(x, torch.Tensor) and torch.compiler.is_compiling()
 
 
-def rotate(
-    target: Target,
-    arrays: tuple[Array, ...],
-    positions: object,
-    *,
-    layout: str,
-    inverse: bool,
-    inplace: bool,
-    impl: str,
-    xp: object,
-    cu_seqlens: Array | None,
-) -> tuple[Array, ...]:
-    """Rotate torch tensors through the custom op; the code Dynamo traces.
+def rotate(target: Target, call: Call) -> tuple[Array, ...]:
+    """Rotate the torch tensors of ``call`` through the custom op; the code Dynamo traces.
 
     Plain attribute access and torch calls only, so that Dynamo traces it without a
     graph break. The features before ``target.start`` are kept, as eagerly.
     """
     import torch
 
-    key, head_dim, interleaved, start = target
-    names = _NAMES[len(arrays)]
-    # As eagerly: the op's schema would take 1 for True.
-    check_bool(inverse, "inverse")
-    check_bool(inplace, "inplace")
-    if xp is not None:
+    keys, head_dim, interleaved, start = target
+    arrays = call.arrays
+    if call.xp is not None:
         raise ValueError(
             "`xp` is inferred under torch.compile (the arrays are torch tensors); got "
-            f"xp={xp!r}, pass xp=None"
+            f"xp={call.xp!r}, pass xp=None"
         )
-    values, offset, per_row = _positions(positions)
+    values, offset, per_row = _positions(call.positions)
     if start:
-        whole, arrays = arrays, _slices.tails(arrays, names, head_dim, start)
+        whole, arrays = arrays, _slices.tails(arrays, call.names, head_dim, start)
     options = {
-        "key": key,
+        "keys": list(keys),
         "offset": offset,
         "per_row": per_row,
         "head_dim": head_dim - start,
         "interleaved": interleaved,
-        "layout": layout,
-        "inverse": inverse,
-        "impl": impl,
+        "layout": call.layout,
+        "inverse": call.inverse,
+        "impl": call.impl,
     }
     _define_ops()
     ops = torch.ops.anyrope
+    inplace = call.inplace
     if inplace and not (torch.is_grad_enabled() and any(x.requires_grad for x in arrays)):
-        ops.rotate_(list(arrays), values, cu_seqlens, **options)
+        ops.rotate_(list(arrays), values, call.cu_seqlens, **options)
         return whole if start else arrays
-    rotated = ops.rotate(list(arrays), values, cu_seqlens, adjoint=False, **options)
+    rotated = ops.rotate(list(arrays), values, call.cu_seqlens, adjoint=False, **options)
     if inplace:
         # Autograd records the copy, as it records the eager reference path's write.
         for x, y in zip(arrays, rotated, strict=True):
@@ -141,23 +129,15 @@ def rotate(
     return tuple(rotated)
 
 
-def rotate_qkv(
-    target: Target,
-    qkv: Array,
-    positions: object,
-    *,
-    num_heads_q: int | None,
-    layout: str,
-    inplace: bool,
-    **options: Any,
-) -> Array:
-    """:meth:`anyrope.RoPE.rotate_qkv` through the custom op, for Dynamo to trace."""
+def rotate_qkv(target: Target, call: Call, num_heads_q: int | None) -> Array:
+    """:meth:`anyrope.RoPE.rotate_qkv` of ``call`` (whose one array is ``qkv``) through
+    the custom op, for Dynamo to trace."""
     import torch
 
-    fused = split_qkv(qkv, layout, num_heads_q)
-    q, k = rotate(target, (fused.q, fused.k), positions, layout=layout, inplace=inplace, **options)
+    fused = split_qkv(call.arrays[0], call.layout, num_heads_q)
+    q, k = rotate(target, call.on((fused.q, fused.k), ("q", "k")))
     # torch's own stack and concat take ``axis``, as the array API's do.
-    return qkv if inplace else join_qkv(fused, q, k, torch)
+    return call.arrays[0] if call.inplace else join_qkv(fused, q, k, torch)
 
 
 def _positions(positions: object) -> tuple[Array | None, int, bool]:
@@ -207,7 +187,7 @@ def _schema(arrays: str, returns: str, *, adjoint: bool = False) -> str:
     # offset may be dynamic under torch.compile.
     flag = "bool adjoint, " if adjoint else ""
     return (
-        f"({arrays} arrays, Tensor? positions, Tensor? cu_seqlens, *, int key, SymInt offset, "
+        f"({arrays} arrays, Tensor? positions, Tensor? cu_seqlens, *, int[] keys, SymInt offset, "
         f"bool per_row, int head_dim, bool interleaved, str layout, bool inverse, {flag}"
         f"str impl) -> {returns}"
     )
@@ -225,24 +205,32 @@ def _define(torch: Any) -> None:
         positions: Array | None,
         cu_seqlens: Array | None,
         *,
-        key: int,
+        keys: list[int],
         offset: int,
         per_row: bool,
+        head_dim: int,
+        interleaved: bool,
+        layout: str,
         inverse: bool,
+        inplace: bool,
+        impl: str,
         adjoint: bool = False,
-        **options: Any,
     ) -> tuple[Array, ...]:
-        return _pipeline.rotate(
-            _source(key),
+        call = Call(
             tuple(arrays),
             _NAMES[len(arrays)],
             _pipeline_positions(positions, offset, per_row),
-            inverse=inverse,
-            adjoint=adjoint,
-            xp=None,
-            cu_seqlens=cu_seqlens,
-            **options,
+            cu_seqlens,
+            layout,
+            inverse,
+            inplace,
+            impl,
+            None,
+            adjoint,
         )
+        # One key per array, or one for every array.
+        sources = tuple(map(_source, keys)) * (len(arrays) if len(keys) == 1 else 1)
+        return _pipeline.rotate_each(sources, call, head_dim=head_dim, interleaved=interleaved)
 
     def rotate_kernel(arrays: list[Array], *args: Any, **options: Any) -> list[Array]:
         rotated = run(arrays, *args, inplace=False, **options)
@@ -262,7 +250,7 @@ def _define(torch: Any) -> None:
         positions: Array | None,
         cu_seqlens: Array | None,
         *,
-        key: int,
+        keys: list[int],
         head_dim: int,
         interleaved: bool,
         layout: str,
@@ -271,19 +259,12 @@ def _define(torch: Any) -> None:
     ) -> None:
         """What shapes, dtypes and devices tell: the checks of an eager call that do not
         read values (the positions and ``cu_seqlens`` are checked when the op runs)."""
-        plan = make_plan(
-            _source(key),
-            tuple(arrays),
-            _NAMES[len(arrays)],
-            None,
-            head_dim=head_dim,
-            interleaved=interleaved,
-            # A packed (total_tokens, heads, head_dim) array reads as one bshd sequence.
-            layout="bshd" if layout == "thd" else layout,
-            inverse=False,
-            inplace=False,
-            xp=None,
+        # A packed (total_tokens, heads, head_dim) array reads as one bshd sequence.
+        layout = "bshd" if layout == "thd" else layout
+        call = Call(
+            tuple(arrays), _NAMES[len(arrays)], None, None, layout, False, False, impl, None
         )
+        plan = make_plan(_source(keys[0]), call, head_dim=head_dim, interleaved=interleaved)
         choose(impl, plan)
 
     def rotate_fake(arrays: list[Array], *args: Any, **options: Any) -> list[Array]:

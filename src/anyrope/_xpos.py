@@ -4,27 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-import array_api_compat
-
-from . import _pipeline
 from ._amplitude import Amplitude, xpos_zeta
+from ._call import make_call, shared_docs
 from ._namespace import Array, Namespace
-from ._tables import TableSource
-from ._validation import (
-    MAX_POSITION,
-    check_base,
-    check_bool,
-    check_head_dim,
-    check_int,
-    check_rotary_dim,
-)
-from .scaling import RopeScaling
+from ._rope import KEYS, QUERIES, RoPE
+from ._validation import MAX_POSITION, check_int
 
 MAX_SCALE_BASE = 2**40
 """``scale_base`` stays below this: the exponent's denominator of the host power."""
 
 
-class XPos:
+@shared_docs
+class XPos(RoPE):
     """Rotary embedding with xPos amplitudes: a per-pair decay with the distance.
 
     Sun et al. 2022 (arXiv 2212.10554), as rotary-embedding-torch
@@ -58,15 +49,7 @@ class XPos:
         The position whose amplitude is 1, a non-negative integer below ``2**53``.
         Default 0. The peers center at ``seq_len // 2``: rotary-embedding-torch at the
         length of each call, flash-attn at the length of its cached tables.
-    rotary_dim : int, optional
-        Number of leading features that rotate (and scale); the rest are copied bit for
-        bit. Positive, even and at most ``head_dim``. Defaults to ``head_dim``.
-    base : float, optional
-        Base of the frequencies ``theta_i = base ** (-2i / rotary_dim)``; finite and
-        greater than 1. Default 10000.
-    interleaved : bool, optional
-        ``False`` (default): pairs ``(x[i], x[i + rotary_dim/2])`` (flash-attn's default);
-        ``True``: pairs ``(x[2i], x[2i+1])`` (rotary-embedding-torch).
+    {shared}
 
     Attributes
     ----------
@@ -79,6 +62,14 @@ class XPos:
     See Also
     --------
     RoPE : The rotation without amplitudes.
+
+    Notes
+    -----
+    An :class:`XPos` is a :class:`RoPE` with amplitudes: it takes every option of a
+    RoPE call and every backend, torch.compile and dask included. ``xpos(q, k)`` and
+    :meth:`RoPE.rotate_qkv` scale queries and keys each their way; one array is rotated
+    by :meth:`rotate_queries` or :meth:`rotate_keys` (:meth:`RoPE.rotate` does not
+    know which it is, and refuses). :meth:`RoPE.tables` gives those of the queries.
 
     Examples
     --------
@@ -109,11 +100,9 @@ class XPos:
         rotary_dim: int | None = None,
         base: float = 10000.0,
         interleaved: bool = False,
+        start_index: int = 0,
+        max_positions: int | None = None,
     ) -> None:
-        self.head_dim = check_head_dim(head_dim)
-        self.rotary_dim = (
-            self.head_dim if rotary_dim is None else check_rotary_dim(rotary_dim, self.head_dim)
-        )
         self.scale_base = check_int(scale_base, "scale_base")
         if not 0 < self.scale_base < MAX_SCALE_BASE:
             raise ValueError(
@@ -124,127 +113,69 @@ class XPos:
             raise ValueError(
                 f"`center` must be a non-negative integer below 2**53; got {self.center}"
             )
-        self.base = check_base(base)
-        self.interleaved = check_bool(interleaved, "interleaved")
-        self._queries, self._keys = (
-            TableSource(
-                RopeScaling(),
-                rotary_dim=self.rotary_dim,
-                base=self.base,
-                amplitude=Amplitude(self.rotary_dim, self.scale_base, self.center, sign),
-            )
-            for sign in (1, -1)
+        super().__init__(
+            head_dim,
+            rotary_dim=rotary_dim,
+            base=base,
+            interleaved=interleaved,
+            start_index=start_index,
+            max_positions=max_positions,
         )
-        self.inv_freq = self._queries.default.inv_freq
         self.zeta = xpos_zeta(self.rotary_dim)
 
-    def cache_nbytes(self) -> int:
-        """Return the bytes held by the cached cos/sin tables of queries and keys.
-
-        Returns
-        -------
-        int
-            Bytes of cos and sin tables, 0 after :meth:`clear_cache`.
-        """
-        return self._queries.nbytes + self._keys.nbytes
-
-    def clear_cache(self) -> None:
-        """Drop the cached tables; they are rebuilt (the same bits) when needed."""
-        self._queries.clear()
-        self._keys.clear()
+    def _amplitudes(self) -> tuple[Amplitude | None, ...]:
+        """Queries are multiplied by the amplitude, keys divided by it."""
+        return tuple(
+            Amplitude(self.rotary_dim, self.scale_base, self.center, sign) for sign in (1, -1)
+        )
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Rebuilt from its settings; tables are rebuilt where they are needed.
-        return (
-            _restore,
-            (
-                type(self),
-                self.head_dim,
-                self.scale_base,
-                self.center,
-                self.rotary_dim,
-                self.base,
-                self.interleaved,
-            ),
-        )
+        settings = {
+            name: getattr(self, name)
+            for name in ("scale_base", "center", "rotary_dim", "base", "interleaved")
+        }
+        settings.update(start_index=self.start_index, max_positions=self.max_positions)
+        return (_restore, (type(self), self.head_dim, settings))
 
     def __repr__(self) -> str:
+        extra = f", start_index={self.start_index}" if self.start_index else ""
+        if self.max_positions is not None:
+            extra += f", max_positions={self.max_positions}"
         return (
             f"XPos(head_dim={self.head_dim}, scale_base={self.scale_base}, "
             f"center={self.center}, rotary_dim={self.rotary_dim}, base={self.base!r}, "
-            f"interleaved={self.interleaved})"
+            f"interleaved={self.interleaved}{extra})"
         )
 
-    def __call__(
-        self,
-        q: Array,
-        k: Array,
-        positions: object = None,
-        *,
-        layout: str = "bshd",
-        inverse: bool = False,
-        inplace: bool = False,
-        impl: str = "auto",
-        xp: Namespace | None = None,
-        cu_seqlens: Array | None = None,
-    ) -> tuple[Array, Array]:
-        """Rotate and scale queries (times the amplitude) and keys (divided by it).
+    def rotate(self, x: Array, positions: object = None, **options: Any) -> Array:
+        """Refused: queries and keys are scaled apart; see :meth:`rotate_queries`.
 
         Parameters
         ----------
-        q, k : array
-            Queries and keys of one array-API library, real floating dtype; their head
-            counts may differ (grouped-query attention).
-        positions : None, int or array of int, optional
-            ``None``: ``0 .. seq-1``; an int or a 0-d integer array: that offset plus
-            ``0 .. seq-1`` (KV-cache decode); an integer array of one axis or more
-            broadcastable to ``(*batch, seq)``.
-        layout : {"bshd", "bhsd", "sbhd", "thd"}, optional
-            Where the batch, sequence and heads axes are; see :func:`anyrope.rotate`.
-        inverse : bool, optional
-            Undo this call: ``q`` rotated by the negative angle and divided by the
-            amplitude, ``k`` rotated by the negative angle and multiplied by it (the
-            tables ``cos / a`` and ``sin / a``, resp. ``a cos`` and ``a sin``, float64 on
-            the host, rounded once).
-        inplace : bool, optional
-            Write the results into ``q`` and ``k`` (which must not share memory).
-        impl : {"auto", "cuda", "numba", "blocked", "array_api"}, optional
-            The path; ``"auto"`` takes the first that can take the call.
-        xp : namespace, optional
-            The array namespace; inferred from ``q`` and ``k`` by default.
-        cu_seqlens : array of int, optional
-            With ``layout="thd"``: cumulative lengths of the packed sequences.
+        x : array
+            An array of queries or keys.
+        positions : object
+            Its positions.
+        **options
+            The options of :meth:`RoPE.rotate`.
 
         Returns
         -------
-        q2, k2 : arrays
-            Like ``q`` and ``k``: same library, device, dtype and shape.
+        array
+            Never: raises ``TypeError``.
 
-        Examples
-        --------
-        >>> import numpy as np
-        >>> import anyrope
-        >>> xpos = anyrope.XPos(8, scale_base=16, center=4)
-        >>> q = np.random.default_rng(0).standard_normal((2, 6, 3, 8))
-        >>> k = np.random.default_rng(1).standard_normal((2, 6, 1, 8))
-        >>> q2, k2 = xpos(q, k, positions=10)            # KV-cache offset
-        >>> q3, k3 = xpos(q2, k2, positions=10, inverse=True)
-        >>> bool(np.allclose(q3, q) and np.allclose(k3, k))
-        True
+        Raises
+        ------
+        TypeError
+            Always: call :meth:`rotate_queries` or :meth:`rotate_keys`.
         """
-        q2, k2 = self._rotate(
-            (q, k),
-            ("q", "k"),
-            positions=positions,
-            layout=layout,
-            inverse=inverse,
-            inplace=inplace,
-            impl=impl,
-            xp=xp,
-            cu_seqlens=cu_seqlens,
+        raise TypeError(
+            "XPos scales queries and keys apart: call rotate_queries or rotate_keys "
+            "(or xpos(q, k)), not rotate"
         )
-        return q2, k2
 
+    @shared_docs
     def rotate_queries(
         self,
         x: Array,
@@ -263,22 +194,9 @@ class XPos:
         ----------
         x : array
             Queries of any array-API library, real floating dtype.
-        positions : None, int or array of int, optional
-            ``None``: ``0 .. seq-1``; an int or a 0-d integer array: that offset plus
-            ``0 .. seq-1``; an integer array of one axis or more broadcastable to
-            ``(*batch, seq)``.
-        layout : {"bshd", "bhsd", "sbhd", "thd"}, optional
-            Where the batch, sequence and heads axes are; see :func:`anyrope.rotate`.
         inverse : bool, optional
             Undo this call: rotate by the negative angle and divide by the amplitude.
-        inplace : bool, optional
-            Write the result into ``x`` and return it.
-        impl : {"auto", "cuda", "numba", "blocked", "array_api"}, optional
-            The path; ``"auto"`` takes the first that can take the call.
-        xp : namespace, optional
-            The array namespace; inferred from ``x`` by default.
-        cu_seqlens : array of int, optional
-            With ``layout="thd"``: cumulative lengths of the packed sequences.
+        {shared}
 
         Returns
         -------
@@ -295,10 +213,10 @@ class XPos:
         >>> np.linalg.norm(y[:, 0], axis=-1)             # zeta_0 = 2/7 to the power m
         array([1.        , 0.28571429, 0.08163265])
         """
-        (y,) = self._rotate(
+        call = make_call(
             (x,),
             ("x",),
-            positions=positions,
+            positions,
             layout=layout,
             inverse=inverse,
             inplace=inplace,
@@ -306,8 +224,10 @@ class XPos:
             xp=xp,
             cu_seqlens=cu_seqlens,
         )
+        (y,) = self._rotate(call, QUERIES)
         return y
 
+    @shared_docs
     def rotate_keys(
         self,
         x: Array,
@@ -326,22 +246,9 @@ class XPos:
         ----------
         x : array
             Keys of any array-API library, real floating dtype.
-        positions : None, int or array of int, optional
-            ``None``: ``0 .. seq-1``; an int or a 0-d integer array: that offset plus
-            ``0 .. seq-1``; an integer array of one axis or more broadcastable to
-            ``(*batch, seq)``.
-        layout : {"bshd", "bhsd", "sbhd", "thd"}, optional
-            Where the batch, sequence and heads axes are; see :func:`anyrope.rotate`.
         inverse : bool, optional
             Undo this call: rotate by the negative angle and multiply by the amplitude.
-        inplace : bool, optional
-            Write the result into ``x`` and return it.
-        impl : {"auto", "cuda", "numba", "blocked", "array_api"}, optional
-            The path; ``"auto"`` takes the first that can take the call.
-        xp : namespace, optional
-            The array namespace; inferred from ``x`` by default.
-        cu_seqlens : array of int, optional
-            With ``layout="thd"``: cumulative lengths of the packed sequences.
+        {shared}
 
         Returns
         -------
@@ -358,11 +265,10 @@ class XPos:
         >>> np.linalg.norm(y[:, 0], axis=-1)             # (7/2) to the power m
         array([ 1.  ,  3.5 , 12.25])
         """
-        (y,) = self._rotate(
+        call = make_call(
             (x,),
             ("x",),
-            keys=True,
-            positions=positions,
+            positions,
             layout=layout,
             inverse=inverse,
             inplace=inplace,
@@ -370,52 +276,9 @@ class XPos:
             xp=xp,
             cu_seqlens=cu_seqlens,
         )
+        (y,) = self._rotate(call, KEYS)
         return y
 
-    def _rotate(
-        self,
-        arrays: tuple[Array, ...],
-        names: tuple[str, ...],
-        *,
-        positions: object,
-        inverse: bool,
-        keys: bool = False,
-        **options: Any,
-    ) -> tuple[Array, ...]:
-        # The inverse of a scaled rotation a R(theta) is R(-theta) / a: the pipeline's
-        # inverse (the negative angle) with the other side's tables, whose amplitude is 1 / a.
-        scaled = (self._keys, self._queries) if keys else (self._queries, self._keys)
-        if check_bool(inverse, "inverse"):
-            scaled = scaled[::-1]
-        sources = scaled[: len(arrays)]
-        common = {
-            "head_dim": self.head_dim,
-            "interleaved": self.interleaved,
-            "inverse": inverse,
-            **options,
-        }
-        if array_api_compat.is_dask_array(arrays[0]):
-            # Lazy libraries sit above the pipeline: dask calls it once per block.
-            from ._lazy.dask import rotate_dask
 
-            return rotate_dask(sources, arrays, names, positions, **common)
-        return _pipeline.rotate_each(sources, arrays, names, positions, **common)
-
-
-def _restore(  # noqa: PLR0917 - the arguments __reduce__ gives, in order
-    cls: type[XPos],
-    head_dim: int,
-    scale_base: int,
-    center: int,
-    rotary_dim: int,
-    base: float,
-    interleaved: bool,
-) -> XPos:
-    return cls(
-        head_dim,
-        scale_base=scale_base,
-        center=center,
-        rotary_dim=rotary_dim,
-        base=base,
-        interleaved=interleaved,
-    )
+def _restore(cls: type[XPos], head_dim: int, settings: dict[str, Any]) -> XPos:
+    return cls(head_dim, **settings)

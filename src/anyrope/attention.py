@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ._call import shared_docs
 from ._frequencies import default_inv_freq
 from ._hostmath import sincos
 from ._layout import Axes, axes_of
@@ -23,6 +24,7 @@ from ._validation import check_bool, check_layout, describe
 __all__ = ["attention", "relative_decay_bound"]
 
 
+@shared_docs
 def attention(
     q: Array,
     k: Array,
@@ -77,8 +79,7 @@ def attention(
         or inverted); default ``None``, ``1 / sqrt(head_dim)``.
     layout : {"bshd", "bhsd", "sbhd"}, default "bshd"
         Axis order of ``q``, ``k``, ``v`` and of the result.
-    xp : namespace, optional
-        Array namespace; inferred from the inputs by default.
+    {shared}
 
     Returns
     -------
@@ -99,15 +100,15 @@ def attention(
     True
     """
     xp = namespace_of(q, k, v, xp=xp, argument=("q", "k", "v"))
-    check_rope(rope)
+    _check_rope(rope)
     if mask is not None:
         namespace_of(q, mask, argument=("q", "mask"))
     check_layout(layout)
     check_bool(causal, "causal")
-    scale = check_scale(scale)
-    qa, ka, va = check_qkv(q, k, v, layout, xp)
+    scale = _check_scale(scale)
+    qa, ka, va = _check_qkv(q, k, v, layout, xp)
     if rope is not None:
-        q, k = rotate_for_attention(
+        q, k = _rotate_for_attention(
             rope, q, k, qa=qa, ka=ka, positions=positions, layout=layout, xp=xp
         )
     elif positions is not None:
@@ -116,9 +117,9 @@ def attention(
 
     work = compute_dtype(xp, q.dtype)
     groups = qa.heads // ka.heads
-    qg = grouped_queries(xp.astype(to_bhsd(q, layout, xp), work), groups, xp)
-    kh = xp.expand_dims(xp.astype(to_bhsd(k, layout, xp), work), axis=-3)
-    vh = xp.expand_dims(xp.astype(to_bhsd(v, layout, xp), work), axis=-3)
+    qg = _grouped_queries(xp.astype(_to_bhsd(q, layout, xp), work), groups, xp)
+    kh = xp.expand_dims(xp.astype(_to_bhsd(k, layout, xp), work), axis=-3)
+    vh = xp.expand_dims(xp.astype(_to_bhsd(v, layout, xp), work), axis=-3)
 
     scores = xp.matmul(qg, xp.matrix_transpose(kh)) * float(scale)
     scores = xp.reshape(scores, (*scores.shape[:-4], qa.heads, qa.seq, ka.seq))
@@ -126,7 +127,7 @@ def attention(
     if causal:
         allowed = causal_mask(qa.seq, ka.seq, xp, device_of(q))
     if mask is not None:
-        scores, allowed = apply_mask(scores, allowed, mask, xp)
+        scores, allowed = _apply_mask(scores, allowed, mask, xp)
     if allowed is not None:
         scores = xp.where(allowed, scores, xp.asarray(-math.inf, dtype=work, device=device_of(q)))
 
@@ -140,48 +141,19 @@ def attention(
     total = xp.reshape(total, (*qg.shape[:-1], 1))
     out = xp.matmul(weights, vh) / total
     out = xp.reshape(out, (*out.shape[:-4], qa.heads, qa.seq, va.head_dim))
-    return from_bhsd(xp.astype(out, q.dtype), layout, xp)
+    return _from_bhsd(xp.astype(out, q.dtype), layout, xp)
 
 
-def check_rope(rope: object) -> None:
-    """``rope`` must be a :class:`~anyrope.RoPE` or ``None``.
-
-    Parameters
-    ----------
-    rope : object
-        The ``rope`` argument of :func:`attention` or :func:`~anyrope.linear_attention`.
-
-    Raises
-    ------
-    TypeError
-        If ``rope`` is something else.
-    """
+def _check_rope(rope: object) -> None:
+    """``rope`` must be a :class:`~anyrope.RoPE` or ``None``."""
     if rope is not None and not isinstance(rope, RoPE):
         raise TypeError(
             f"`rope` must be an anyrope.RoPE or None; got {rope!r} of type {type(rope).__name__}"
         )
 
 
-def check_scale(scale: object) -> float | None:
-    """``scale`` must be None or a finite real number greater than 0 (not a bool).
-
-    Parameters
-    ----------
-    scale : object
-        The ``scale`` argument of :func:`attention`.
-
-    Returns
-    -------
-    float or None
-        ``scale`` as a float, or ``None`` when it is ``None``.
-
-    Raises
-    ------
-    TypeError
-        If ``scale`` is not ``None`` or a real number.
-    ValueError
-        If ``scale`` is NaN, infinite, zero or negative.
-    """
+def _check_scale(scale: object) -> float | None:
+    """``scale`` must be None or a finite real number greater than 0 (not a bool)."""
     if scale is None:
         return None
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
@@ -197,34 +169,8 @@ def check_scale(scale: object) -> float | None:
     return value
 
 
-def check_qkv(q: Array, k: Array, v: Array, layout: str, xp: Namespace) -> tuple[Axes, Axes, Axes]:
-    """Validate the shapes and dtypes of ``q``, ``k``, ``v`` and return their axes.
-
-    Parameters
-    ----------
-    q : array
-        Queries, ``(*batch, q_seq, q_heads, head_dim)`` for ``layout="bshd"``.
-    k : array
-        Keys, same layout, with ``kv_heads`` heads dividing ``q_heads``.
-    v : array
-        Values, same layout, sequence length and heads as ``k``.
-    layout : {"bshd", "bhsd", "sbhd"}
-        Axis order of ``q``, ``k`` and ``v``.
-    xp : namespace
-        Array namespace of the inputs.
-
-    Returns
-    -------
-    qa, ka, va : Axes
-        The batch extents, sequence length, heads and head width of ``q``, ``k``, ``v``.
-
-    Raises
-    ------
-    TypeError
-        If the dtypes are not one real floating dtype.
-    ValueError
-        If the shapes do not fit together (see :func:`attention`).
-    """
+def _check_qkv(q: Array, k: Array, v: Array, layout: str, xp: Namespace) -> tuple[Axes, Axes, Axes]:
+    """Validate the shapes and dtypes of ``q``, ``k``, ``v`` and return their axes."""
     for name, arr in (("q", q), ("k", k), ("v", v)):
         if not is_real_floating(xp, arr.dtype):
             raise TypeError(f"`{name}` must have a real floating dtype; got {describe(arr)}")
@@ -257,7 +203,7 @@ def check_qkv(q: Array, k: Array, v: Array, layout: str, xp: Namespace) -> tuple
     return qa, ka, va
 
 
-def rotate_for_attention(
+def _rotate_for_attention(
     rope: RoPE,
     q: Array,
     k: Array,
@@ -268,39 +214,7 @@ def rotate_for_attention(
     layout: str,
     xp: Namespace,
 ) -> tuple[Array, Array]:
-    """Rotate ``q`` and ``k``; with fewer queries than keys, queries take the last positions.
-
-    Parameters
-    ----------
-    rope : RoPE
-        The rotation to apply.
-    q : array
-        Queries in ``layout``.
-    k : array
-        Keys in ``layout``, with at least as many positions as ``q``.
-    qa : Axes
-        The axes of ``q``, as :func:`check_qkv` returns them.
-    ka : Axes
-        The axes of ``k``, as :func:`check_qkv` returns them.
-    positions : None, int or array of int
-        Positions for ``rope`` (see :func:`anyrope.rotate`); only allowed when
-        ``q_seq == k_seq``. ``None``: keys take ``0 .. k_seq - 1`` and queries
-        ``k_seq - q_seq .. k_seq - 1``.
-    layout : {"bshd", "bhsd", "sbhd"}
-        Axis order of ``q`` and ``k``.
-    xp : namespace
-        Array namespace of ``q`` and ``k``.
-
-    Returns
-    -------
-    q, k : array
-        The rotated queries and keys, same shapes as the inputs.
-
-    Raises
-    ------
-    ValueError
-        If ``positions`` is given and ``q_seq != k_seq``.
-    """
+    """Rotate ``q`` and ``k``; with fewer queries than keys, queries take the last positions."""
     if qa.seq == ka.seq:
         q2, k2 = rope(q, k, positions, layout=layout, xp=xp)
         return q2, k2
@@ -314,23 +228,8 @@ def rotate_for_attention(
     )
 
 
-def to_bhsd(x: Array, layout: str, xp: Namespace) -> Array:
-    """View ``x`` of ``layout`` as ``(*batch, heads, seq, dim)``.
-
-    Parameters
-    ----------
-    x : array
-        An array of at least 3 dimensions in ``layout``.
-    layout : {"bshd", "bhsd", "sbhd"}
-        Axis order of ``x``.
-    xp : namespace
-        Array namespace of ``x``.
-
-    Returns
-    -------
-    array
-        ``x`` with its axes permuted to ``(*batch, heads, seq, dim)``.
-    """
+def _to_bhsd(x: Array, layout: str, xp: Namespace) -> Array:
+    """View ``x`` of ``layout`` as ``(*batch, heads, seq, dim)``."""
     n = x.ndim
     if layout == "bhsd":
         return x
@@ -339,23 +238,8 @@ def to_bhsd(x: Array, layout: str, xp: Namespace) -> Array:
     return xp.permute_dims(x, (*range(1, n - 2), n - 2, 0, n - 1))
 
 
-def from_bhsd(x: Array, layout: str, xp: Namespace) -> Array:
-    """Inverse of :func:`to_bhsd`.
-
-    Parameters
-    ----------
-    x : array
-        An array of at least 3 dimensions, ``(*batch, heads, seq, dim)``.
-    layout : {"bshd", "bhsd", "sbhd"}
-        Axis order of the result.
-    xp : namespace
-        Array namespace of ``x``.
-
-    Returns
-    -------
-    array
-        ``x`` with its axes permuted to ``layout``.
-    """
+def _from_bhsd(x: Array, layout: str, xp: Namespace) -> Array:
+    """Inverse of :func:`_to_bhsd`."""
     n = x.ndim
     if layout == "bhsd":
         return x
@@ -364,23 +248,8 @@ def from_bhsd(x: Array, layout: str, xp: Namespace) -> Array:
     return xp.permute_dims(x, (n - 2, *range(n - 3), n - 3, n - 1))
 
 
-def grouped_queries(q: Array, groups: int, xp: Namespace) -> Array:
-    """Split the heads of ``q`` (``*batch, heads, seq, dim``) into ``(kv_heads, groups)``.
-
-    Parameters
-    ----------
-    q : array
-        Queries, ``(*batch, heads, seq, dim)``.
-    groups : int
-        Query heads per key/value head; it divides ``heads``.
-    xp : namespace
-        Array namespace of ``q``.
-
-    Returns
-    -------
-    array
-        ``q`` reshaped to ``(*batch, heads // groups, groups, seq, dim)``.
-    """
+def _grouped_queries(q: Array, groups: int, xp: Namespace) -> Array:
+    """Split the heads of ``q`` (``*batch, heads, seq, dim``) into ``(kv_heads, groups)``."""
     *batch, heads, seq, dim = q.shape
     return xp.reshape(q, (*batch, heads // groups, groups, seq, dim))
 
@@ -409,39 +278,10 @@ def causal_mask(q_seq: int, k_seq: int, xp: Namespace, device: Any) -> Array:
     return cols[None, :] <= rows[:, None]
 
 
-def apply_mask(
+def _apply_mask(
     scores: Array, allowed: Array | None, mask: Array, xp: Namespace
 ) -> tuple[Array, Array | None]:
-    """Combine a user ``mask`` (boolean or additive) with the scores and the causal mask.
-
-    Parameters
-    ----------
-    scores : array
-        Attention scores, ``(*batch, q_heads, q_seq, k_seq)``, in the compute dtype.
-    allowed : array or None
-        Boolean mask of the pairs that take part so far (the causal mask); ``None`` for
-        all pairs.
-    mask : array
-        The user's mask, broadcastable to the shape of ``scores``: boolean (``True``
-        takes part) or real floating (added to the scores).
-    xp : namespace
-        Array namespace of the arrays.
-
-    Returns
-    -------
-    scores : array
-        ``scores`` plus a floating ``mask``; unchanged for a boolean one.
-    allowed : array or None
-        ``allowed`` combined with a boolean ``mask`` by ``&`` (``mask`` alone when
-        ``allowed`` is ``None``); unchanged for a floating one.
-
-    Raises
-    ------
-    ValueError
-        If ``mask`` does not broadcast to the shape of ``scores``.
-    TypeError
-        If ``mask`` is neither boolean nor real floating.
-    """
+    """Combine a user ``mask`` (boolean or additive) with the scores and the causal mask."""
     target = tuple(scores.shape)
     shape = tuple(mask.shape)
     if len(shape) > len(target) or any(

@@ -15,15 +15,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ._call import shared_docs
 from ._namespace import Array, Namespace, compute_dtype, namespace_of
 from ._validation import check_bool, check_layout
 from .attention import (
-    check_qkv,
-    check_rope,
-    from_bhsd,
-    grouped_queries,
-    rotate_for_attention,
-    to_bhsd,
+    _check_qkv,
+    _check_rope,
+    _from_bhsd,
+    _grouped_queries,
+    _rotate_for_attention,
+    _to_bhsd,
 )
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ __all__ = ["linear_attention"]
 FEATURE_MAPS = ("elu+1",)
 
 
+@shared_docs
 def linear_attention(
     q: Array,
     k: Array,
@@ -71,8 +73,7 @@ def linear_attention(
         the sequence, ``O(seq * head_dim * v_dim)`` memory).
     layout : {"bshd", "bhsd", "sbhd"}, default "bshd"
         Axis order of ``q``, ``k``, ``v`` and of the result.
-    xp : namespace, optional
-        Array namespace; inferred from the inputs by default.
+    {shared}
 
     Returns
     -------
@@ -93,9 +94,9 @@ def linear_attention(
     xp = namespace_of(q, k, v, xp=xp, argument=("q", "k", "v"))
     check_layout(layout)
     check_bool(causal, "causal")
-    check_rope(rope)
+    _check_rope(rope)
     phi = _feature_map(feature_map, xp)
-    qa, ka, va = check_qkv(q, k, v, layout, xp)
+    qa, ka, va = _check_qkv(q, k, v, layout, xp)
     if positions is not None and rope is None:
         raise ValueError("`positions` was given without `rope`; pass rope=anyrope.RoPE(head_dim)")
 
@@ -106,14 +107,14 @@ def linear_attention(
         raise ValueError("`feature_map` must return an array of the shape it was given")
     rq, rk = fq, fk
     if rope is not None:
-        rq, rk = rotate_for_attention(
+        rq, rk = _rotate_for_attention(
             rope, fq, fk, qa=qa, ka=ka, positions=positions, layout=layout, xp=xp
         )
 
     groups = qa.heads // ka.heads
-    fq, rq = (grouped_queries(to_bhsd(a, layout, xp), groups, xp) for a in (fq, rq))
-    fk, rk = (xp.expand_dims(to_bhsd(a, layout, xp), axis=-3) for a in (fk, rk))
-    vh = xp.expand_dims(xp.astype(to_bhsd(v, layout, xp), work), axis=-3)
+    fq, rq = (_grouped_queries(_to_bhsd(a, layout, xp), groups, xp) for a in (fq, rq))
+    fk, rk = (xp.expand_dims(_to_bhsd(a, layout, xp), axis=-3) for a in (fk, rk))
+    vh = xp.expand_dims(xp.astype(_to_bhsd(v, layout, xp), work), axis=-3)
 
     if causal:
         skip = ka.seq - qa.seq
@@ -129,7 +130,7 @@ def linear_attention(
         den = xp.sum(fq * ksum, axis=-1, keepdims=True)
     out = num / den
     out = xp.reshape(out, (*out.shape[:-4], qa.heads, qa.seq, va.head_dim))
-    return from_bhsd(xp.astype(out, q.dtype), layout, xp)
+    return _from_bhsd(xp.astype(out, q.dtype), layout, xp)
 
 
 def _feature_map(

@@ -21,44 +21,34 @@ import array_api_compat
 import numpy as np
 
 from .. import _threads
+from .._call import Call
 from .._layout import Axes
 from .._namespace import Array, namespace_of
 from .._offsets import Offsets
 from .._pipeline import rotate
 from .._plan import make_plan
 from .._tables import TableSource
-from .._validation import check_bool, describe
+from .._validation import describe
 
 
 def rotate_dask(
-    sources: tuple[TableSource, ...],
-    arrays: tuple[Array, ...],
-    names: tuple[str, ...],
-    positions: object,
-    *,
-    head_dim: int,
-    interleaved: bool,
-    layout: str,
-    inverse: bool,
-    inplace: bool,
-    impl: str,
-    xp: Any,
-    cu_seqlens: object,
+    sources: tuple[TableSource, ...], call: Call, *, head_dim: int, interleaved: bool
 ) -> tuple[Array, ...]:
-    """Lazy rotations of the dask ``arrays`` (which share batch and sequence axes),
-    ``arrays[j]`` with the tables of ``sources[j]`` (the same settings but for an xPos
-    amplitude).
+    """Lazy rotations of the dask arrays of ``call`` (which share batch and sequence
+    axes), the ``j``-th with the tables of ``sources[j]`` (the same settings but for an
+    xPos amplitude).
 
     Everything that can be checked without computing is checked now, as for any other
     array: shapes, dtypes, the flags and concrete positions (a NumPy array's values too).
     """
-    namespace_of(*arrays, xp=xp, argument=names)
-    if check_bool(inplace, "inplace"):
+    arrays, names, positions = call.arrays, call.names, call.positions
+    namespace_of(*arrays, xp=call.xp, argument=names)
+    if call.inplace:
         raise ValueError(
             "`inplace`=True is not possible for dask arrays, which are immutable; "
             "use the returned array"
         )
-    if layout == "thd" or cu_seqlens is not None:
+    if call.layout == "thd":
         raise ValueError("dask arrays take layouts 'bshd', 'bhsd' and 'sbhd'; got layout='thd'")
     source = sources[0]
     if source.sections is not None:
@@ -89,22 +79,14 @@ def rotate_dask(
             "`positions` for a dask array must be None, an int offset, or a NumPy or dask "
             f"integer array; got {describe(positions)}"
         )
-    options: dict[str, Any] = {
-        "head_dim": head_dim,
-        "interleaved": interleaved,
-        "layout": layout,
-        "inverse": inverse,
-    }
-    plan = make_plan(
-        source,
-        tuple(_stand_in(x) for x in arrays),
-        names,
-        _stand_in(positions) if array_api_compat.is_dask_array(positions) else positions,
-        inplace=False,
+    stand_ins = call._replace(
+        arrays=tuple(_stand_in(x) for x in arrays),
+        positions=_stand_in(positions) if array_api_compat.is_dask_array(positions) else positions,
         xp=None,
-        **options,
     )
-    tasks = [BlockRotation(source, impl=impl, **options) for source in sources]
+    geometry: dict[str, Any] = {"head_dim": head_dim, "interleaved": interleaved}
+    plan = make_plan(source, stand_ins, **geometry)
+    tasks = [BlockRotation(source, call, **geometry) for source in sources]
     where = plan.where[0]
     if array_api_compat.is_dask_array(positions) and positions.ndim == 0:
         # A lazy offset (make_plan saw a stand-in zero): each block reads its value.
@@ -178,37 +160,19 @@ class BlockRotation:
     """
 
     def __init__(
-        self,
-        source: TableSource,
-        *,
-        head_dim: int,
-        interleaved: bool,
-        layout: str,
-        inverse: bool,
-        impl: str,
+        self, source: TableSource, call: Call, *, head_dim: int, interleaved: bool
     ) -> None:
         self.source = source
-        self.layout = layout
-        self.options: dict[str, Any] = {
-            "head_dim": head_dim,
-            "interleaved": interleaved,
-            "layout": layout,
-            "inverse": inverse,
-            "impl": impl,
-        }
+        self.layout = call.layout
+        # The options of each block's call; its arrays and positions are the block's.
+        self.call = call._replace(arrays=(), names=("x",), positions=None, xp=None)
+        self.geometry: dict[str, Any] = {"head_dim": head_dim, "interleaved": interleaved}
 
     def _rotate(self, block: Array, positions: object) -> Array:
         # dask already runs one block per thread of each worker.
         with _threads.one_thread():
-            (y,) = rotate(
-                self.source,
-                (block,),
-                ("x",),
-                positions,
-                inplace=False,
-                xp=None,
-                **self.options,
-            )
+            call = self.call._replace(arrays=(block,), positions=positions)
+            (y,) = rotate(self.source, call, **self.geometry)
         return y
 
     def by_offset(
