@@ -1,9 +1,10 @@
 """One rotation: plan it, pick a path, run it.
 
-``rotate(source, arrays, ...)`` is what :class:`anyrope.RoPE` and the lazy libraries
-(:mod:`anyrope._lazy.dask`, per block) call: :func:`anyrope._plan.make_plan` checks
-everything once, :func:`anyrope._paths.choose` picks the path ``impl`` names (or the
-first that takes the plan), and the path rotates.
+``rotate(source, arrays, ...)`` is what :class:`anyrope.RoPE` calls:
+:func:`anyrope._plan.make_plan` checks everything once, :func:`anyrope._paths.choose`
+picks the path ``impl`` names (or the first that takes the plan), and the path rotates.
+Arrays of a lazy library go to its path (:func:`anyrope._paths.lazy_path`), which calls
+:func:`rotate` on each block.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Hashable
-from types import ModuleType
 from typing import Any
 
 import array_api_compat
@@ -19,7 +19,7 @@ import numpy as np
 
 from ._namespace import Array, Namespace, namespace_of
 from ._offsets import Offsets
-from ._paths import choose
+from ._paths import Path, choose, lazy_path
 from ._plan import Plan, make_plan
 from ._tables import TableSource
 from ._validation import check_bool
@@ -72,6 +72,23 @@ def rotate(
     if known is not None:
         plan, path = known
         return _run(path, plan.for_call(arrays, positions))
+    lazy = lazy_path(arrays[0])
+    if lazy is not None:
+        return lazy.rotate(
+            rotate,
+            (source,) * len(arrays),
+            arrays,
+            names,
+            positions,
+            head_dim=head_dim,
+            interleaved=interleaved,
+            layout=layout,
+            inverse=inverse,
+            inplace=inplace,
+            impl=impl,
+            xp=xp,
+            cu_seqlens=cu_seqlens,
+        )
     options = {
         "head_dim": head_dim,
         "interleaved": interleaved,
@@ -203,6 +220,9 @@ def rotate_each(
         "xp": xp,
         "cu_seqlens": cu_seqlens,
     }
+    lazy = lazy_path(arrays[0])
+    if lazy is not None:
+        return lazy.rotate(rotate, sources, arrays, names, positions, impl=impl, **options)
     if len(arrays) > 1:
         _check_together(sources[0], arrays, names, positions, impl=impl, options=options)
     return tuple(
@@ -234,10 +254,10 @@ def _check_together(
         source.remember(key, plan.template())
 
 
-def _run(path: ModuleType, plan: Plan) -> tuple[Array, ...]:
-    if not getattr(path, "CHECKS_POSITIONS", False) and plan.unread:
+def _run(path: Path, plan: Plan) -> tuple[Array, ...]:
+    if not path.CHECKS_POSITIONS and plan.unread:
         plan = plan.with_positions_read()
-    return path.run(plan)  # type: ignore[no-any-return]
+    return path.run(plan)
 
 
 def _geometry(arrays: tuple[Array, ...], positions: object, *options: object) -> Hashable | None:
@@ -298,7 +318,12 @@ def path_name(
     impl: str,
     **options: object,
 ) -> str:
-    """The ``impl`` name of the path that :func:`rotate` would take for these arguments."""
+    """The ``impl`` name of the path that :func:`rotate` would take for these arguments
+    (for a lazy library's arrays, the path of their blocks)."""
+    lazy = lazy_path(arrays[0])
+    if lazy is not None:
+        namespace_of(*arrays, xp=options.get("xp"), argument=names)
+        arrays, options = tuple(map(lazy.block_like, arrays)), {**options, "xp": None}
     host = _jax_on_host(
         arrays,
         names,

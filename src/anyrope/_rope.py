@@ -693,10 +693,6 @@ class RoPE:
         """
         from ._pipeline import path_name
 
-        if array_api_compat.is_dask_array(x):
-            # `xp` is the dask array's; the path named is that of its blocks.
-            namespace_of(x, xp=xp)
-            x, xp = x._meta.reshape((0,) * (x.ndim - 1) + (x.shape[-1],)), None
         start = 0
         if self.start_index and array_api_compat.is_array_api_obj(x) and x.shape:
             # The call rotates a view from start_index on: name the path that view takes.
@@ -751,27 +747,13 @@ class RoPE:
         *,
         start: int = 0,
     ) -> tuple[Array, ...]:
-        head_dim, interleaved = self.head_dim - start, self.interleaved
-        if array_api_compat.is_dask_array(arrays[0]):
-            # Lazy libraries sit above the pipeline: dask calls it once per block.
-            from ._lazy.dask import rotate_dask
-
-            return rotate_dask(
-                (self._source,) * len(arrays),
-                arrays,
-                names,
-                positions,
-                head_dim=head_dim,
-                interleaved=interleaved,
-                **options,
-            )
         return _pipeline.rotate(
             self._source,
             arrays,
             names,
             positions,
-            head_dim=head_dim,
-            interleaved=interleaved,
+            head_dim=self.head_dim - start,
+            interleaved=self.interleaved,
             **options,
         )
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import array_api_compat
-
 from . import _pipeline
 from ._amplitude import Amplitude, xpos_zeta
 from ._namespace import Array, Namespace
@@ -395,11 +393,6 @@ class XPos:
             "inverse": inverse,
             **options,
         }
-        if array_api_compat.is_dask_array(arrays[0]):
-            # Lazy libraries sit above the pipeline: dask calls it once per block.
-            from ._lazy.dask import rotate_dask
-
-            return rotate_dask(sources, arrays, names, positions, **common)
         return _pipeline.rotate_each(sources, arrays, names, positions, **common)
 
 

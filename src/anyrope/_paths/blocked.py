@@ -33,6 +33,7 @@ from .._plan import Plan
 from .rotation import halves
 
 NAME = "blocked"
+CHECKS_POSITIONS = False
 
 BLOCK_ELEMENTS = 1 << 17
 """Elements per block: each worker's two float32 scratch buffers (512 KiB each) and the
@@ -161,8 +162,7 @@ def _rotate_blocks(  # noqa: PLR0917 - the loop's operands, in the order they ar
     rotated_shape = (*x.shape[:-1], r)
     wide_cos = ops.broadcast_to(wide_cos, rotated_shape)
     first_sin, second_sin = (
-        ops.broadcast_to(half, (*x.shape[:-1], r // 2))
-        for half in halves(wide_sin, r, interleaved)
+        ops.broadcast_to(half, (*x.shape[:-1], r // 2)) for half in halves(wide_sin, r, interleaved)
     )
     blocks = list(_blocks(x.shape[:-1], r, ops.block_elements))
     workers = min(_threads.workers(library), len(blocks))

@@ -9,12 +9,16 @@ same bits as one call on the whole array. A head dimension split across chunks i
 joined for the rotation and split again afterwards. A 0-d dask array of positions is an
 offset, like an int, whose value is read (and checked) by each block when it runs.
 
-This module is imported only for dask arrays, when dask is already in ``sys.modules``.
+It is the registry's lazy path (:data:`anyrope._paths.LAZY`): it takes the call before
+it is planned, since lazy positions have no values to plan with, and hands each block to
+the function the pipeline gives it (the pipeline itself). It imports dask only for dask
+arrays, when dask is already in ``sys.modules``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import array_api_compat
@@ -24,13 +28,25 @@ from .. import _threads
 from .._layout import Axes
 from .._namespace import Array, namespace_of
 from .._offsets import Offsets
-from .._pipeline import rotate
 from .._plan import make_plan
 from .._tables import TableSource
 from .._validation import check_bool, describe
 
+NAME = "dask"
 
-def rotate_dask(
+
+def takes(x: object) -> bool:
+    """Whether ``x`` is a dask array (asked without importing dask)."""
+    return bool(array_api_compat.is_dask_array(x))
+
+
+def block_like(x: Array) -> Array:
+    """An empty block of ``x``'s library, whose path its blocks take."""
+    return x._meta.reshape((0,) * (x.ndim - 1) + (x.shape[-1],))
+
+
+def rotate(
+    rotate_block: Callable[..., tuple[Array, ...]],
     sources: tuple[TableSource, ...],
     arrays: tuple[Array, ...],
     names: tuple[str, ...],
@@ -47,7 +63,7 @@ def rotate_dask(
 ) -> tuple[Array, ...]:
     """Lazy rotations of the dask ``arrays`` (which share batch and sequence axes),
     ``arrays[j]`` with the tables of ``sources[j]`` (the same settings but for an xPos
-    amplitude).
+    amplitude), each block by ``rotate_block`` (the pipeline's ``rotate``).
 
     Everything that can be checked without computing is checked now, as for any other
     array: shapes, dtypes, the flags and concrete positions (a NumPy array's values too).
@@ -104,7 +120,7 @@ def rotate_dask(
         xp=None,
         **options,
     )
-    tasks = [BlockRotation(source, impl=impl, **options) for source in sources]
+    tasks = [BlockRotation(rotate_block, source, impl=impl, **options) for source in sources]
     where = plan.where[0]
     if array_api_compat.is_dask_array(positions) and positions.ndim == 0:
         # A lazy offset (make_plan saw a stand-in zero): each block reads its value.
@@ -172,13 +188,15 @@ def _spread_positions(positions: Array, axes: Axes, ndim: int) -> Array:
 class BlockRotation:
     """What dask runs on each block; picklable for worker processes.
 
-    It carries the :class:`~anyrope._tables.TableSource`, which pickles as its settings
+    It carries the pipeline's ``rotate`` (pickled by name) and the
+    :class:`~anyrope._tables.TableSource`, which pickles as its settings
     and is shared again by every block unpickled in one worker process, so tables are
     built once per process, not once per block.
     """
 
     def __init__(
         self,
+        rotate_block: Callable[..., tuple[Array, ...]],
         source: TableSource,
         *,
         head_dim: int,
@@ -187,6 +205,7 @@ class BlockRotation:
         inverse: bool,
         impl: str,
     ) -> None:
+        self.rotate_block = rotate_block
         self.source = source
         self.layout = layout
         self.options: dict[str, Any] = {
@@ -200,7 +219,7 @@ class BlockRotation:
     def _rotate(self, block: Array, positions: object) -> Array:
         # dask already runs one block per thread of each worker.
         with _threads.one_thread():
-            (y,) = rotate(
+            (y,) = self.rotate_block(
                 self.source,
                 (block,),
                 ("x",),
