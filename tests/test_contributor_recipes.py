@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import anyrope
+from goldens import CASES
 
 SOURCE = Path(anyrope.__file__).parent
 ROOT = Path(__file__).parents[1]
@@ -108,6 +109,5 @@ def test_add_a_path(tmp_path: Path) -> None:
         timeout=600,
     )
     assert golden.returncode == 0, golden.stdout[-3000:] + golden.stderr[-3000:]
-    passed = re.search(r"(\d+) passed", golden.stdout)
-    assert passed is not None and int(passed.group(1)) >= 50, golden.stdout[-3000:]
-    assert "failed" not in golden.stdout
+    # Every golden case of NumPy ran through the toy path: none skipped.
+    assert re.search(rf"\b{len(CASES)} passed,", golden.stdout), golden.stdout[-3000:]
