@@ -72,23 +72,6 @@ def rotate(
     if known is not None:
         plan, path = known
         return _run(path, plan.for_call(arrays, positions))
-    lazy = lazy_path(arrays[0])
-    if lazy is not None:
-        return lazy.rotate(
-            rotate,
-            (source,) * len(arrays),
-            arrays,
-            names,
-            positions,
-            head_dim=head_dim,
-            interleaved=interleaved,
-            layout=layout,
-            inverse=inverse,
-            inplace=inplace,
-            impl=impl,
-            xp=xp,
-            cu_seqlens=cu_seqlens,
-        )
     options = {
         "head_dim": head_dim,
         "interleaved": interleaved,
@@ -99,6 +82,10 @@ def rotate(
         "cu_seqlens": cu_seqlens,
         "adjoint": adjoint,
     }
+    lazy = lazy_path(arrays[0])
+    if lazy is not None:
+        sources = (source,) * len(arrays)
+        return lazy.rotate(rotate, sources, arrays, names, positions, impl=impl, **options)
     host = _jax_on_host(arrays, names, positions, cu_seqlens, xp=xp, inplace=inplace, impl=impl)
     if host is not None:
         from ._jax import back_to_jax

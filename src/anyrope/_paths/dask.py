@@ -60,6 +60,7 @@ def rotate(
     impl: str,
     xp: Any,
     cu_seqlens: object,
+    adjoint: bool = False,
 ) -> tuple[Array, ...]:
     """Lazy rotations of the dask ``arrays`` (which share batch and sequence axes),
     ``arrays[j]`` with the tables of ``sources[j]`` (the same settings but for an xPos
@@ -120,7 +121,8 @@ def rotate(
         xp=None,
         **options,
     )
-    tasks = [BlockRotation(rotate_block, source, impl=impl, **options) for source in sources]
+    block = {**options, "impl": impl, "adjoint": adjoint}
+    tasks = [BlockRotation(rotate_block, source, block) for source in sources]
     where = plan.where[0]
     if array_api_compat.is_dask_array(positions) and positions.ndim == 0:
         # A lazy offset (make_plan saw a stand-in zero): each block reads its value.
@@ -198,23 +200,12 @@ class BlockRotation:
         self,
         rotate_block: Callable[..., tuple[Array, ...]],
         source: TableSource,
-        *,
-        head_dim: int,
-        interleaved: bool,
-        layout: str,
-        inverse: bool,
-        impl: str,
+        options: dict[str, Any],
     ) -> None:
         self.rotate_block = rotate_block
         self.source = source
-        self.layout = layout
-        self.options: dict[str, Any] = {
-            "head_dim": head_dim,
-            "interleaved": interleaved,
-            "layout": layout,
-            "inverse": inverse,
-            "impl": impl,
-        }
+        self.layout = options["layout"]
+        self.options = options
 
     def _rotate(self, block: Array, positions: object) -> Array:
         # dask already runs one block per thread of each worker.
