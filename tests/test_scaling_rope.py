@@ -13,6 +13,7 @@ import pytest
 
 import anyrope
 from anyrope._hostmath import log, sincos
+from anyrope._paths.rotation import rotate_pair, rotate_pairs
 from anyrope._tables import AHEAD, AHEAD_BLOCKS, MAX_LENGTH_BUCKETS
 from anyrope.scaling import RopeScaling, dynamic, yarn
 from anyrope.tools._backends import numpy_dtype
@@ -93,8 +94,7 @@ def test_scaled_rotation_is_the_rotation_with_scaled_tables(name: str) -> None:
     cos, sin = rope.tables(300, dtype=np.float64)
     x0, x1 = x[..., :16], x[..., 16:]
     c, s = cos[:, None, :], sin[:, None, :]
-    np.testing.assert_array_equal(y[..., :16], x0 * c - x1 * s)
-    np.testing.assert_array_equal(y[..., 16:], x1 * c + x0 * s)
+    np.testing.assert_array_equal(y, np.concatenate(rotate_pair(x0, x1, c, s), axis=-1))
 
 
 @pytest.mark.parametrize("name", sorted(SCALINGS))
@@ -132,7 +132,7 @@ def _rotated(x: np.ndarray, positions: np.ndarray, inv_freq: np.ndarray, factor:
     c, s = (cos * factor)[:, None, :], (sin * factor)[:, None, :]
     half = inv_freq.shape[0]
     x0, x1 = x[..., :half], x[..., half:]
-    return np.concatenate([x0 * c - x1 * s, x1 * c + x0 * s], axis=-1)
+    return np.concatenate(rotate_pair(x0, x1, c, s), axis=-1)
 
 
 def test_longrope_chooses_factors_by_the_length_of_the_call() -> None:
@@ -342,7 +342,6 @@ def test_dynamic_frequencies_of_many_lengths_are_those_of_each_length() -> None:
 
 
 def test_dynamic_decoding_past_the_context_builds_no_large_table() -> None:
-    from anyrope._paths.reference import rotate_pairs
     from anyrope._tables import host_tables
 
     rope = _rope("dynamic")
@@ -463,7 +462,8 @@ def test_inverse_tables_are_cos_and_sin_divided_by_the_factor() -> None:
     s, c = sincos(positions.astype(np.float64)[:, None] * rope.inv_freq)
     cos, sin = (c / a).astype(np.float32)[:, None, :], (s / a).astype(np.float32)[:, None, :]
     x0, x1 = x[..., :8], x[..., 8:]
-    expected = np.concatenate([x0 * cos + x1 * sin, x1 * cos - x0 * sin], axis=-1)
+    # The rotation by -angle: x1 * -s is exactly -(x1 * s).
+    expected = np.concatenate(rotate_pair(x0, x1, cos, -sin), axis=-1)
     impls = ["array_api", "blocked"] + (["numba"] if _has_numba() else [])
     for impl in impls:
         got = rope.rotate(x, positions, inverse=True, impl=impl)

@@ -1,9 +1,10 @@
 """One rotation: plan it, pick a path, run it.
 
-``rotate(source, call, ...)`` is what :class:`anyrope.RoPE` and the lazy libraries
-(:mod:`anyrope._lazy.dask`, per block) call with a checked :class:`~anyrope._call.Call`:
-:func:`anyrope._plan.make_plan` checks what its arrays tell, :func:`anyrope._paths.choose`
-picks the path ``impl`` names (or the first that takes the plan), and the path rotates.
+``rotate_each(sources, call, ...)`` is what :class:`anyrope.RoPE` calls with a checked
+:class:`~anyrope._call.Call`: :func:`anyrope._plan.make_plan` checks what its arrays
+tell, :func:`anyrope._paths.choose` picks the path ``impl`` names (or the first that
+takes the plan), and the path rotates. Arrays of a lazy library go to its path
+(:func:`anyrope._paths.lazy_path`), which calls :func:`rotate` on each block.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Hashable
-from types import ModuleType
 from typing import Any
 
 import array_api_compat
@@ -20,7 +20,7 @@ import numpy as np
 from ._call import Call
 from ._namespace import Array, namespace_of
 from ._offsets import Offsets
-from ._paths import choose
+from ._paths import Path, choose, lazy_path
 from ._plan import Plan, make_plan
 from ._tables import TableSource
 
@@ -116,6 +116,9 @@ def rotate_each(
     plan cache, serves it unchanged. A geometry checked before is checked again only
     where values matter (the positions, and memory overlap in place).
     """
+    lazy = lazy_path(call.arrays[0])
+    if lazy is not None:
+        return lazy.rotate(rotate, sources, call, head_dim=head_dim, interleaved=interleaved)
     if sources[0] is sources[-1]:  # one array, or q and k of one RoPE
         return rotate(sources[0], call, head_dim=head_dim, interleaved=interleaved)
     geometry = None
@@ -139,10 +142,10 @@ def rotate_each(
     )
 
 
-def _run(path: ModuleType, plan: Plan) -> tuple[Array, ...]:
-    if not getattr(path, "CHECKS_POSITIONS", False) and plan.unread:
+def _run(path: Path, plan: Plan) -> tuple[Array, ...]:
+    if not path.CHECKS_POSITIONS and plan.unread:
         plan = plan.with_positions_read()
-    return path.run(plan)  # type: ignore[no-any-return]
+    return path.run(plan)
 
 
 def _geometry(arrays: tuple[Array, ...], positions: object, *options: object) -> Hashable | None:
@@ -195,7 +198,12 @@ def _array_geometry(x: Any) -> Hashable | None:
 
 
 def path_name(source: TableSource, call: Call, *, head_dim: int, interleaved: bool) -> str:
-    """The ``impl`` name of the path that :func:`rotate` would take for ``call``."""
+    """The ``impl`` name of the path that :func:`rotate` would take for ``call`` (for a
+    lazy library's arrays, the path of their blocks)."""
+    lazy = lazy_path(call.arrays[0])
+    if lazy is not None:
+        namespace_of(*call.arrays, xp=call.xp, argument=call.names)
+        call = call._replace(arrays=tuple(map(lazy.block_like, call.arrays)), xp=None)
     call = _jax_on_host(call) or call
     plan = make_plan(source, call, head_dim=head_dim, interleaved=interleaved)
     return str(choose(call.impl, plan).NAME)

@@ -599,10 +599,6 @@ class RoPE:
         >>> rope.path(x, impl="blocked"), rope.path(x, impl="array_api")
         ('blocked', 'array_api')
         """
-        if array_api_compat.is_dask_array(x):
-            # `xp` is the dask array's; the path named is that of its blocks.
-            namespace_of(x, xp=xp)
-            x, xp = x._meta.reshape((0,) * (x.ndim - 1) + (x.shape[-1],)), None
         start = 0
         if self.start_index and array_api_compat.is_array_api_obj(x) and x.shape:
             # The call rotates a view from start_index on: name the path that view takes.
@@ -651,11 +647,6 @@ class RoPE:
     def _rotate_whole(
         self, sources: tuple[TableSource, ...], call: Call, head_dim: int
     ) -> tuple[Array, ...]:
-        if array_api_compat.is_dask_array(call.arrays[0]):
-            # Lazy libraries sit above the pipeline: dask calls it once per block.
-            from ._lazy.dask import rotate_dask
-
-            return rotate_dask(sources, call, head_dim=head_dim, interleaved=self.interleaved)
         return _pipeline.rotate_each(sources, call, head_dim=head_dim, interleaved=self.interleaved)
 
     def tables(

@@ -1,36 +1,70 @@
 """The paths that rotate a :class:`~anyrope._plan.Plan`, and the registry that picks one.
 
-Each path is a module with the same interface:
-
-- ``NAME``: the value of ``impl=`` that asks for it;
-- ``rejects(plan) -> str | None``: why it cannot take the plan (a phrase that follows
-  "`impl`='NAME'"), or ``None``;
-- ``run(plan) -> tuple of arrays``: the rotated arrays, the same bits as the reference.
-
-:data:`AUTO_ORDER` is the order ``impl="auto"`` tries them in: the fastest first, the
-reference last (it rejects nothing). A new path is one module here and one entry in
-:data:`AUTO_ORDER`.
+A path is any object, usually a module, of the type :class:`Path`. :data:`AUTO_ORDER` is
+the order ``impl="auto"`` tries them in: the fastest first, the reference last (it rejects
+nothing). A new path is one module here and one entry in :data:`AUTO_ORDER`
+(docs/architecture.rst, "Adding a path"). :data:`LAZY` holds the paths of lazy libraries
+(dask), which take a call before it is planned.
 """
 
 from __future__ import annotations
 
-from types import ModuleType
+from collections.abc import Callable
+from typing import Any, Protocol
 
+from .._namespace import Array
 from .._plan import Plan
 from .._validation import check_impl
-from . import blocked, cuda, numba_cpu, reference
+from . import blocked, cuda, dask, numba_cpu, reference
 
-AUTO_ORDER: tuple[ModuleType, ...] = (cuda, numba_cpu, blocked, reference)
+
+class Path(Protocol):
+    """What a path has: mypy checks every entry of :data:`AUTO_ORDER` against it."""
+
+    NAME: str
+    """The value of ``impl=`` that asks for it."""
+    CHECKS_POSITIONS: bool
+    """Whether :meth:`run` checks the values of a position array where it reads them, so
+    a plan may reach it with positions left unread on a GPU (``Plan.unread``); otherwise
+    the pipeline reads and checks them first."""
+
+    def rejects(self, plan: Plan, /) -> str | None:
+        """Why it cannot take ``plan`` (a phrase that follows "`impl`='NAME'"), or ``None``."""
+
+    def run(self, plan: Plan, /) -> tuple[Array, ...]:
+        """The rotated arrays: the bits of the reference path."""
+
+
+class LazyPath(Protocol):
+    """The path of a lazy library: it takes the call and rotates each block by the
+    function the pipeline gives it."""
+
+    NAME: str
+
+    def takes(self, x: object, /) -> bool:
+        """Whether ``x`` is an array of its library."""
+
+    def block_like(self, x: Array, /) -> Array:
+        """An empty array of the library of ``x``'s blocks (whose path they take)."""
+
+    rotate: Callable[..., tuple[Array, ...]]
+    """``rotate(rotate_block, sources, arrays, names, positions, **options)``."""
+
+
+AUTO_ORDER: tuple[Path, ...] = (cuda, numba_cpu, blocked, reference)
 """Paths in the order ``impl="auto"`` tries them."""
 
-PATHS: dict[str, ModuleType] = {path.NAME: path for path in AUTO_ORDER}
+PATHS: dict[str, Path] = {path.NAME: path for path in AUTO_ORDER}
 """Every path by its ``impl`` name."""
 
 IMPLS: tuple[str, ...] = ("auto", *PATHS)
 """Every accepted value of ``impl``."""
 
+LAZY: tuple[LazyPath, ...] = (dask,)
+"""The paths of lazy libraries, asked before a call is planned."""
 
-def choose(impl: str, plan: Plan) -> ModuleType:
+
+def choose(impl: str, plan: Plan) -> Path:
     """The path for ``plan``: the one named by ``impl``, or the first that takes it.
 
     Raises
@@ -48,3 +82,11 @@ def choose(impl: str, plan: Plan) -> ModuleType:
     if reason is not None:
         raise ValueError(f"`impl`={impl!r} {reason}")
     return path
+
+
+def lazy_path(x: Any) -> LazyPath | None:
+    """The lazy path that takes ``x``, or ``None`` for an eager array."""
+    for path in LAZY:
+        if path.takes(x):
+            return path
+    return None

@@ -2,8 +2,8 @@
 
 With the tables widened over every rotated feature (:func:`anyrope._tables.widen`), the
 rotation is ``y = x * [c, c] + swap(x) * [-s, s]`` (half-split; interleaved alike): two
-products and a sum, which give the bits of the reference
-(:func:`anyrope._paths.reference.rotate_pairs`) because ``x1 * (-s)`` is exactly
+products and a sum, which give the bits of
+:func:`~anyrope._paths.rotation.rotate_pair` because ``x1 * (-s)`` is exactly
 ``-(x1 * s)`` and ``a + (-b)`` is exactly ``a - b`` in IEEE 754.
 
 A small input (a decode step) is computed whole on the calling thread in three
@@ -30,8 +30,10 @@ from .. import _threads
 from .._cpu_memory import empty_like
 from .._namespace import Array
 from .._plan import Plan
+from .rotation import halves
 
 NAME = "blocked"
+CHECKS_POSITIONS = False
 
 BLOCK_ELEMENTS = 1 << 17
 """Elements per block: each worker's two float32 scratch buffers (512 KiB each) and the
@@ -160,8 +162,7 @@ def _rotate_blocks(  # noqa: PLR0917 - the loop's operands, in the order they ar
     rotated_shape = (*x.shape[:-1], r)
     wide_cos = ops.broadcast_to(wide_cos, rotated_shape)
     first_sin, second_sin = (
-        ops.broadcast_to(half, (*x.shape[:-1], r // 2))
-        for half in _halves(wide_sin, r, interleaved)
+        ops.broadcast_to(half, (*x.shape[:-1], r // 2)) for half in halves(wide_sin, r, interleaved)
     )
     blocks = list(_blocks(x.shape[:-1], r, ops.block_elements))
     workers = min(_threads.workers(library), len(blocks))
@@ -181,8 +182,8 @@ def _rotate_blocks(  # noqa: PLR0917 - the loop's operands, in the order they ar
                 n = math.prod(xb.shape)
                 t0 = ops.reshape(products[:n], xb.shape)
                 t1 = ops.reshape(swapped[:n], xb.shape)
-                first, second = _halves(t1, r, interleaved)
-                x_first, x_second = _halves(xb, r, interleaved)
+                first, second = halves(t1, r, interleaved)
+                x_first, x_second = halves(xb, r, interleaved)
                 ops.mul(xb, wide_cos[index], t0)
                 ops.mul(x_second, first_sin[index], first)
                 ops.mul(x_first, second_sin[index], second)
@@ -202,14 +203,6 @@ def _host_memory(x: Array) -> bool:
 
 
 _TORCH_DTYPES = ("float16", "bfloat16")
-
-
-def _halves(a: Array, rotary_dim: int, interleaved: bool) -> tuple[Array, Array]:
-    """The first and second elements of every pair, as two views."""
-    if interleaved:
-        return a[..., 0:rotary_dim:2], a[..., 1:rotary_dim:2]
-    half = rotary_dim // 2
-    return a[..., :half], a[..., half:rotary_dim]
 
 
 def _blocks(shape: tuple[int, ...], row: int, elements: int) -> Iterator[tuple[Any, ...]]:

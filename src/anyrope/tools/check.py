@@ -38,6 +38,7 @@ import numpy as np
 from .._frequencies import default_inv_freq
 from .._functional import rotate
 from .._hostmath import sincos
+from .._paths.rotation import rotate_pair
 from .._rope import RoPE
 from ._accuracy import max_ulp_error, pair_magnitude
 from ._backends import (
@@ -245,8 +246,7 @@ def _oracle(
     s, c = s[..., None, :], c[..., None, :]
     x0, x1 = x[..., first], x[..., second]
     y = x.copy()
-    y[..., first] = x0 * c - x1 * s
-    y[..., second] = x1 * c + x0 * s
+    y[..., first], y[..., second] = rotate_pair(x0, x1, c, s)
     return y
 
 

@@ -28,6 +28,7 @@ from ..._plan import Plan
 from ..._torch import bump_versions, numpy_view, positions_view
 
 NAME = "numba"
+CHECKS_POSITIONS = False
 
 PARALLEL_ELEMENTS = 1 << 21
 """Inputs of more rotated elements than this are split between threads; below it, a

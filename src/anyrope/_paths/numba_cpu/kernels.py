@@ -28,6 +28,8 @@ from numba.core import cgutils, config
 from numba.extending import intrinsic, overload
 from numba.np.arrayobj import populate_array
 
+from ..rotation import rotate_pair
+
 
 def _hardware_float16() -> bool:
     """Whether float16 is converted by the CPU's own instructions (x86 F16C): exact, and
@@ -247,6 +249,10 @@ def _store_for(value: Any, like: Any) -> Any:
     return store
 
 
+_rotate_pair = njit(inline="always")(rotate_pair)
+"""The one formula of :mod:`anyrope._paths.rotation`, compiled into the row loops."""
+
+
 @njit(nogil=True, cache=True)
 def rotate(  # noqa: PLR0917 - the kernel's operands, in the order they are used
     x: Any,
@@ -261,14 +267,15 @@ def rotate(  # noqa: PLR0917 - the kernel's operands, in the order they are used
     """Rotate ``x`` (n0, n1, n2, width; its last axis of unit stride) into ``out``, a
     separate C-contiguous array of the same shape.
 
-    ``out[pair] = (x0 c - x1 s, x1 c + x0 s)`` (numerical-contract.rst, "How every path computes"
-    3), where the pairs of ``x[a, b, c]`` use the table row ``first + a*t0 + b*t1 + c*t2`` (``rows =
-    (first, t0, t1, t2)``); the features past the rotated ones are copied. Only ``a*n1 + b`` in
-    ``start .. stop-1`` is done: a thread's share.
+    ``out[pair] = rotate_pair(x0, x1, c, s)`` (numerical-contract.rst, "How every path
+    computes" 3), where the pairs of ``x[a, b, c]`` use the table row
+    ``first + a*t0 + b*t1 + c*t2`` (``rows = (first, t0, t1, t2)``); the features past the
+    rotated ones are copied. Only ``a*n1 + b`` in ``start .. stop-1`` is done: a thread's
+    share.
     """
-    # The row loops are written out in both kernels: behind a helper function, or with
-    # the target chosen at run time, numba counts references per row and the compiler
-    # stops vectorizing them (four times slower).
+    # The row loops are written out in both kernels: behind a helper function that is not
+    # inlined (as _rotate_pair is), or with the target chosen at run time, numba counts
+    # references per row and the compiler stops vectorizing them (four times slower).
     first, t0, t1, t2 = rows
     n1 = x.shape[1]
     half = cos.shape[1]
@@ -282,13 +289,13 @@ def rotate(  # noqa: PLR0917 - the kernel's operands, in the order they are used
             if interleaved:
                 for i in range(half):
                     x0, x1 = _load(x_row[2 * i]), _load(x_row[2 * i + 1])
-                    out_row[2 * i] = _store(x0 * cos_row[i] - x1 * sin_row[i], like)
-                    out_row[2 * i + 1] = _store(x1 * cos_row[i] + x0 * sin_row[i], like)
+                    y0, y1 = _rotate_pair(x0, x1, cos_row[i], sin_row[i])
+                    out_row[2 * i], out_row[2 * i + 1] = _store(y0, like), _store(y1, like)
             else:
                 for i in range(half):
                     x0, x1 = _load(x_row[i]), _load(x_row[half + i])
-                    out_row[i] = _store(x0 * cos_row[i] - x1 * sin_row[i], like)
-                    out_row[half + i] = _store(x1 * cos_row[i] + x0 * sin_row[i], like)
+                    y0, y1 = _rotate_pair(x0, x1, cos_row[i], sin_row[i])
+                    out_row[i], out_row[half + i] = _store(y0, like), _store(y1, like)
             for f in range(2 * half, x.shape[3]):
                 out_row[f] = x_row[f]
 
@@ -319,11 +326,11 @@ def rotate_in_place(  # noqa: PLR0917 - the kernel's operands, in the order they
             if interleaved:
                 for i in range(half):
                     x0, x1 = _load(x_row[2 * i]), _load(x_row[2 * i + 1])
-                    x_row[2 * i] = _store(x0 * cos_row[i] - x1 * sin_row[i], like)
-                    x_row[2 * i + 1] = _store(x1 * cos_row[i] + x0 * sin_row[i], like)
+                    y0, y1 = _rotate_pair(x0, x1, cos_row[i], sin_row[i])
+                    x_row[2 * i], x_row[2 * i + 1] = _store(y0, like), _store(y1, like)
             else:
                 low, high = x_row[:half], x_row[half : 2 * half]
                 for i in range(half):
                     x0, x1 = _load(low[i]), _load(high[i])
-                    low[i] = _store(x0 * cos_row[i] - x1 * sin_row[i], like)
-                    high[i] = _store(x1 * cos_row[i] + x0 * sin_row[i], like)
+                    y0, y1 = _rotate_pair(x0, x1, cos_row[i], sin_row[i])
+                    low[i], high[i] = _store(y0, like), _store(y1, like)

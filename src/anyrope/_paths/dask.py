@@ -9,12 +9,16 @@ same bits as one call on the whole array. A head dimension split across chunks i
 joined for the rotation and split again afterwards. A 0-d dask array of positions is an
 offset, like an int, whose value is read (and checked) by each block when it runs.
 
-This module is imported only for dask arrays, when dask is already in ``sys.modules``.
+It is the registry's lazy path (:data:`anyrope._paths.LAZY`): it takes the call before
+it is planned, since lazy positions have no values to plan with, and hands each block to
+the function the pipeline gives it (the pipeline itself). It imports dask only for dask
+arrays, when dask is already in ``sys.modules``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import array_api_compat
@@ -25,18 +29,34 @@ from .._call import Call
 from .._layout import Axes
 from .._namespace import Array, namespace_of
 from .._offsets import Offsets
-from .._pipeline import rotate
 from .._plan import make_plan
 from .._tables import TableSource
 from .._validation import describe
 
+NAME = "dask"
 
-def rotate_dask(
-    sources: tuple[TableSource, ...], call: Call, *, head_dim: int, interleaved: bool
+
+def takes(x: object) -> bool:
+    """Whether ``x`` is a dask array (asked without importing dask)."""
+    return bool(array_api_compat.is_dask_array(x))
+
+
+def block_like(x: Array) -> Array:
+    """An empty block of ``x``'s library, whose path its blocks take."""
+    return x._meta.reshape((0,) * (x.ndim - 1) + (x.shape[-1],))
+
+
+def rotate(
+    rotate_block: Callable[..., tuple[Array, ...]],
+    sources: tuple[TableSource, ...],
+    call: Call,
+    *,
+    head_dim: int,
+    interleaved: bool,
 ) -> tuple[Array, ...]:
     """Lazy rotations of the dask arrays of ``call`` (which share batch and sequence
     axes), the ``j``-th with the tables of ``sources[j]`` (the same settings but for an
-    xPos amplitude).
+    xPos amplitude), each block by ``rotate_block`` (the pipeline's ``rotate``).
 
     Everything that can be checked without computing is checked now, as for any other
     array: shapes, dtypes, the flags and concrete positions (a NumPy array's values too).
@@ -86,7 +106,7 @@ def rotate_dask(
     )
     geometry: dict[str, Any] = {"head_dim": head_dim, "interleaved": interleaved}
     plan = make_plan(source, stand_ins, **geometry)
-    tasks = [BlockRotation(source, call, **geometry) for source in sources]
+    tasks = [BlockRotation(rotate_block, source, call, **geometry) for source in sources]
     where = plan.where[0]
     if array_api_compat.is_dask_array(positions) and positions.ndim == 0:
         # A lazy offset (make_plan saw a stand-in zero): each block reads its value.
@@ -160,8 +180,15 @@ class BlockRotation:
     """
 
     def __init__(
-        self, source: TableSource, call: Call, *, head_dim: int, interleaved: bool
+        self,
+        rotate_block: Callable[..., tuple[Array, ...]],
+        source: TableSource,
+        call: Call,
+        *,
+        head_dim: int,
+        interleaved: bool,
     ) -> None:
+        self.rotate_block = rotate_block
         self.source = source
         self.layout = call.layout
         # The options of each block's call; its arrays and positions are the block's.
@@ -172,7 +199,7 @@ class BlockRotation:
         # dask already runs one block per thread of each worker.
         with _threads.one_thread():
             call = self.call._replace(arrays=(block,), positions=positions)
-            (y,) = rotate(self.source, call, **self.geometry)
+            (y,) = self.rotate_block(self.source, call, **self.geometry)
         return y
 
     def by_offset(

@@ -1,1 +1,0 @@
-"""Lazy array libraries (dask): above the pipeline, which they call block by block."""
