@@ -8,7 +8,6 @@ first that takes the plan), and the path rotates.
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Hashable
 from types import ModuleType
@@ -105,7 +104,8 @@ def rotate(
         return _in_native_order(source, arrays, names, positions, impl=impl, options=options)
     plan = make_plan(source, arrays, names, positions, **options)  # type: ignore[arg-type]
     path = choose(impl, plan)
-    full = [math.prod(x.shape) != 0 for x in plan.arrays]
+    # A symbolic dimension (None) is not known to be empty.
+    full = [0 not in x.shape for x in plan.arrays]
     if all(full):
         if key is not None and len(plan.where) == 1:
             source.remember(key, (plan.template(), path))
@@ -235,8 +235,6 @@ def _check_together(
 
 
 def _run(path: ModuleType, plan: Plan) -> tuple[Array, ...]:
-    if not getattr(path, "CHECKS_POSITIONS", False) and plan.unread:
-        plan = plan.with_positions_read()
     return path.run(plan)  # type: ignore[no-any-return]
 
 

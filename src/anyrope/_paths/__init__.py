@@ -41,10 +41,20 @@ def choose(impl: str, plan: Plan) -> ModuleType:
     check_impl(impl, IMPLS)
     if impl == "auto":
         for path in AUTO_ORDER:
-            if path.rejects(plan) is None:
+            if _rejects(path, plan) is None:
                 return path
     path = PATHS[impl]
-    reason = path.rejects(plan)
+    reason = _rejects(path, plan)
     if reason is not None:
         raise ValueError(f"`impl`={impl!r} {reason}")
     return path
+
+
+def _rejects(path: ModuleType, plan: Plan) -> str | None:
+    if plan.unread and not getattr(path, "CHECKS_POSITIONS", False):
+        # Its tables are indexed on the host's word.
+        return (
+            "reads the positions on the host, which this call leaves unread (traced, lazy "
+            "or captured, or on a GPU with max_positions); use impl='auto' or 'array_api'"
+        )
+    return path.rejects(plan)

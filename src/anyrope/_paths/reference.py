@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._namespace import Array, Namespace, compute_dtype
+from .._namespace import Array, Namespace, compute_dtype, reshape_lead
 from .._plan import Plan
 
 
@@ -53,7 +53,7 @@ def rotate_pairs(
     y1 = xp.astype(x1 * cos + x0 * sin, x.dtype)
     if interleaved:
         pairs = xp.stack((y0, y1), axis=-1)
-        rotated = xp.reshape(pairs, (*pairs.shape[:-2], rotary_dim))
+        rotated = reshape_lead(pairs, pairs, pairs.ndim - 2, (rotary_dim,), xp)
     else:
         rotated = xp.concat((y0, y1), axis=-1)
     if rotary_dim == x.shape[-1]:
@@ -62,6 +62,11 @@ def rotate_pairs(
 
 
 NAME = "array_api"
+
+CHECKS_POSITIONS = True
+"""Positions left unread are gathered with array-API operations, NaN rows out of range
+(:meth:`~anyrope._tables.TableCache.in_graph`): no host read, so traced, lazy and
+captured calls take this path."""
 
 
 def rejects(plan: Plan) -> str | None:
