@@ -7,6 +7,7 @@ TransformerEngine's names: ``"bshd"`` = (*batch, seq, heads, dim), ``"bhsd"`` =
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ._namespace import Array, Namespace
 from ._validation import check_layout, describe
@@ -14,7 +15,8 @@ from ._validation import check_layout, describe
 
 @dataclass(frozen=True)
 class Axes:
-    """The axes of one input: its ``batch`` extents, ``seq`` length and ``heads`` count."""
+    """The axes of one input: its ``batch`` extents, ``seq`` length and ``heads`` count
+    (``None`` for a symbolic dimension of a graph input, known when the graph runs)."""
 
     layout: str
     batch: tuple[int, ...]
@@ -27,7 +29,7 @@ def axes_of(x: Array, layout: str, argument: str = "x") -> Axes:
     """Split the shape of ``x`` according to ``layout``."""
     check_layout(layout)
     # None is a symbolic dimension (an ndonnx graph input's), known when the graph runs.
-    shape = tuple(None if n is None else int(n) for n in x.shape)
+    shape: tuple[Any, ...] = tuple(None if n is None else int(n) for n in x.shape)
     if len(shape) < 3:
         raise ValueError(
             f"`{argument}` must have at least 3 axes for layout={layout!r} "

@@ -57,7 +57,8 @@ def resolve_positions(
     (traced, lazy or captured: :func:`host_readable`), gathered inside the graph
     (:meth:`~anyrope._tables.TableCache.in_graph`).
     """
-    if seq is None and getattr(positions, "ndim", 0) == 0:
+    # A symbolic dimension (Axes) is None: no int, no arange, without an array.
+    if getattr(positions, "ndim", 0) == 0 and seq is None:
         raise ValueError(
             "an input with a symbolic sequence length needs `positions` as an integer array "
             f"(the positions are not known without it); got {describe(positions)}"

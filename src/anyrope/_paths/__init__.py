@@ -57,4 +57,5 @@ def _rejects(path: ModuleType, plan: Plan) -> str | None:
             "reads the positions on the host, which this call leaves unread (traced, lazy "
             "or captured, or on a GPU with max_positions); use impl='auto' or 'array_api'"
         )
-    return path.rejects(plan)
+    reason: str | None = path.rejects(plan)
+    return reason
