@@ -153,3 +153,20 @@ def test_ndonnx_symbolic_shapes_run_in_onnx_runtime_with_numpys_bits(
         want = rope.rotate(qn, positions=np.where(inside, pn, 0))
         np.testing.assert_array_equal(_bits(got[inside]), _bits(want[inside]))
         assert np.isnan(got[~inside][..., :12]).all()
+
+
+def test_jax_traced_positions_with_a_capacity_take_no_callback() -> None:
+    """Under jax.jit, positions of a RoPE with a capacity are gathered in the graph:
+    no host callback in the computation, NaN rows out of range."""
+    jax = pytest.importorskip("jax")
+    rope = anyrope.RoPE(8, max_positions=32)
+    q = np.random.default_rng(2).standard_normal((2, 3, 1, 8)).astype(np.float32)
+    positions = np.array([[0, 5, 31], [2, 32, -1]])
+    step = jax.jit(rope.rotate)
+    assert "callback" not in str(step.lower(q, positions).as_text())
+    y = np.asarray(step(q, positions))
+    inside = (positions >= 0) & (positions < 32)
+    assert np.isnan(y[~inside]).all()
+    want = rope.rotate(q, positions=np.where(inside, positions, 0))
+    # XLA may fuse the rotation into multiply-adds: one ulp (see test_jax.py).
+    np.testing.assert_allclose(y[inside], want[inside], rtol=2e-7, atol=1e-7)
