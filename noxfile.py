@@ -34,6 +34,8 @@ NVRTC = "nvidia-cuda-nvrtc==13.5.37"
 NVRTC_TORCH = "nvidia-cuda-nvrtc==13.0.88"
 # Disassembles what NVRTC compiles, for the checks on the order of loads in the SASS.
 NVDISASM = "nvidia-cuda-nvdisasm==13.5.37"
+# An array-API library that builds ONNX graphs, and the runtime that runs them (no torch).
+NDONNX = ("ndonnx==0.23.0", "onnxruntime==1.32.0")
 # The GPU sessions: PyPI's torch (built for one CUDA major version) and the CuPy of that
 # same major version, with the toolkit wheels (NVRTC included) from its `ctk` extra.
 TORCH_GPU = f"torch=={TORCH_VERSION}"
@@ -111,6 +113,15 @@ def tests_dask(session: nox.Session) -> None:
         "tests/test_check.py",
         "tests/test_examples.py",
     )
+
+
+@nox.session(name="tests-onnx")
+def tests_onnx(session: nox.Session) -> None:
+    """Calls inside graphs: ndonnx graphs run by ONNX Runtime, and positions that refuse
+    host reads (torch)."""
+    _install_torch_cpu(session)
+    session.install("-e", ".[test]", *NDONNX)
+    _pytest(session, "tests/test_graph.py", "tests/test_examples.py")
 
 
 # Prints the SIMD features NumPy dispatches to on this CPU, beyond its baseline.
@@ -234,7 +245,7 @@ def docs(session: nox.Session) -> None:
     kernels' too; JAX, dask and the CPU build of PyTorch for the pages' examples; the
     pinned transformers, whose families the model-families page lists)."""
     _install_torch_cpu(session)
-    session.install("-e", ".[docs,numba,jax,dask]", TRANSFORMERS)
+    session.install("-e", ".[docs,numba,jax,dask]", TRANSFORMERS, *NDONNX)
     build = ("sphinx-build", "-n", "-W", "--keep-going", "-q")
     session.run(*build, "-b", "html", "docs", "docs/_build/html")
     session.run(*build, "-b", "doctest", "docs", "docs/_build/doctest")

@@ -870,19 +870,28 @@ def test_device_positions_stay_unread_with_max_positions(torch_as_cuda: list[Lau
     assert _host_reads(lambda: plain(q, k, positions, impl="cuda")) != []
 
 
-def test_unread_positions_are_read_for_the_other_paths(torch_as_cuda: list[Launch]) -> None:
-    # The paths that index tables on the host's word read the positions first: the
-    # same bits as without max_positions, and the same error for a negative one.
+def test_unread_positions_are_gathered_in_the_graph_by_the_reference(
+    torch_as_cuda: list[Launch],
+) -> None:
+    # With max_positions the array-API path reads no position on the host either (a
+    # CUDA graph can capture it): it gathers the rows on the device, with the bits of
+    # positions read on the host, and NaN for a token outside the tables, as the
+    # kernel gives. The paths that index tables on the host's word refuse the call.
     import torch
 
     x = torch.randn(2, 3, 4, 32, dtype=torch.float32, generator=torch.Generator().manual_seed(0))
-    positions = torch.tensor([[1, 5000, 9], [0, 2, 3]])
+    positions = torch.tensor([[1, 5000, 9], [0, 2, -3]])
     ahead = anyrope.RoPE(32, max_positions=1024)
-    want = anyrope.RoPE(32).rotate(x, positions, impl="array_api")
-    for impl in ("array_api", "blocked"):
-        assert torch.equal(ahead.rotate(x, positions, impl=impl), want)
-    with pytest.raises(ValueError, match="must be non-negative"):
-        ahead.rotate(x, -positions, impl="array_api")
+    inside = torch.tensor([[1, 0, 9], [0, 2, 0]])
+    want = anyrope.RoPE(32).rotate(x, inside, impl="array_api")
+    for _ in range(2):  # the first call plans, the second reuses the plan
+        assert _host_reads(lambda: ahead.rotate(x, positions, impl="array_api")) == []
+    got = ahead.rotate(x, positions, impl="array_api")
+    outside = torch.tensor([[False, True, False], [False, False, True]])
+    assert torch.equal(got[~outside], want[~outside])
+    assert got[outside].isnan().all()
+    with pytest.raises(ValueError, match="leaves unread"):
+        ahead.rotate(x, positions, impl="blocked")
     assert torch_as_cuda == []
 
 

@@ -95,14 +95,15 @@ start_index : int, optional
     bit for bit.
 
 max_positions : int, optional
-    Build the tables for positions ``0 .. max_positions - 1`` at the first call on each
-    device, and let the CUDA path leave position arrays on the GPU unread: the call
-    then never waits for the device (it can be captured in a CUDA graph), and the
-    kernel checks each position as it reads it: a position outside the tables gives NaN
-    in the rotated features of its token. Without it, such arrays are read on the host
-    (a device synchronisation) and an out-of-range position raises ``ValueError``. For
+    The capacity: build the tables for positions ``0 .. max_positions - 1`` at the
+    first call on each device, never to move or shrink, and leave position arrays on a
+    GPU, or that the host cannot read (traced, lazy, captured), unread: their rows are
+    gathered inside the graph, the call never waits for the device (it can be captured
+    in a CUDA graph), and a position outside the tables gives NaN in the rotated
+    features of its token. Without it, GPU arrays are read on the host (a device
+    synchronisation) and an out-of-range position raises ``ValueError``. For
     ``dynamic`` and ``longrope`` scaling the largest position chooses the frequencies,
-    so their arrays are always read. See :doc:`/performance`.
+    so their arrays are always read. See :doc:`/inside-graphs`.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ TransformerEngine's names: ``"bshd"`` = (*batch, seq, heads, dim), ``"bhsd"`` =
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ._namespace import Array, Namespace
 from ._validation import check_layout, describe
@@ -14,7 +15,8 @@ from ._validation import check_layout, describe
 
 @dataclass(frozen=True)
 class Axes:
-    """The axes of one input: its ``batch`` extents, ``seq`` length and ``heads`` count."""
+    """The axes of one input: its ``batch`` extents, ``seq`` length and ``heads`` count
+    (``None`` for a symbolic dimension of a graph input, known when the graph runs)."""
 
     layout: str
     batch: tuple[int, ...]
@@ -26,7 +28,8 @@ class Axes:
 def axes_of(x: Array, layout: str, argument: str = "x") -> Axes:
     """Split the shape of ``x`` according to ``layout``."""
     check_layout(layout)
-    shape = tuple(int(n) for n in x.shape)
+    # None is a symbolic dimension (an ndonnx graph input's), known when the graph runs.
+    shape: tuple[Any, ...] = tuple(None if n is None else int(n) for n in x.shape)
     if len(shape) < 3:
         raise ValueError(
             f"`{argument}` must have at least 3 axes for layout={layout!r} "
@@ -74,6 +77,14 @@ def place_tables(table: Array, axes: Axes, xp: Namespace) -> Array:
     axes are added. The heads axis becomes a size-1 axis, and for ``"sbhd"`` the sequence
     axis moves to the front.
     """
+    if None in table.shape:
+        # A symbolic dimension (ndonnx) has no reshape: size-1 axes by expand_dims.
+        for _ in range(len(axes.batch) + 2 - table.ndim):
+            table = xp.expand_dims(table, axis=0)
+        if axes.layout == "sbhd":
+            nb = len(axes.batch)
+            table = xp.permute_dims(table, (nb, *range(nb), nb + 1))
+        return xp.expand_dims(table, axis=-3 if axes.layout == "bhsd" else -2)
     if table.ndim == 2:
         return xp.reshape(table, range_table_shape(axes, table.shape[0], (table.shape[1],)))
     nb = len(axes.batch)

@@ -167,3 +167,21 @@ def to_host(x: Array) -> np.ndarray[Any, Any]:
         return np.asarray(x)
     except (TypeError, ValueError, RuntimeError):
         return np.from_dlpack(x)
+
+
+def reshape_lead(x: Array, like: Array, lead: int, tail: tuple[int, ...], xp: Namespace) -> Array:
+    """``x`` reshaped to ``like.shape[:lead] + tail``.
+
+    A symbolic dimension (``None``, as ndonnx gives for a graph input) has no standard
+    reshape: ``like.dynamic_shape`` (ndonnx's shape as an array) stands in.
+    """
+    shape = (*like.shape[:lead], *tail)
+    if None not in shape:
+        return xp.reshape(x, shape)
+    dynamic = getattr(like, "dynamic_shape", None)
+    if dynamic is None:
+        raise TypeError(
+            f"an array of symbolic shape {like.shape} needs a library whose arrays have a "
+            "dynamic_shape (ndonnx); give it a known shape"
+        )
+    return xp.reshape(x, xp.concat((dynamic[:lead], xp.asarray(tail, dtype=dynamic.dtype))))

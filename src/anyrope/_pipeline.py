@@ -9,7 +9,6 @@ takes the plan), and the path rotates. Arrays of a lazy library go to its path
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Hashable
 from typing import Any
@@ -58,7 +57,8 @@ def rotate(
         return _in_native_order(source, call, geometry)
     plan = make_plan(source, call, **geometry)
     path = choose(call.impl, plan)
-    full = [math.prod(x.shape) != 0 for x in plan.arrays]
+    # A symbolic dimension (None) is not known to be empty.
+    full = [0 not in x.shape for x in plan.arrays]
     if all(full):
         if key is not None and len(plan.where) == 1:
             source.remember(key, (plan.template(), path))
@@ -143,8 +143,6 @@ def rotate_each(
 
 
 def _run(path: Path, plan: Plan) -> tuple[Array, ...]:
-    if not path.CHECKS_POSITIONS and plan.unread:
-        plan = plan.with_positions_read()
     return path.run(plan)
 
 

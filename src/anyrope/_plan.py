@@ -31,7 +31,7 @@ from ._namespace import (
     table_dtype,
 )
 from ._packed import packed_positions
-from ._positions import Positions, known_positions, offset_positions, read, resolve_positions
+from ._positions import Positions, known_positions, offset_positions, resolve_positions
 from ._tables import TableCache, TableSource
 from ._validation import describe
 
@@ -65,10 +65,11 @@ class Plan:
     inplace: bool
     requires_grad: bool
     unread: bool = False
-    """Whether the position array was left unread on the GPU (see
-    :attr:`anyrope._tables.TableSource.unread_bound`): a path must check its values where
-    it reads them, or take :meth:`with_positions_read`. The same for every call of one
-    geometry (the library, device, dtype and shape of the positions decide it)."""
+    """Whether the position array was left unread (on the GPU, see
+    :attr:`anyrope._tables.TableSource.unread_bound`; or traced, lazy or captured):
+    only a path that checks its values
+    where it reads them (``CHECKS_POSITIONS``) takes the plan. The same for every call of
+    one geometry (the library, type, device, dtype and shape of the positions decide it)."""
     memo: dict[str, Any] = field(default_factory=dict, compare=False)
     """What a path derived from the geometry of :attr:`arrays` (shapes, strides, dtype,
     layout and options), keyed by the path's name. The plans that :meth:`for_call` makes
@@ -156,14 +157,6 @@ class Plan:
         if self.inplace:
             _check_writable_again(arrays, self.names)
         return self._replaced(arrays=arrays, where=where, tables=tables)
-
-    def with_positions_read(self) -> Plan:
-        """This plan with its positions read and range-checked on the host (a device
-        synchronisation), for the paths that index the tables on the host's word."""
-        # The tables stay: positions go unread only where the frequencies do not depend
-        # on the largest position (TableSource.unread_bound).
-        where = tuple(read(stream, self.xp) for stream in self.where)
-        return self._replaced(where=where, unread=False)
 
     def with_host_positions(self, view: Callable[[Array], Array]) -> Plan:
         """This plan with its position arrays replaced by ``view`` of them (NumPy views
@@ -265,7 +258,12 @@ def _positions(
     if sections is None or not (source.axial or getattr(positions, "ndim", 0) != 0):
         streams = [
             resolve_positions(
-                positions, xp, x, axes.batch, axes.seq, unread_bound=source.unread_bound
+                positions,
+                xp,
+                x,
+                axes.batch,
+                axes.seq,
+                unread_bound=source.unread_bound,
             )
         ]
     else:
@@ -278,11 +276,19 @@ def _positions(
             batch=axes.batch,
             seq=axes.seq,
         )
-    if source.depends_on_length and any(stream.traced for stream in streams):
+    unknown = [stream for stream in streams if stream.traced or stream.unread]
+    if source.depends_on_length and unknown:
         raise ValueError(
             f"rope_type={source.scaling.rope_type!r} picks its frequencies by the largest "
-            "position, which is unknown for positions traced by jax.jit; pass concrete "
-            "positions or use a length-independent scaling"
+            "position, which is unknown inside a graph (positions traced by jax.jit, lazy "
+            "or captured, whose values are not read on the host); pass concrete positions "
+            "or use a length-independent scaling"
+        )
+    if any(stream.unread and not stream.stop for stream in unknown):
+        raise ValueError(
+            "`positions` whose values cannot be read on the host (traced, lazy or captured) "
+            "are gathered inside the graph from tables of a known size: build the RoPE "
+            "with max_positions"
         )
     return tuple(streams)
 

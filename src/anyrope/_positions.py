@@ -7,6 +7,7 @@ import numbers
 from typing import NamedTuple
 
 import array_api_compat
+import numpy as np
 
 from ._jax import has_int64, is_traced
 from ._namespace import Array, Namespace, device_of, dtype_name, library_name, to_host
@@ -52,8 +53,16 @@ def resolve_positions(
     and int64 are range-checked on the host and converted to int64, which every library
     can index with (see :func:`_indexable`). With ``unread_bound``,
     an int32 or int64 array on a GPU is left unread (``Positions.unread``) and may index
-    that many table rows.
+    that many table rows; so is an array whose values cannot be read on the host
+    (traced, lazy or captured: :func:`host_readable`), gathered inside the graph
+    (:meth:`~anyrope._tables.TableCache.in_graph`).
     """
+    # A symbolic dimension (Axes) is None: no int, no arange, without an array.
+    if getattr(positions, "ndim", 0) == 0 and seq is None:
+        raise ValueError(
+            "an input with a symbolic sequence length needs `positions` as an integer array "
+            f"(the positions are not known without it); got {describe(positions)}"
+        )
     if positions is None:
         return Positions(0, seq, None, seq)
     if isinstance(positions, bool):
@@ -72,19 +81,26 @@ def resolve_positions(
     check_integer_array(positions, "positions", xp, x)
     array: Array = positions
     if array.ndim == 0:
-        if not is_traced(array):
+        if not is_traced(array) and host_readable(array):
             return offset_positions(int(to_host(array)), seq)
         array = _indexable(xp.reshape(array, (1,)), xp, None)
-        array = array + xp.arange(seq, dtype=array.dtype)
+        array = array + xp.arange(seq, dtype=array.dtype, device=device_of(array))
     return _resolve_array(array, xp, batch, seq, unread_bound)
 
 
-def read(where: Positions, xp: Namespace) -> Positions:
-    """``where`` with its values read and checked on the host (if they were not)."""
-    if not where.unread:
-        return where
-    assert where.array is not None
-    return _checked(where.array, xp, where.seq)
+def host_readable(values: Array) -> bool:
+    """Whether the values of ``values`` can be read on the host: not a traced JAX array,
+    a torch tensor of a subclass (a FakeTensor, a wrapper that refuses host reads while a
+    CUDA graph is captured) nor a lazy array (ndonnx graph inputs; see
+    :func:`array_api_compat.is_lazy_array`). A GPU array is readable, at the cost of a wait."""
+    kind = type(values)
+    if kind is np.ndarray:
+        return True
+    if array_api_compat.is_torch_array(values):
+        return kind.__module__ == "torch" and kind.__name__ == "Tensor"
+    if array_api_compat.is_jax_array(values):
+        return not is_traced(values)
+    return not array_api_compat.is_lazy_array(values)
 
 
 def waits_for_device(values: Array) -> bool:
@@ -186,9 +202,15 @@ def _resolve_array(
         raise ValueError(
             f"`positions` of shape {tuple(p.shape)} does not broadcast to (*batch, seq)={target}"
         )
-    p = xp.reshape(p, padded)
+    if p.ndim < len(padded):
+        p = xp.reshape(p, padded)
     if is_traced(p):
-        return Positions(0, seq, _indexable(p, xp, None), 0, traced=True)
+        # Gathered in the graph where the tables have a size, else by a host callback.
+        rows = unread_bound or 0
+        return Positions(0, seq, _indexable(p, xp, None), rows, traced=True, unread=bool(rows))
+    if not host_readable(p):
+        # make_plan refuses them without unread_bound.
+        return Positions(0, seq, _indexable(p, xp, None), unread_bound or 0, unread=True)
     return _values(p, xp, seq, unread_bound)
 
 

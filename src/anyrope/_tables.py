@@ -20,7 +20,7 @@ from ._amplitude import Amplitude
 from ._hostmath import FAST_REDUCTION_LIMIT, sincos
 from ._jax import outside_trace
 from ._mrope import join_sections
-from ._namespace import Array, Namespace, to_host
+from ._namespace import Array, Namespace, reshape_lead, to_host
 from ._positions import Positions
 from ._threads import lock
 from ._validation import MAX_POSITION
@@ -285,8 +285,10 @@ class TableCache:
         if where.traced:
             return False
         if self._seed is None:
-            if where.stop <= self.capacity:
-                return True
+            if self.capacity:
+                # Tables of a capacity never grow (nor move): a CUDA graph captured
+                # with their address stays valid; positions past them get windows.
+                return where.stop <= self.capacity
             if where.stop * self.inv_freq.size > MAX_CACHED_ENTRIES:
                 return False
             # The tables from position 0 double as calls walk past their end (each row
@@ -462,12 +464,31 @@ class TableCache:
         self, where: Positions, xp: Namespace, device: Any, dtype: np.dtype[Any]
     ) -> tuple[Array, Array]:
         """cos/sin of shape ``(*batch', seq, pairs)`` (``(seq, pairs)`` for a range)."""
+        if where.unread:
+            return self.in_graph(where.array, where.stop, xp, device, dtype)
         if where.traced:
             return self._traced(where.array, dtype)
         rows = self.rows(where, xp, device, dtype)
         return _pick(
             rows.cos, rows.sin, offset=rows.offset, seq=where.seq, index=rows.row_of, xp=xp
         )
+
+    def in_graph(
+        self, positions: Array, rows: int, xp: Namespace, device: Any, dtype: np.dtype[Any]
+    ) -> tuple[Array, Array]:
+        """The rows ``positions`` name of the tables of positions ``0 .. rows - 1``,
+        gathered with array-API operations: nothing reads the positions on the host, so
+        this works on traced, lazy and captured arrays, whatever their shape. A position
+        outside the tables gives a row of NaN (never a wrong rotation)."""
+        cos, sin = self.get(rows, xp, device, dtype)
+        flat = xp.reshape(positions, (-1,))
+        inside = (flat >= 0) & (flat < rows)
+        flat = xp.where(inside, flat, xp.zeros_like(flat))
+        nan = xp.asarray(math.nan, dtype=cos.dtype, device=device)
+        picked = (xp.where(inside[:, None], xp.take(t, flat, axis=0), nan) for t in (cos, sin))
+        pairs = (cos.shape[-1],)
+        cos, sin = (reshape_lead(t, positions, positions.ndim, pairs, xp) for t in picked)
+        return cos, sin
 
     def _traced(self, positions: Array, dtype: np.dtype[Any]) -> tuple[Array, Array]:
         from ._jax import host_callback
@@ -621,9 +642,12 @@ class TableSource:
         self._default_bucket = scaling.length_bucket(None)
         self.max_positions = max_positions
         self.unread_bound = None if self.depends_on_length else max_positions
-        """How far device position arrays may go unread (a sync avoided): the rows the
-        tables hold from the first call on; ``None`` when every array must be read (no
-        ``max_positions``, or frequencies chosen by the largest position)."""
+        """How far position arrays may go unread: device arrays (a sync avoided), and
+        those whose values the host cannot read (traced, lazy, captured), gathered
+        inside the graph. The rows the tables hold from the first call on:
+        ``max_positions``. ``None`` when every array must be read (no ``max_positions``,
+        or frequencies chosen by the largest position); not the model's
+        ``max_position_embeddings``, which a model may run past."""
         self.default = TableCache(
             *self.frequencies(None), amplitude=amplitude, capacity=max_positions or 0
         )

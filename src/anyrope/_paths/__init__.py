@@ -75,10 +75,10 @@ def choose(impl: str, plan: Plan) -> Path:
     check_impl(impl, IMPLS)
     if impl == "auto":
         for path in AUTO_ORDER:
-            if path.rejects(plan) is None:
+            if _rejects(path, plan) is None:
                 return path
     path = PATHS[impl]
-    reason = path.rejects(plan)
+    reason = _rejects(path, plan)
     if reason is not None:
         raise ValueError(f"`impl`={impl!r} {reason}")
     return path
@@ -90,3 +90,13 @@ def lazy_path(x: Any) -> LazyPath | None:
         if path.takes(x):
             return path
     return None
+
+
+def _rejects(path: Path, plan: Plan) -> str | None:
+    if plan.unread and not path.CHECKS_POSITIONS:
+        # Its tables are indexed on the host's word.
+        return (
+            "reads the positions on the host, which this call leaves unread (traced, lazy "
+            "or captured, or on a GPU with max_positions); use impl='auto' or 'array_api'"
+        )
+    return path.rejects(plan)

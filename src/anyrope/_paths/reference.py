@@ -13,7 +13,11 @@ from .._plan import Plan
 from .rotation import rotate_pairs
 
 NAME = "array_api"
-CHECKS_POSITIONS = False
+
+CHECKS_POSITIONS = True
+"""Positions left unread are gathered with array-API operations, NaN rows out of range
+(:meth:`~anyrope._tables.TableCache.in_graph`): no host read, so traced, lazy and
+captured calls take this path."""
 
 
 def rejects(plan: Plan) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from .._namespace import Array, Namespace, compute_dtype
+from .._namespace import Array, Namespace, compute_dtype, reshape_lead
 
 T = TypeVar("T")
 
@@ -56,7 +56,7 @@ def rotate_pairs(
     y0, y1 = xp.astype(y0, x.dtype), xp.astype(y1, x.dtype)
     if interleaved:
         pairs = xp.stack((y0, y1), axis=-1)
-        rotated = xp.reshape(pairs, (*pairs.shape[:-2], rotary_dim))
+        rotated = reshape_lead(pairs, pairs, pairs.ndim - 2, (rotary_dim,), xp)
     else:
         rotated = xp.concat((y0, y1), axis=-1)
     if rotary_dim == x.shape[-1]:
