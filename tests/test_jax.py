@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 import anyrope
 from anyrope.tools._backends import numpy_dtype
 from goldens import CASES, DATA, assert_same_bits, case_id, rope_options
+from subprocess_run import run_python
 
 jax = pytest.importorskip("jax", reason="JAX is not installed")
 jnp = pytest.importorskip("jax.numpy")
@@ -463,3 +464,77 @@ def test_jit_calls_in_any_order_match_numpy(calls):
             got = jax.jit(_SHARED.rotate)(x, jnp.asarray(positions))
         expected = _SHARED.rotate(np.asarray(x), positions)
         assert _within_one_ulp_of_fma(x, got, expected, rotary_dim=16, interleaved=True)
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_traced_positions_with_a_capacity_gather_in_the_graph(layout, dtype):
+    """A RoPE with max_positions gathers its rows inside the graph: no host callback, the
+    rows of the eager call, and one compilation for every batch of positions."""
+    rope = anyrope.RoPE(16, max_positions=300)
+    rng = np.random.default_rng(8)
+    shape = (2, 5, 3, 16) if layout == "bshd" else (2, 3, 5, 16)
+    q = rng.standard_normal(shape).astype(numpy_dtype(dtype))
+    positions = rng.integers(0, 300, size=(2, 5))
+    step = jax.jit(lambda q, p: rope.rotate(q, p, layout=layout))
+    assert "callback" not in str(jax.make_jaxpr(step)(q, positions))
+    for p in (positions, positions[:, ::-1] % 7):
+        got = step(jnp.asarray(q), jnp.asarray(p))
+        expected = rope.rotate(q, p, layout=layout)
+        assert _within_one_ulp_of_fma(q, got, expected, rotary_dim=16, interleaved=False)
+    assert step._cache_size() == 1
+
+
+def test_traced_positions_beyond_the_capacity_give_nan_rows():
+    rope = anyrope.RoPE(16, rotary_dim=8, max_positions=64)
+    x = jnp.asarray(np.random.default_rng(9).standard_normal((1, 5, 2, 16)), jnp.float32)
+    positions = jnp.asarray([[0, 63, 64, -1, 2**30]])
+    got = np.asarray(jax.jit(rope.rotate)(x, positions))
+    inside = rope.rotate(np.asarray(x[:, :2]), np.asarray(positions[:, :2]))
+    assert _within_one_ulp_of_fma(x[:, :2], got[:, :2], inside, rotary_dim=8, interleaved=False)
+    assert np.isnan(got[:, 2:, :, :8]).all()
+    np.testing.assert_array_equal(got[:, :, :, 8:], np.asarray(x)[:, :, :, 8:])
+    with pytest.raises(ValueError, match="`positions` must be non-negative"):
+        rope.rotate(x, positions)
+
+
+SHARDED = """
+import os
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+import jax, numpy as np, anyrope
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+rope = anyrope.RoPE(16, max_positions=256)
+rng = np.random.default_rng(0)
+q, k = (rng.standard_normal((4, 8, 4, 16)).astype(np.float32) for _ in range(2))
+p = rng.integers(0, 256, (4, 8))
+want = rope(q, k, p)
+for kind in (AxisType.Auto, AxisType.Explicit):
+    mesh = jax.make_mesh((4,), ("d",), axis_types=(kind,))
+    # Batch, sequence and heads; the positions are sharded like q on the token axes.
+    for spec, p_spec in [(P("d"), P("d")), (P(None, "d"), P(None, "d")), (P(None, None, "d"), P())]:
+        on = NamedSharding(mesh, spec)
+        p_on = NamedSharding(mesh, p_spec)
+        args = (jax.device_put(q, on), jax.device_put(k, on), jax.device_put(p, p_on))
+        step = jax.jit(rope)
+        compiled = step.lower(*args).compile().as_text()
+        collectives = ("all-gather", "all-to-all", "collective-permute", "all-reduce")
+        assert not any(c in compiled for c in collectives), (kind, spec)
+        for got, expected in zip(rope(*args), want):
+            assert got.sharding.is_equivalent_to(on, 4), (kind, spec, got.sharding)
+            np.testing.assert_array_equal(np.asarray(got), expected)
+        for got, expected in zip(step(*args), want):
+            assert got.sharding.is_equivalent_to(on, 4), (kind, spec, got.sharding)
+            np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-6, atol=1e-6)
+print("ok")
+"""
+
+
+def test_sharded_arrays_keep_their_sharding_eagerly_and_under_jit():
+    """q and k sharded on batch, sequence or heads over 4 CPU devices: the eager result
+    has their sharding, and the jitted step partitions without a collective (nor XLA's
+    warning of a full rematerialization)."""
+    result = run_python("-c", SHARDED)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+    assert "rematerialization" not in result.stderr

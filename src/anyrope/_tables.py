@@ -463,14 +463,19 @@ class TableCache:
     ) -> tuple[Array, Array]:
         """cos/sin of shape ``(*batch', seq, pairs)`` (``(seq, pairs)`` for a range)."""
         if where.traced:
-            return self._traced(where.array, dtype)
+            return self._traced(where.array, xp, dtype)
         rows = self.rows(where, xp, device, dtype)
         return _pick(
             rows.cos, rows.sin, offset=rows.offset, seq=where.seq, index=rows.row_of, xp=xp
         )
 
-    def _traced(self, positions: Array, dtype: np.dtype[Any]) -> tuple[Array, Array]:
-        from ._jax import host_callback
+    def _traced(self, positions: Array, xp: Namespace, dtype: np.dtype[Any]) -> tuple[Array, Array]:
+        from ._jax import gather_rows, host_callback
+
+        if self.capacity:
+            # Rows 0 .. capacity-1 built once on the host; the graph gathers from them.
+            cos, sin = self.get(self.capacity, xp, None, dtype)
+            return gather_rows(cos, sin, positions, self.capacity)
 
         def build(host: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], ...]:
             return host_tables(
