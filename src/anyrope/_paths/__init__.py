@@ -18,9 +18,9 @@ from types import ModuleType
 
 from .._plan import Plan
 from .._validation import check_impl
-from . import blocked, cuda, numba_cpu, reference
+from . import blocked, cuda, jax_cpu, numba_cpu, reference
 
-AUTO_ORDER: tuple[ModuleType, ...] = (cuda, numba_cpu, blocked, reference)
+AUTO_ORDER: tuple[ModuleType, ...] = (cuda, jax_cpu, numba_cpu, blocked, reference)
 """Paths in the order ``impl="auto"`` tries them."""
 
 PATHS: dict[str, ModuleType] = {path.NAME: path for path in AUTO_ORDER}
