@@ -243,7 +243,11 @@ def _primitive() -> Any:
             function = partitioned(interleaved, inverse, heads, context.avals_in[0].ndim)
         return mlir.lower_fun(function, multiple_results=False)(context, *values)
 
-    rotate.def_impl(functools.partial(jax._src.dispatch.apply_primitive, rotate))
+    from jax._src import dispatch
+
+    # As for custom_partitioning's own primitive: lowered knowing the devices.
+    dispatch.prim_requires_devices_during_lowering.add(rotate)
+    rotate.def_impl(functools.partial(dispatch.apply_primitive, rotate))
     rotate.def_abstract_eval(lambda x, cos, sin, **params: x)
     mlir.register_lowering(rotate, lower, platform="cpu")
 
