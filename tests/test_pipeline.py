@@ -44,7 +44,7 @@ def test_every_path_has_the_interface_and_auto_ends_with_the_reference() -> None
         assert callable(path.run)
         assert PATHS[path.NAME] is path
     assert AUTO_ORDER[-1].NAME == "array_api"
-    assert IMPLS == ("auto", "cuda", "numba", "blocked", "array_api")
+    assert IMPLS == ("auto", "cuda", "numba", "blocked", "jax", "array_api")
 
 
 def test_path_names_the_chosen_path() -> None:

@@ -20,7 +20,7 @@ from .._plan import Plan
 from .._validation import check_impl
 from . import blocked, cuda, jax_cpu, numba_cpu, reference
 
-AUTO_ORDER: tuple[ModuleType, ...] = (cuda, jax_cpu, numba_cpu, blocked, reference)
+AUTO_ORDER: tuple[ModuleType, ...] = (cuda, numba_cpu, blocked, jax_cpu, reference)
 """Paths in the order ``impl="auto"`` tries them."""
 
 PATHS: dict[str, ModuleType] = {path.NAME: path for path in AUTO_ORDER}
