@@ -15,6 +15,9 @@ from .numba_cpu import installed
 
 NAME = "jax"
 
+CHECKS_POSITIONS = True
+"""Traced positions are gathered in the graph (NaN rows out of range), never read."""
+
 
 def rejects(plan: Plan) -> str | None:
     """JAX arrays for the CPU backend, when numba is installed."""
