@@ -573,3 +573,29 @@ def test_traced_rotation_has_numpy_bits(  # noqa: PLR0917 - the drawn case
             got = jax.jit(step)(jnp.asarray(x), jnp.asarray(p))
             expected = rope.rotate(x, p, layout=layout)
         assert _same_bits(got, expected)
+
+
+FLAGGED = """
+import numpy as np, jax, jax.numpy as jnp, anyrope
+rope = anyrope.RoPE(64, max_positions=512)
+rng = np.random.default_rng(0)
+for dtype in (np.float32, jnp.bfloat16, np.float16):
+    x = rng.standard_normal((2, 7, 4, 64)).astype(dtype)
+    x[0, 0, 0, :4] = [1e-40, -3e-39, 2e-45, 1e-38] if dtype == np.float32 else 0
+    p = rng.integers(0, 512, (2, 7))
+    y = np.asarray(jax.jit(rope.rotate)(jnp.asarray(x), jnp.asarray(p)))
+    assert y.tobytes() == rope.rotate(x, p).tobytes(), dtype
+print("ok")
+"""
+
+
+@pytest.mark.parametrize(
+    "flags", ["--xla_cpu_enable_fast_math=true", "--xla_backend_optimization_level=0"]
+)
+def test_jit_bits_do_not_depend_on_xla_cpu_flags(flags, monkeypatch):
+    """XLA's CPU options (fast math, no optimization) leave the jitted bits NumPy's, the
+    subnormals included: the kernel XLA calls is anyrope's."""
+    monkeypatch.setenv("XLA_FLAGS", flags)
+    result = run_python("-c", FLAGGED)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
