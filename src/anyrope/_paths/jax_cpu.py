@@ -77,7 +77,7 @@ def _primitive() -> Any:
     rotate = Primitive("anyrope_rotate")
 
     def call(x: Any, cos: Any, sin: Any, interleaved: bool, inverse: bool) -> Any:
-        target, _ = register(interleaved)
+        target, _ = register(interleaved, x.dtype.name)
         out = jax.ShapeDtypeStruct(x.shape, x.dtype)
         return jax.ffi.ffi_call(target, out)(x, cos, -sin if inverse else sin)
 

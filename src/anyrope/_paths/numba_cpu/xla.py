@@ -22,8 +22,6 @@ from numba.extending import intrinsic
 
 from . import kernels
 
-_F16, _F32, _F64 = 10, 11, 12
-"""XLA_FFI_DataType of float16, float32, float64 (bfloat16 is 16)."""
 _METADATA = 1
 """XLA_FFI_Extension_Metadata: XLA asks the handler which API it speaks."""
 _X86 = platform.machine().lower() in ("x86_64", "amd64")
@@ -80,7 +78,18 @@ def _int32(address: int) -> Any:
     return carray(_pointer(address), (1,), np.int32)[0]
 
 
-def _handler(interleaved: bool) -> Any:
+_STORAGE = {
+    "float16": (np.uint16, np.float32),
+    "bfloat16": (np.int16, np.float32),
+    "float32": (np.float32, np.float32),
+    "float64": (np.float64, np.float64),
+}
+"""What the kernel sees of each dtype, and the dtype of its tables (the compute dtype)."""
+
+
+def _handler(interleaved: bool, dtype: str) -> Any:
+    storage, compute = _STORAGE[dtype]
+
     @cfunc(types.voidptr(types.voidptr), nopython=True, cache=True)
     def handler(frame: Any) -> Any:
         call = _address(frame)
@@ -110,22 +119,9 @@ def _handler(interleaved: bool) -> Any:
             _pointer(_word(sin + 24)),
         )
         saved = _swap_mxcsr(_IEEE_MXCSR) if _X86 else 0
-        dtype = _int32(x + 16)
-        if dtype == _F64:
-            c, s = carray(data[2], tables, np.float64), carray(data[3], tables, np.float64)
-            x64, y64 = carray(data[0], shape, np.float64), carray(data[1], shape, np.float64)
-            kernels.rotate(x64, y64, c, s, rows, interleaved, 0, n0 * n1)
-        else:
-            c, s = carray(data[2], tables, np.float32), carray(data[3], tables, np.float32)
-            if dtype == _F32:
-                x32, y32 = carray(data[0], shape, np.float32), carray(data[1], shape, np.float32)
-                kernels.rotate(x32, y32, c, s, rows, interleaved, 0, n0 * n1)
-            elif dtype == _F16:
-                xh, yh = carray(data[0], shape, np.uint16), carray(data[1], shape, np.uint16)
-                kernels.rotate(xh, yh, c, s, rows, interleaved, 0, n0 * n1)
-            else:
-                xb, yb = carray(data[0], shape, np.int16), carray(data[1], shape, np.int16)
-                kernels.rotate(xb, yb, c, s, rows, interleaved, 0, n0 * n1)
+        c, s = carray(data[2], tables, compute), carray(data[3], tables, compute)
+        given, rotated = carray(data[0], shape, storage), carray(data[1], shape, storage)
+        kernels.rotate(given, rotated, c, s, rows, interleaved, 0, n0 * n1)
         if _X86:
             _swap_mxcsr(saved)
         return _pointer(0)
@@ -134,12 +130,13 @@ def _handler(interleaved: bool) -> Any:
 
 
 @functools.cache
-def register(interleaved: bool) -> tuple[str, Any]:
-    """Register the handler with XLA's CPU runtime (once): its target name, and the
-    compiled handler (kept alive by the cache: XLA holds only its address)."""
+def register(interleaved: bool, dtype: str) -> tuple[str, Any]:
+    """Register the handler for ``dtype`` with XLA's CPU runtime (once, each compiled when
+    first used): its target name, and the compiled handler (kept alive by the cache: XLA
+    holds only its address)."""
     import jax
 
-    name = f"anyrope_rotate_{'interleaved' if interleaved else 'half'}"
-    handler = _handler(interleaved)
+    name = f"anyrope_rotate_{dtype}_{'interleaved' if interleaved else 'half'}"
+    handler = _handler(interleaved, dtype)
     jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(handler.address), platform="cpu")
     return name, handler
