@@ -90,7 +90,7 @@ def _primitive() -> Any:
 
         def partition(mesh: Any, arguments: Any, result: Any) -> Any:
             # The last axis stays whole; the tables follow x except on their heads axis.
-            spec = (*tuple(arguments[0].sharding.spec) + (None,) * rank,)[: rank - 1]
+            spec = (*arguments[0].sharding.spec, *(None,) * rank)[: rank - 1]
             table = tuple(None if axis == rank + heads else a for axis, a in enumerate(spec))
             on = jax.NamedSharding(mesh, jax.P(*spec, None))
             tables = jax.NamedSharding(mesh, jax.P(*table, None))
