@@ -90,12 +90,11 @@ def on_host(
 
 
 def back_to_jax(results: tuple[Array, ...], *, like: tuple[Array, ...]) -> tuple[Array, ...]:
-    """Each NumPy result as a JAX array on the device of the matching input."""
+    """Each NumPy result as a JAX array with the sharding of the matching input (on its
+    device, or split over its devices as it was)."""
     import jax
 
-    return tuple(
-        jax.device_put(y, next(iter(x.devices()))) for y, x in zip(results, like, strict=True)
-    )
+    return tuple(jax.device_put(y, x.sharding) for y, x in zip(results, like, strict=True))
 
 
 def when_run(
@@ -148,3 +147,25 @@ def has_int64() -> bool:
     import jax
 
     return bool(jax.config.jax_enable_x64)
+
+
+def gather_rows(cos: Array, sin: Array, positions: Array, capacity: int) -> tuple[Array, Array]:
+    """Rows ``positions`` of the concrete tables ``cos`` and ``sin``, gathered inside the
+    graph (shape ``positions.shape + (pairs,)``): no host read, no callback.
+
+    A position outside ``0 .. capacity-1`` gets a row of NaN, so that its rotated
+    features are NaN rather than silently wrong (the values are unknown while tracing).
+    """
+    import jax
+    import jax.numpy as jnp
+
+    rows = jnp.where((positions >= 0) & (positions < capacity), positions, cos.shape[0])
+    # Explicitly sharded positions (jax.sharding.AxisType.Explicit) shard the rows alike;
+    # JAX asks for that sharding to be named.
+    sharding = jax.typeof(rows).sharding
+    out = None
+    if any(axis is not None for axis in sharding.spec):
+        out = jax.NamedSharding(sharding.mesh, jax.P(*sharding.spec, None))
+    return tuple(
+        t.at[rows].get(mode="fill", fill_value=jnp.nan, out_sharding=out) for t in (cos, sin)
+    )

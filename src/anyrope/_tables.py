@@ -14,6 +14,7 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any, NamedTuple
 
+import array_api_compat
 import numpy as np
 
 from ._amplitude import Amplitude
@@ -481,6 +482,10 @@ class TableCache:
         this works on traced, lazy and captured arrays, whatever their shape. A position
         outside the tables gives a row of NaN (never a wrong rotation)."""
         cos, sin = self.get(rows, xp, device, dtype)
+        if array_api_compat.is_jax_array(positions):
+            from ._jax import gather_rows  # keeps the sharding of positions
+
+            return gather_rows(cos, sin, positions, rows)
         flat = xp.reshape(positions, (-1,))
         inside = (flat >= 0) & (flat < rows)
         flat = xp.where(inside, flat, xp.zeros_like(flat))

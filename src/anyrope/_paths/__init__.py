@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from .._namespace import Array
 from .._plan import Plan
 from .._validation import check_impl
-from . import blocked, cuda, dask, numba_cpu, reference
+from . import blocked, cuda, dask, jax_cpu, numba_cpu, reference
 
 
 class Path(Protocol):
@@ -51,7 +51,7 @@ class LazyPath(Protocol):
     """``rotate(rotate_block, sources, arrays, names, positions, **options)``."""
 
 
-AUTO_ORDER: tuple[Path, ...] = (cuda, numba_cpu, blocked, reference)
+AUTO_ORDER: tuple[Path, ...] = (cuda, numba_cpu, blocked, jax_cpu, reference)
 """Paths in the order ``impl="auto"`` tries them."""
 
 PATHS: dict[str, Path] = {path.NAME: path for path in AUTO_ORDER}

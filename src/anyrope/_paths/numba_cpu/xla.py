@@ -1,0 +1,142 @@
+"""The numba kernel as an XLA FFI handler, for :mod:`anyrope._jax`: under ``jax.jit`` on
+the CPU, XLA calls the kernel that rotates NumPy arrays, so a jitted rotation has NumPy's
+bits (XLA would contract ``x0 * c - x1 * s`` into a fused multiply-add).
+
+The handler reads XLA's call frame (``xla/ffi/api/c_api.h``, API 0.x) by its fixed
+64-bit offsets: operands ``x``, ``cos``, ``sin``, one result. The tables have the
+shape of ``x`` with a size-1 heads axis, ``pairs`` entries last, and its leading axes.
+XLA runs compiled code with flush-to-zero and denormals-are-zero set (jax-ml/jax#16200):
+the handler clears both on x86 while the kernel runs, so subnormals keep their bits.
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+from typing import Any
+
+import numpy as np
+from llvmlite import ir
+from numba import carray, cfunc, njit, types
+from numba.extending import intrinsic
+
+from . import kernels
+
+_METADATA = 1
+"""XLA_FFI_Extension_Metadata: XLA asks the handler which API it speaks."""
+_X86 = platform.machine().lower() in ("x86_64", "amd64")
+_IEEE_MXCSR = 0x1F80
+"""The SSE control word with every exception masked, round to nearest, no FTZ or DAZ."""
+
+
+@intrinsic
+def _pointer(typingctx: Any, address: Any) -> Any:
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.inttoptr(args[0], ir.IntType(8).as_pointer())
+
+    return types.voidptr(types.int64), codegen
+
+
+@intrinsic
+def _address(typingctx: Any, pointer: Any) -> Any:
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.ptrtoint(args[0], ir.IntType(64))
+
+    return types.int64(types.voidptr), codegen
+
+
+@intrinsic
+def _swap_mxcsr(typingctx: Any, value: Any) -> Any:
+    """Set the SSE control word to ``value``; return the one it replaces (x86 only)."""
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        i32, byte_pointer = ir.IntType(32), ir.IntType(8).as_pointer()
+        function = ir.FunctionType(ir.VoidType(), [byte_pointer])
+        module = builder.module
+        store, load = (
+            module.globals.get(name) or ir.Function(module, function, name)
+            for name in ("llvm.x86.sse.stmxcsr", "llvm.x86.sse.ldmxcsr")
+        )
+        slot = builder.alloca(i32)
+        pointer = builder.bitcast(slot, byte_pointer)
+        builder.call(store, [pointer])
+        old = builder.load(slot)
+        builder.store(builder.trunc(args[0], i32), slot)
+        builder.call(load, [pointer])
+        return builder.zext(old, ir.IntType(64))
+
+    return types.int64(types.int64), codegen
+
+
+@njit(inline="always")
+def _word(address: int) -> Any:
+    return carray(_pointer(address), (1,), np.int64)[0]
+
+
+@njit(inline="always")
+def _int32(address: int) -> Any:
+    return carray(_pointer(address), (1,), np.int32)[0]
+
+
+_STORAGE = {
+    "float16": (np.uint16, np.float32),
+    "bfloat16": (np.int16, np.float32),
+    "float32": (np.float32, np.float32),
+    "float64": (np.float64, np.float64),
+}
+"""What the kernel sees of each dtype, and the dtype of its tables (the compute dtype)."""
+
+
+def _handler(interleaved: bool, dtype: str) -> Any:
+    storage, compute = _STORAGE[dtype]
+
+    @cfunc(types.voidptr(types.voidptr), nopython=True, cache=True)
+    def handler(frame: Any) -> Any:
+        call = _address(frame)
+        extension = _word(call + 8)
+        if extension != 0:
+            if _int32(extension + 8) == _METADATA:
+                metadata = _word(extension + 24)
+                carray(_pointer(metadata + 24), (2,), np.int32)[:] = (0, 1)  # API 0.1
+                carray(_pointer(metadata + 32), (1,), np.int32)[0] = 0  # no traits
+            return _pointer(0)
+        args, result = _word(call + 72), _word(_word(call + 112))
+        x, cos, sin = _word(args), _word(args + 8), _word(args + 16)
+        rank, dims, table = _word(x + 32), _word(x + 40), _word(cos + 40)
+        n0 = 1
+        for axis in range(rank - 3):
+            n0 *= _word(dims + 8 * axis)
+        last = 8 * rank
+        n1, n2, width = _word(dims + last - 24), _word(dims + last - 16), _word(dims + last - 8)
+        t1, t2, pairs = _word(table + last - 24), _word(table + last - 16), _word(table + last - 8)
+        # Row of x[a, b, c]: a * t1 * t2 + b * (t1 > 1) * t2 + c * (t2 > 1).
+        rows = (0, t1 * t2, t2 if t1 > 1 else 0, 1 if t2 > 1 else 0)
+        shape, tables = (n0, n1, n2, width), (n0 * t1 * t2, pairs)
+        data = (
+            _pointer(_word(x + 24)),
+            _pointer(_word(result + 24)),
+            _pointer(_word(cos + 24)),
+            _pointer(_word(sin + 24)),
+        )
+        saved = _swap_mxcsr(_IEEE_MXCSR) if _X86 else 0
+        c, s = carray(data[2], tables, compute), carray(data[3], tables, compute)
+        given, rotated = carray(data[0], shape, storage), carray(data[1], shape, storage)
+        kernels.rotate(given, rotated, c, s, rows, interleaved, 0, n0 * n1)
+        if _X86:
+            _swap_mxcsr(saved)
+        return _pointer(0)
+
+    return handler
+
+
+@functools.cache
+def register(interleaved: bool, dtype: str) -> tuple[str, Any]:
+    """Register the handler for ``dtype`` with XLA's CPU runtime (once, each compiled when
+    first used): its target name, and the compiled handler (kept alive by the cache: XLA
+    holds only its address)."""
+    import jax
+
+    name = f"anyrope_rotate_{dtype}_{'interleaved' if interleaved else 'half'}"
+    handler = _handler(interleaved, dtype)
+    jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(handler.address), platform="cpu")
+    return name, handler
