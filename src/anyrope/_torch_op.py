@@ -23,16 +23,19 @@ Eager calls never come here.
 from __future__ import annotations
 
 import itertools
+import math
 import sys
 import weakref
 from typing import Any, NamedTuple
+
+import numpy as np
 
 from . import _slices, _threads
 from ._namespace import Array
 from ._offsets import Offsets
 from ._qkv import join_qkv, split_qkv
 from ._tables import TableSource
-from ._validation import check_bool
+from ._validation import check_bool, describe
 
 __all__ = ["Target", "compiling", "register", "rotate", "rotate_qkv"]
 
@@ -41,6 +44,9 @@ _keys = itertools.count()
 _lock = _threads.lock()
 
 _NAMES = {1: ("x",), 2: ("q", "k")}
+
+_POW = math.pow
+"""What non-strict torch.export replaces with a lambda while it traces (see :func:`_gathered`)."""
 
 
 class Target(NamedTuple):
@@ -72,14 +78,23 @@ def _source(key: int) -> TableSource:
 
 
 def compiling(x: object) -> bool:
-    """Whether ``torch.compile`` is tracing a call on the torch tensor ``x``.
+    """Whether a call on ``x`` goes through this module: a torch tensor that
+    ``torch.compile`` or ``torch.export`` traces, a meta tensor (the op's fake kernel
+    gives meta results) or a ``DTensor`` (its local shards are rotated).
 
     Never imports torch. Eagerly it costs a dictionary lookup and an ``isinstance`` for
-    other arrays, and one call of ``torch.compiler.is_compiling`` more for tensors
-    (about 0.15 microseconds).
+    other arrays, and a call of ``torch.compiler.is_compiling`` and two attribute
+    reads more for plain tensors (about 0.2 microseconds).
     """
     torch = sys.modules.get("torch")
-    return torch is not None and isinstance(x, torch.Tensor) and torch.compiler.is_compiling()
+    if torch is None or not isinstance(x, torch.Tensor):
+        return False
+    return torch.compiler.is_compiling() or x.is_meta or _is_dtensor(x)
+
+
+def _is_dtensor(x: Any) -> bool:
+    tensor = sys.modules.get("torch.distributed.tensor")
+    return tensor is not None and isinstance(x, tensor.DTensor)
 
 
 def rotate(
@@ -111,6 +126,17 @@ def rotate(
             "`xp` is inferred under torch.compile (the arrays are torch tensors); got "
             f"xp={xp!r}, pass xp=None"
         )
+    if _is_dtensor(arrays[0]):
+        return _rotate_shards(
+            target,
+            arrays,
+            positions,
+            layout=layout,
+            inverse=inverse,
+            inplace=inplace,
+            impl=impl,
+            cu_seqlens=cu_seqlens,
+        )
     values, offset, per_row = _positions(positions)
     if start:
         whole, arrays = arrays, _slices.tails(arrays, names, head_dim, start)
@@ -126,10 +152,14 @@ def rotate(
     }
     _define_ops()
     ops = torch.ops.anyrope
-    if inplace and not (torch.is_grad_enabled() and any(x.requires_grad for x in arrays)):
+    source = _source(key) if torch.compiler.is_exporting() and cu_seqlens is None else None
+    if source is not None and _capacity(source):
+        rotated = _gathered(source, arrays, values, **options)
+    elif inplace and not (torch.is_grad_enabled() and any(x.requires_grad for x in arrays)):
         ops.rotate_(list(arrays), values, cu_seqlens, **options)
         return whole if start else arrays
-    rotated = ops.rotate(list(arrays), values, cu_seqlens, adjoint=False, **options)
+    else:
+        rotated = ops.rotate(list(arrays), values, cu_seqlens, adjoint=False, **options)
     if inplace:
         # Autograd records the copy, as it records the eager reference path's write.
         for x, y in zip(arrays, rotated, strict=True):
@@ -183,6 +213,149 @@ def _pipeline_positions(values: Array | None, offset: int, per_row: bool) -> obj
     return Offsets(values) if per_row else values
 
 
+def _capacity(source: TableSource) -> int | None:
+    """The rows that an exported graph holds: ``max_positions``, or the model's
+    ``max_position_embeddings``; ``None`` where the tables cannot be fixed ahead."""
+    if source.depends_on_length or source.sections is not None:
+        return None
+    return source.max_positions or source.scaling.max_position_embeddings
+
+
+def _gathered(
+    source: TableSource,
+    arrays: tuple[Array, ...],
+    values: Array | None,
+    *,
+    offset: int,
+    per_row: bool,
+    layout: str,
+    interleaved: bool,
+    inverse: bool,
+    **unused: Any,
+) -> list[Array]:
+    """The rotation in plain torch ops, for ``torch.export`` and ONNX: rows of capacity
+    tables (constants of the graph, the host's bits) gathered by the positions inside the
+    graph, with no size read, so batch and sequence stay symbolic. A position outside
+    ``0 .. capacity-1`` gathers a row of NaN."""
+    import array_api_compat.torch as xp
+    import torch
+
+    from ._paths.reference import rotate_pairs
+
+    capacity = _capacity(source)
+    assert capacity is not None
+    x = arrays[0]
+    dtype = np.dtype(np.float64 if x.dtype == torch.float64 else np.float32)
+    cache = source.default.undoing() if inverse else source.default
+    nan = np.full((1, source.rotary_dim // 2), np.nan, dtype)
+    # numba refuses to load its typing (the host math's first use in a process) while
+    # math.pow is torch.export's lambda.
+    swapped, math.pow = math.pow, _POW
+    try:
+        tables = cache.get(capacity, np, "cpu", dtype)
+    finally:
+        math.pow = swapped
+    cos, sin = (
+        torch.as_tensor(np.concatenate((table[:capacity], nan)), device=x.device)
+        for table in tables
+    )
+    steps = torch.arange(x.shape[{"bshd": -3, "bhsd": -2, "sbhd": 0}[layout]], device=x.device)
+    if values is None:
+        where = steps + offset
+    elif per_row:
+        where = values[..., None] + steps
+    else:
+        where = values + steps if values.ndim == 0 else values
+    where = torch.where((where >= 0) & (where < capacity), where, capacity)
+    c, s = (_placed(table[where], layout, x.ndim) for table in (cos, sin))
+    rotary_dim = source.rotary_dim
+    return [
+        rotate_pairs(
+            y, c, s, rotary_dim=rotary_dim, interleaved=interleaved, inverse=inverse, xp=xp
+        )
+        for y in arrays
+    ]
+
+
+def _placed(table: Array, layout: str, ndim: int) -> Array:
+    """Gathered rows ``(*batch', seq, pairs)`` shaped to broadcast against an input of
+    ``ndim`` axes in ``layout``."""
+    if layout == "bshd":
+        return table.unsqueeze(-2)
+    if layout == "bhsd":
+        return table.unsqueeze(-3)
+    table = table[(None,) * (ndim - 1 - table.ndim)]
+    return table.movedim(-2, 0).unsqueeze(-2)
+
+
+def _rotate_shards(
+    target: Target,
+    arrays: tuple[Array, ...],
+    positions: object,
+    *,
+    layout: str,
+    inplace: bool,
+    **options: Any,
+) -> tuple[Array, ...]:
+    """Rotate the local shards of DTensors, each by the positions of its own tokens, and
+    wrap the results with the inputs' placements: no communication."""
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    first = arrays[0]
+    mesh, placements = first.device_mesh, first.placements
+    for x, name in zip(arrays, _NAMES[len(arrays)], strict=True):
+        if not isinstance(x, DTensor) or (x.device_mesh, x.placements) != (mesh, placements):
+            raise ValueError(
+                f"`{name}` must be a DTensor on the mesh and with the placements of "
+                f"`{_NAMES[len(arrays)][0]}` ({placements}); got {describe(x)}"
+            )
+    if any(p.is_partial() for p in placements):
+        raise ValueError(f"DTensors with partial placements cannot be rotated; got {placements}")
+    local, start = compute_local_shape_and_global_offset(first.shape, mesh, placements)
+    axis = {"bshd": first.ndim - 3, "bhsd": first.ndim - 2, "sbhd": 0}.get(layout)
+    if axis is None:
+        raise ValueError(f"DTensors take layout 'bshd', 'bhsd' or 'sbhd'; got {layout!r}")
+    lead = axis + 1 if layout == "sbhd" else 0
+    # The shard's first token is token `shift` of the whole sequence; its batch rows
+    # start at `batch` (the positions of "sbhd" are given batch-first, as for every layout).
+    shift, seq, batch = start[axis], local[axis], tuple(start[lead : lead + first.ndim - 3])
+    rows = tuple(slice(b, b + n) for b, n in zip(batch, local[lead:], strict=False))
+    if isinstance(positions, DTensor):
+        positions = positions.full_tensor()
+    if positions is None or type(positions) is int:
+        positions = (positions or 0) + shift
+    elif isinstance(positions, Offsets):
+        positions = Offsets(_rows(positions.values, rows) + shift)
+    elif positions.ndim:
+        positions = _rows(positions[..., shift : shift + seq], rows, skip=1)
+    else:
+        positions = positions + shift
+    rotated = rotate(
+        target,
+        tuple(x.to_local() for x in arrays),
+        positions,
+        layout=layout,
+        inplace=inplace,
+        xp=None,
+        **options,
+    )
+    if inplace:
+        return arrays
+    return tuple(
+        DTensor.from_local(y, mesh, placements, run_check=False, shape=x.shape, stride=x.stride())
+        for x, y in zip(arrays, rotated, strict=True)
+    )
+
+
+def _rows(values: Array, rows: tuple[slice, ...], *, skip: int = 0) -> Array:
+    """The batch rows of a shard, of ``values`` whose axes (before the last ``skip``) end
+    with batch axes of the input's size or of size 1 (broadcast, kept whole)."""
+    axes = values.shape[: values.ndim - skip]
+    rows = rows[len(rows) - len(axes) :]
+    return values[tuple(r if n != 1 else slice(None) for r, n in zip(rows, axes, strict=True))]
+
+
 def _define_ops() -> None:
     """Define ``anyrope::rotate`` and ``anyrope::rotate_`` on first use (torch is
     imported only then)."""
@@ -217,6 +390,7 @@ def _define(torch: Any) -> None:
     """Define ``anyrope::rotate`` and ``anyrope::rotate_`` (keyword-only arguments: those
     of :func:`_schema`)."""
     from . import _pipeline
+    from ._layout import heads_axis
     from ._paths import choose
     from ._plan import make_plan
 
@@ -270,10 +444,28 @@ def _define(torch: Any) -> None:
         **values: Any,
     ) -> None:
         """What shapes, dtypes and devices tell: the checks of an eager call that do not
-        read values (the positions and ``cu_seqlens`` are checked when the op runs)."""
+        read values (the positions and ``cu_seqlens`` are checked when the op runs).
+
+        They read no batch, sequence or heads size, which would make torch.export and
+        ``dynamic=True`` specialize them: those are checked by ``torch._check_value``
+        (kept symbolic), the rest on stand-ins with such axes of size 1."""
+        q, k = (*arrays, arrays[0])[:2]
+        message = f"`k` must share the batch and sequence axes of `q`; got {describe(k)}"
+        if k.ndim == q.ndim:
+            for axis in set(range(-q.ndim, -1)) - {heads_axis(layout)}:
+                torch._check_value(k.shape[axis] == q.shape[axis], lambda: message)
+        stand_ins = [
+            torch.empty(
+                (1,) * (x.ndim - 1) + x.shape[-1:],
+                dtype=x.dtype,
+                # The meta device is refused by the eager checks.
+                device="cpu" if x.is_meta else x.device,
+            )
+            for x in arrays
+        ]
         plan = make_plan(
             _source(key),
-            tuple(arrays),
+            tuple(stand_ins),
             _NAMES[len(arrays)],
             None,
             head_dim=head_dim,
