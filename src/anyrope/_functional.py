@@ -184,12 +184,9 @@ def _compiled_target(
         operator.index(x.shape[-1]) if x.ndim else 0,
         x.dtype,
         name,
-        rotary_dim,
-        base,
-        interleaved,
+        *map(torch_op.concrete, (rotary_dim, base, interleaved)),
         scaling,
-        max_position_embeddings,
-        start_index,
+        *map(torch_op.concrete, (max_position_embeddings, start_index)),
     )
     return torch_op.Target(*found)
 

@@ -37,7 +37,7 @@ from ._qkv import join_qkv, split_qkv
 from ._tables import TableSource
 from ._validation import check_bool, describe
 
-__all__ = ["Target", "compiling", "register", "rotate", "rotate_qkv"]
+__all__ = ["Target", "compiling", "concrete", "register", "rotate", "rotate_qkv"]
 
 _sources: weakref.WeakValueDictionary[int, TableSource] = weakref.WeakValueDictionary()
 _keys = itertools.count()
@@ -90,6 +90,17 @@ def compiling(x: object) -> bool:
     if torch is None or not isinstance(x, torch.Tensor):
         return False
     return torch.compiler.is_compiling() or x.is_meta or _is_dtensor(x)
+
+
+def concrete(value: Any) -> Any:
+    """``value`` as a Python constant: a number that Dynamo made symbolic (with
+    ``dynamic=True``, a function's defaults such as ``base=10000.0``) is specialized,
+    guarded, so that code marked constant can take it."""
+    if value is None or type(value) in (bool, str):
+        return value
+    from torch.fx.experimental.symbolic_shapes import guard_scalar
+
+    return guard_scalar(value)
 
 
 def _is_dtensor(x: Any) -> bool:
