@@ -244,12 +244,13 @@ def _gathered(
     inverse: bool,
     **unused: Any,
 ) -> list[Array]:
-    """The rotation in plain torch ops, for ``torch.export`` and ONNX: rows of capacity
-    tables (constants of the graph, the host's bits) gathered by the positions inside the
-    graph, with no size read, so batch and sequence stay symbolic. A position outside
-    ``0 .. capacity-1`` gathers a row of NaN."""
+    """The rotation in plain torch ops, for ``torch.export`` and ONNX: rows of the
+    capacity tables (the cached tensors, constants of the graph) gathered by the positions
+    inside the graph, with no size read, so batch and sequence stay symbolic. A position
+    outside ``0 .. capacity-1`` gives a row of NaN."""
     import array_api_compat.torch as xp
     import torch
+    from torch.utils._python_dispatch import _disable_current_modes
 
     from ._paths.reference import rotate_pairs
 
@@ -258,18 +259,15 @@ def _gathered(
     x = arrays[0]
     dtype = np.dtype(np.float64 if x.dtype == torch.float64 else np.float32)
     cache = source.default.undoing() if inverse else source.default
-    nan = np.full((1, source.rotary_dim // 2), np.nan, dtype)
-    # numba refuses to load its typing (the host math's first use in a process) while
-    # math.pow is torch.export's lambda.
+    # The cached tables, built outside the tracer: constants of the graph. numba refuses
+    # to load its typing (the host math's first use in a process) while math.pow is
+    # torch.export's lambda.
     swapped, math.pow = math.pow, _POW
     try:
-        tables = cache.get(capacity, np, "cpu", dtype)
+        with _disable_current_modes():
+            cos, sin = cache.get(capacity, xp, x.device, dtype)
     finally:
         math.pow = swapped
-    cos, sin = (
-        torch.as_tensor(np.concatenate((table[:capacity], nan)), device=x.device)
-        for table in tables
-    )
     steps = torch.arange(x.shape[{"bshd": -3, "bhsd": -2, "sbhd": 0}[layout]], device=x.device)
     if values is None:
         where = steps + offset
@@ -277,8 +275,12 @@ def _gathered(
         where = values[..., None] + steps
     else:
         where = values + steps if values.ndim == 0 else values
-    where = torch.where((where >= 0) & (where < capacity), where, capacity)
-    c, s = (_placed(table[where], layout, x.ndim) for table in (cos, sin))
+    inside = ((where >= 0) & (where < capacity))[..., None]
+    where = torch.where(inside[..., 0], where, 0)
+    c, s = (
+        _placed(torch.where(inside, table[where], torch.nan), layout, x.ndim)
+        for table in (cos, sin)
+    )
     rotary_dim = source.rotary_dim
     return [
         rotate_pairs(
