@@ -164,7 +164,7 @@ def rotate(
     _define_ops()
     ops = torch.ops.anyrope
     source = _source(key) if torch.compiler.is_exporting() and cu_seqlens is None else None
-    if source is not None and _capacity(source):
+    if source is not None and _gathers(source):
         rotated = _gathered(source, arrays, values, **options)
     elif inplace and not (torch.is_grad_enabled() and any(x.requires_grad for x in arrays)):
         ops.rotate_(list(arrays), values, cu_seqlens, **options)
@@ -224,12 +224,10 @@ def _pipeline_positions(values: Array | None, offset: int, per_row: bool) -> obj
     return Offsets(values) if per_row else values
 
 
-def _capacity(source: TableSource) -> int | None:
-    """The rows that an exported graph holds: ``max_positions``, or the model's
-    ``max_position_embeddings``; ``None`` where the tables cannot be fixed ahead."""
-    if source.depends_on_length or source.sections is not None:
-        return None
-    return source.max_positions or source.scaling.max_position_embeddings
+def _gathers(source: TableSource) -> bool:
+    """Whether an exported graph gathers the rows of ``source``'s tables: tables of a
+    fixed capacity (``max_positions``) whose frequencies do not depend on the length."""
+    return bool(source.max_positions) and not source.depends_on_length and not source.sections
 
 
 def _gathered(
@@ -254,8 +252,7 @@ def _gathered(
 
     from ._paths.reference import rotate_pairs
 
-    capacity = _capacity(source)
-    assert capacity is not None
+    capacity = source.max_positions
     x = arrays[0]
     dtype = np.dtype(np.float64 if x.dtype == torch.float64 else np.float32)
     cache = source.default.undoing() if inverse else source.default
