@@ -184,9 +184,13 @@ def _compiled_target(
         operator.index(x.shape[-1]) if x.ndim else 0,
         x.dtype,
         name,
-        *map(torch_op.concrete, (rotary_dim, base, interleaved)),
+        # With dynamic=True, Dynamo makes numbers symbolic (defaults such as `base` too).
+        torch_op.concrete(rotary_dim),
+        torch_op.concrete(base),
+        interleaved,
         scaling,
-        *map(torch_op.concrete, (max_position_embeddings, start_index)),
+        torch_op.concrete(max_position_embeddings),
+        torch_op.concrete(start_index),
     )
     return torch_op.Target(*found)
 

@@ -151,7 +151,7 @@ def rotate(
     values, offset, per_row = _positions(positions)
     if start:
         whole, arrays = arrays, _slices.tails(arrays, names, head_dim, start)
-    options = {
+    options: dict[str, Any] = {
         "key": key,
         "offset": offset,
         "per_row": per_row,
@@ -253,6 +253,7 @@ def _gathered(
     from ._paths.reference import rotate_pairs
 
     capacity = source.max_positions
+    assert capacity, "_gathers(source) is checked first"
     x = arrays[0]
     dtype = np.dtype(np.float64 if x.dtype == torch.float64 else np.float32)
     cache = source.default.undoing() if inverse else source.default
@@ -309,6 +310,7 @@ def _rotate_shards(
 ) -> tuple[Array, ...]:
     """Rotate the local shards of DTensors, each by the positions of its own tokens, and
     wrap the results with the inputs' placements: no communication."""
+    import torch
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
@@ -333,13 +335,14 @@ def _rotate_shards(
     rows = tuple(slice(b, b + n) for b, n in zip(batch, local[lead:], strict=False))
     if isinstance(positions, DTensor):
         positions = positions.full_tensor()
-    if positions is None or type(positions) is int:
+    # Anything else is refused by the call on the shards.
+    if positions is None or isinstance(positions, int):
         positions = (positions or 0) + shift
     elif isinstance(positions, Offsets):
         positions = Offsets(_rows(positions.values, rows) + shift)
-    elif positions.ndim:
+    elif isinstance(positions, torch.Tensor) and positions.ndim:
         positions = _rows(positions[..., shift : shift + seq], rows, skip=1)
-    else:
+    elif isinstance(positions, torch.Tensor):
         positions = positions + shift
     rotated = rotate(
         target,
