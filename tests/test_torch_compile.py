@@ -315,6 +315,18 @@ def test_dynamic_compiles_once_for_any_sequence_length(call: str) -> None:
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
 
 
+def test_a_rope_built_inside_compiled_code() -> None:
+    def model(q, k):
+        rope = anyrope.RoPE(16, scaling=YARN, max_positions=64)
+        return rope(q, k, 3)
+
+    q, k = _qk(torch.float32)
+    compiled, counter = _compiled(model)
+    _assert_equal(compiled(q, k), model(q, k))
+    _assert_equal(compiled(q, k), model(q, k))
+    assert counter.frame_count == 1
+
+
 def test_meta_tensors_give_meta_results() -> None:
     rope = anyrope.RoPE(16, rotary_dim=8, start_index=4)
     q = torch.empty(2, 5, 3, 16, device="meta", dtype=torch.bfloat16)

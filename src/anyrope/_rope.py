@@ -23,7 +23,6 @@ from ._namespace import (
     to_host,
 )
 from ._qkv import join_qkv, joint_qk, split_qkv
-from ._tables import TableSource
 from ._validation import (
     MAX_POSITION,
     check_base,
@@ -162,16 +161,11 @@ class RoPE:
                 raise ValueError(
                     f"`max_positions` must be at least 1 and at most 2**53; got {max_positions}"
                 )
-        self._source = TableSource(
-            self.scaling,
-            rotary_dim=self.rotary_dim,
-            base=self.base,
-            max_positions=self.max_positions,
+        # The key names the table source to the torch custom op that torch.compile traces.
+        self._source, key = torch_op.table_source(
+            self.scaling, self.rotary_dim, self.base, self.max_positions
         )
-        # Names the table source to the torch custom op that torch.compile traces.
-        self._op_target = torch_op.Target(
-            torch_op.register(self._source), self.head_dim, self.interleaved, self.start_index
-        )
+        self._op_target = torch_op.Target(key, self.head_dim, self.interleaved, self.start_index)
         self.inv_freq = self._source.default.inv_freq
         self.attention_factor = self._source.default.attention_factor
 

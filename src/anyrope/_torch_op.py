@@ -22,6 +22,7 @@ Eager calls never come here.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import sys
@@ -36,8 +37,9 @@ from ._offsets import Offsets
 from ._qkv import join_qkv, split_qkv
 from ._tables import TableSource
 from ._validation import check_bool, describe
+from .scaling import RopeScaling
 
-__all__ = ["Target", "compiling", "concrete", "register", "rotate", "rotate_qkv"]
+__all__ = ["Target", "compiling", "concrete", "register", "rotate", "rotate_qkv", "table_source"]
 
 _sources: weakref.WeakValueDictionary[int, TableSource] = weakref.WeakValueDictionary()
 _keys = itertools.count()
@@ -65,6 +67,41 @@ def register(source: TableSource) -> int:
         key = next(_keys)
         _sources[key] = source
     return key
+
+
+def table_source(
+    scaling: RopeScaling, rotary_dim: int, base: float, max_positions: int | None
+) -> tuple[TableSource, int]:
+    """The table source of a new RoPE, and its key (see :func:`register`).
+
+    Built outside the trace when torch.compile traces the RoPE being made (its host math
+    cannot be traced), and then kept for the life of the process.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.compiler.is_compiling():
+        source = TableSource(scaling, rotary_dim=rotary_dim, base=base, max_positions=max_positions)
+        return source, register(source)
+    # Dynamo would pass a dataclass on as one with its defaults: its fields go instead.
+    fields = tuple((f.name, getattr(scaling, f.name)) for f in dataclasses.fields(scaling))
+    key = _built_source(fields, rotary_dim, base, max_positions)
+    return _built[key], key
+
+
+def _built_source(
+    fields: tuple[tuple[str, Any], ...], rotary_dim: int, base: float, max_positions: int | None
+) -> int:
+    source = TableSource(
+        RopeScaling(**dict(fields)), rotary_dim=rotary_dim, base=base, max_positions=max_positions
+    )
+    key = register(source)
+    _built[key] = source
+    return key
+
+
+_built: dict[int, TableSource] = {}
+"""The table sources of the RoPEs made inside compiled code."""
+# Dynamo runs it for real and takes the key as a constant of the trace.
+_built_source._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
 def _source(key: int) -> TableSource:
