@@ -28,6 +28,9 @@ TRANSFORMERS = "transformers==5.23.0"
 # A peer checked against (tests/test_xpos.py, tests/test_axial.py, tests/test_peer_features.py);
 # pure Python, installed after the CPU torch, so it never pulls a CUDA build.
 ROTARY_EMBEDDING_TORCH = ("rotary-embedding-torch==0.9.1", "einops==0.8.2")
+# torch.onnx.export(dynamo=True) and the runtime that checks its graphs' bits
+# (tests/test_onnx.py, benchmarks/bench_export.py).
+ONNX = ("onnx==1.23.2", "onnxscript==0.7.2", "onnxruntime==1.32.0")
 # NVRTC of the CUDA 13 toolkit that nvcc comes from; CuPy compiles rope.cu with NVRTC.
 NVRTC = "nvidia-cuda-nvrtc==13.5.37"
 # The NVRTC of torch's CUDA (13.0), whose machine code differs: the SASS is checked for both.
@@ -76,9 +79,10 @@ def tests_numpy(session: nox.Session) -> None:
 @nox.session(name="tests-torch")
 def tests_torch(session: nox.Session) -> None:
     """PyTorch on the CPU with numba (the compiled CPU path), compared bitwise with the
-    golden files and with NumPy, and against rotary-embedding-torch."""
+    golden files and with NumPy, and against rotary-embedding-torch; torch.export, ONNX
+    Runtime and DTensors on two processes."""
     _install_torch_cpu(session)
-    session.install("-e", ".[test,numba]", *ROTARY_EMBEDDING_TORCH)
+    session.install("-e", ".[test,numba]", *ROTARY_EMBEDDING_TORCH, *ONNX)
     _pytest(session, "--backend", "torch-cpu", "--backend", "numpy-cpu")
 
 

@@ -40,6 +40,7 @@ YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 
 @pytest.fixture(autouse=True)
 def _fresh_dynamo():
     torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
     yield
     torch._dynamo.reset()
 
@@ -281,13 +282,69 @@ def test_mrope_positions_compile() -> None:
 
 
 def test_decode_offsets_compile_at_most_twice() -> None:
-    """A decode loop's int offset becomes dynamic after one recompile, not one per token."""
+    """A 64-step decode loop with default settings: the int offset becomes dynamic after
+    one recompile, not one per token."""
     rope = anyrope.RoPE(16)
     q, k = _qk(torch.float32, seq=1)
-    compiled, counter = _compiled(rope)
-    for position in range(100, 106):
+    compiled = torch.compile(rope)
+    for position in range(100, 164):
         _assert_equal(compiled(q, k, position), rope(q, k, position))
-    assert counter.frame_count <= 2
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] <= 2
+
+
+DYNAMIC_CALLS = {
+    "rope-none": lambda rope, q, k: rope(q, k),
+    "rope-offset": lambda rope, q, k: rope(q, k, 7),
+    "rope-tensor": lambda rope, q, k: rope(q, k, torch.arange(q.shape[1]) * 2),
+    "rope-offsets": lambda rope, q, k: rope(q, k, anyrope.Offsets(torch.tensor([3, 40]))),
+    "functional": lambda rope, q, k: anyrope.rotate_qk(q, k, 5, interleaved=True),
+}
+
+
+@pytest.mark.parametrize("call", DYNAMIC_CALLS)
+def test_dynamic_compiles_once_for_any_sequence_length(call: str) -> None:
+    """No size of the batch or sequence is read while tracing: one graph, no break."""
+    rope = anyrope.RoPE(16, scaling=YARN)
+    fn = DYNAMIC_CALLS[call]
+    compiled = torch.compile(
+        lambda q, k: fn(rope, q, k), dynamic=True, fullgraph=True, backend="aot_eager"
+    )
+    for seq in (5, 8, 13, 2):  # 1 would be specialized by torch itself
+        q, k = _qk(torch.float32, seq=seq)
+        _assert_equal(compiled(q, k), fn(rope, q, k))
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+
+
+def test_a_rope_built_inside_compiled_code() -> None:
+    def model(q, k):
+        rope = anyrope.RoPE(16, scaling=YARN, max_positions=64)
+        return rope(q, k, 3)
+
+    q, k = _qk(torch.float32)
+    compiled, counter = _compiled(model)
+    _assert_equal(compiled(q, k), model(q, k))
+    _assert_equal(compiled(q, k), model(q, k))
+    assert counter.frame_count == 1
+
+
+def test_meta_tensors_give_meta_results() -> None:
+    rope = anyrope.RoPE(16, rotary_dim=8, start_index=4)
+    q = torch.empty(2, 5, 3, 16, device="meta", dtype=torch.bfloat16)
+    k = torch.empty(2, 5, 1, 16, device="meta", dtype=torch.bfloat16)
+    results = (
+        *rope(q, k, torch.arange(5, device="meta")),
+        rope.rotate(q, 3, layout="bhsd"),
+        rope.rotate_qkv(torch.empty(2, 5, 5, 16, device="meta"), num_heads_q=3),
+        *anyrope.rotate_qk(q, k, anyrope.Offsets(torch.empty(2, dtype=torch.int64, device="meta"))),
+        rope.rotate(q, inplace=True),
+    )
+    for y, like in zip(results, (q, k, q, torch.empty(2, 5, 5, 16), q, k, q), strict=True):
+        assert y.device.type == "meta"
+        assert (y.shape, y.dtype) == (like.shape, like.dtype)
+    with pytest.raises(ValueError, match="batch and sequence"):
+        rope(q, k[:, :4])
+    with pytest.raises(ValueError, match="head_dim=16"):
+        rope.rotate(q[..., :8])
 
 
 def test_errors_under_compile() -> None:

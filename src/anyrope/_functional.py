@@ -134,6 +134,16 @@ def _compiled_target(call: Call, settings: tuple[Any, ...]) -> torch_op.Target |
     # operator.index: Dynamo specializes a symbolic head width (dynamic shapes) to the
     # constant it is, guarded, which int() would leave symbolic.
     head_dim = operator.index(x.shape[-1]) if x.ndim else 0
+    # With dynamic=True, Dynamo makes numbers symbolic (defaults such as `base` too).
+    rotary_dim, base, interleaved, scaling, max_position_embeddings, start_index = settings
+    settings = (
+        torch_op.concrete(rotary_dim),
+        torch_op.concrete(base),
+        interleaved,
+        scaling,
+        torch_op.concrete(max_position_embeddings),
+        torch_op.concrete(start_index),
+    )
     key, *geometry = _compiled_rope(head_dim, x.dtype, call.names[0], *settings)
     return torch_op.Target((key,), *geometry)  # one key: the source of every array
 

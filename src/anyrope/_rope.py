@@ -130,21 +130,19 @@ class RoPE:
                 raise ValueError(
                     f"`max_positions` must be at least 1 and at most 2**53; got {max_positions}"
                 )
-        sources = [
-            TableSource(
-                self.scaling,
-                rotary_dim=self.rotary_dim,
-                base=self.base,
-                amplitude=amplitude,
-                max_positions=self.max_positions,
-            )
-            for amplitude in self._amplitudes()
-        ]
-        # The tables of queries, then of keys: one source for both but in xPos.
-        self._source = sources[0]
+        # The tables of queries, then of keys: one source for both but in xPos. The keys
+        # name the table sources to the torch custom op that torch.compile traces.
+        sources, keys = zip(
+            *(
+                torch_op.table_source(
+                    self.scaling, self.rotary_dim, self.base, self.max_positions, amplitude
+                )
+                for amplitude in self._amplitudes()
+            ),
+            strict=True,
+        )
+        self._source: TableSource = sources[0]
         self._sources: tuple[TableSource, ...] = (sources[0], sources[-1])
-        # Names the table sources to the torch custom op that torch.compile traces.
-        keys = [torch_op.register(source) for source in sources]
         self._op_keys: tuple[int, ...] = (keys[0], keys[-1])
         self.inv_freq = self._source.default.inv_freq
         self.attention_factor = self._source.default.attention_factor

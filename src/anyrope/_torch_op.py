@@ -22,25 +22,35 @@ until the op is first needed. Eager calls never come here.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import math
 import sys
 import weakref
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from . import _slices, _threads
+from ._amplitude import Amplitude
 from ._call import Call
 from ._namespace import Array
 from ._offsets import Offsets
 from ._qkv import join_qkv, split_qkv
 from ._tables import TableSource
+from ._validation import describe
+from .scaling import RopeScaling
 
-__all__ = ["Target", "compiling", "register", "rotate", "rotate_qkv"]
+__all__ = ["Target", "compiling", "concrete", "register", "rotate", "rotate_qkv", "table_source"]
 
 _sources: weakref.WeakValueDictionary[int, TableSource] = weakref.WeakValueDictionary()
 _keys = itertools.count()
 _lock = _threads.lock()
 
 _NAMES = {1: ("x",), 2: ("q", "k")}
+
+_POW = math.pow
+"""What non-strict torch.export replaces with a lambda while it traces (see :func:`_gathered`)."""
 
 
 class Target(NamedTuple):
@@ -62,6 +72,71 @@ def register(source: TableSource) -> int:
     return key
 
 
+def table_source(
+    scaling: RopeScaling,
+    rotary_dim: int,
+    base: float,
+    max_positions: int | None,
+    amplitude: Amplitude | None = None,
+) -> tuple[TableSource, int]:
+    """The table source of a new RoPE, and its key (see :func:`register`).
+
+    Built outside the trace when torch.compile traces the RoPE being made (its host math
+    cannot be traced), and then kept for the life of the process.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.compiler.is_compiling():
+        source = TableSource(
+            scaling,
+            rotary_dim=rotary_dim,
+            base=base,
+            amplitude=amplitude,
+            max_positions=max_positions,
+        )
+        return source, register(source)
+    # Dynamo would pass a dataclass on as one with its defaults: its fields go instead.
+    key = _built_source(
+        type(scaling),
+        _fields(scaling),
+        rotary_dim,
+        base,
+        max_positions,
+        amplitude=() if amplitude is None else _fields(amplitude),
+    )
+    return _built[key], key
+
+
+def _fields(record: Any) -> tuple[tuple[str, Any], ...]:
+    return tuple((f.name, getattr(record, f.name)) for f in dataclasses.fields(record))
+
+
+def _built_source(
+    kind: type[RopeScaling],
+    scaling: tuple[tuple[str, Any], ...],
+    rotary_dim: int,
+    base: float,
+    max_positions: int | None,
+    *,
+    amplitude: tuple[tuple[str, Any], ...] = (),
+) -> int:
+    source = TableSource(
+        kind(**dict(scaling)),
+        rotary_dim=rotary_dim,
+        base=base,
+        amplitude=Amplitude(**dict(amplitude)) if amplitude else None,
+        max_positions=max_positions,
+    )
+    key = register(source)
+    _built[key] = source
+    return key
+
+
+_built: dict[int, TableSource] = {}
+"""The table sources of the RoPEs made inside compiled code."""
+# Dynamo runs it for real and takes the key as a constant of the trace.
+_built_source._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
 def _source(key: int) -> TableSource:
     source = _sources.get(key)
     if source is None:
@@ -73,14 +148,35 @@ def _source(key: int) -> TableSource:
 
 
 def compiling(x: object) -> bool:
-    """Whether ``torch.compile`` is tracing a call on the torch tensor ``x``.
+    """Whether a call on ``x`` goes through this module: a torch tensor that
+    ``torch.compile`` or ``torch.export`` traces, a meta tensor (the op's fake kernel
+    gives meta results) or a ``DTensor`` (its local shards are rotated).
 
     Never imports torch. Eagerly it costs a dictionary lookup and an ``isinstance`` for
-    other arrays, and one call of ``torch.compiler.is_compiling`` more for tensors
-    (about 0.15 microseconds).
+    other arrays, and a call of ``torch.compiler.is_compiling`` and an attribute read
+    more for plain tensors (about 0.3 microseconds).
     """
     torch = sys.modules.get("torch")
-    return torch is not None and isinstance(x, torch.Tensor) and torch.compiler.is_compiling()
+    if torch is None or not isinstance(x, torch.Tensor):
+        return False
+    plain = type(x) is torch.Tensor
+    return torch.compiler.is_compiling() or x.is_meta or (not plain and _is_dtensor(x))
+
+
+def concrete(value: Any) -> Any:
+    """``value`` as a Python constant: a number that Dynamo made symbolic (with
+    ``dynamic=True``, a function's defaults such as ``base=10000.0``) is specialized,
+    guarded, so that code marked constant can take it."""
+    if value is None or type(value) in (bool, str):
+        return value
+    from torch.fx.experimental.symbolic_shapes import guard_scalar
+
+    return guard_scalar(value)
+
+
+def _is_dtensor(x: Any) -> bool:
+    tensor = sys.modules.get("torch.distributed.tensor")
+    return tensor is not None and isinstance(x, tensor.DTensor)
 
 
 def rotate(target: Target, call: Call) -> tuple[Array, ...]:
@@ -98,10 +194,12 @@ def rotate(target: Target, call: Call) -> tuple[Array, ...]:
             "`xp` is inferred under torch.compile (the arrays are torch tensors); got "
             f"xp={call.xp!r}, pass xp=None"
         )
+    if _is_dtensor(arrays[0]):
+        return _rotate_shards(target, call)
     values, offset, per_row = _positions(call.positions)
     if start:
         whole, arrays = arrays, _slices.tails(arrays, call.names, head_dim, start)
-    options = {
+    options: dict[str, Any] = {
         "keys": list(keys),
         "offset": offset,
         "per_row": per_row,
@@ -114,10 +212,15 @@ def rotate(target: Target, call: Call) -> tuple[Array, ...]:
     _define_ops()
     ops = torch.ops.anyrope
     inplace = call.inplace
-    if inplace and not (torch.is_grad_enabled() and any(x.requires_grad for x in arrays)):
+    exporting = torch.compiler.is_exporting() and call.cu_seqlens is None
+    source = _source(keys[0]) if exporting and len(set(keys)) == 1 else None
+    if source is not None and _gathers(source):
+        rotated = _gathered(source, arrays, values, **options)
+    elif inplace and not (torch.is_grad_enabled() and any(x.requires_grad for x in arrays)):
         ops.rotate_(list(arrays), values, call.cu_seqlens, **options)
         return whole if start else arrays
-    rotated = ops.rotate(list(arrays), values, call.cu_seqlens, adjoint=False, **options)
+    else:
+        rotated = ops.rotate(list(arrays), values, call.cu_seqlens, adjoint=False, **options)
     if inplace:
         # Autograd records the copy, as it records the eager reference path's write.
         for x, y in zip(arrays, rotated, strict=True):
@@ -163,6 +266,137 @@ def _pipeline_positions(values: Array | None, offset: int, per_row: bool) -> obj
     return Offsets(values) if per_row else values
 
 
+def _gathers(source: TableSource) -> bool:
+    """Whether an exported graph gathers the rows of ``source``'s tables: tables of a
+    fixed capacity (``max_positions``) whose frequencies do not depend on the length."""
+    return bool(source.max_positions) and not source.depends_on_length and not source.sections
+
+
+def _gathered(
+    source: TableSource,
+    arrays: tuple[Array, ...],
+    values: Array | None,
+    *,
+    offset: int,
+    per_row: bool,
+    layout: str,
+    interleaved: bool,
+    inverse: bool,
+    **unused: Any,
+) -> list[Array]:
+    """The rotation in plain torch ops, for ``torch.export`` and ONNX: rows of the
+    capacity tables (the cached tensors, constants of the graph) gathered by the positions
+    inside the graph, with no size read, so batch and sequence stay symbolic. A position
+    outside ``0 .. capacity-1`` gives a row of NaN."""
+    import array_api_compat.torch as xp
+    import torch
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    from ._paths.rotation import rotate_pairs
+
+    capacity = source.max_positions
+    assert capacity, "_gathers(source) is checked first"
+    x = arrays[0]
+    dtype = np.dtype(np.float64 if x.dtype == torch.float64 else np.float32)
+    cache = source.default.undoing() if inverse else source.default
+    # The cached tables, built outside the tracer: constants of the graph. numba refuses
+    # to load its typing (the host math's first use in a process) while math.pow is
+    # torch.export's lambda.
+    swapped, math.pow = math.pow, _POW
+    try:
+        with _disable_current_modes():
+            cos, sin = cache.get(capacity, xp, x.device, dtype)
+    finally:
+        math.pow = swapped
+    steps = torch.arange(x.shape[{"bshd": -3, "bhsd": -2, "sbhd": 0}[layout]], device=x.device)
+    if values is None:
+        where = steps + offset
+    elif per_row:
+        where = values[..., None] + steps
+    else:
+        where = values + steps if values.ndim == 0 else values
+    inside = ((where >= 0) & (where < capacity))[..., None]
+    where = torch.where(inside[..., 0], where, 0)
+    c, s = (
+        _placed(torch.where(inside, table[where], torch.nan), layout, x.ndim)
+        for table in (cos, sin)
+    )
+    rotary_dim = source.rotary_dim
+    return [
+        rotate_pairs(
+            y, c, s, rotary_dim=rotary_dim, interleaved=interleaved, inverse=inverse, xp=xp
+        )
+        for y in arrays
+    ]
+
+
+def _placed(table: Array, layout: str, ndim: int) -> Array:
+    """Gathered rows ``(*batch', seq, pairs)`` shaped to broadcast against an input of
+    ``ndim`` axes in ``layout``."""
+    if layout == "bshd":
+        return table.unsqueeze(-2)
+    if layout == "bhsd":
+        return table.unsqueeze(-3)
+    table = table[(None,) * (ndim - 1 - table.ndim)]
+    return table.movedim(-2, 0).unsqueeze(-2)
+
+
+def _rotate_shards(target: Target, call: Call) -> tuple[Array, ...]:
+    """Rotate the local shards of DTensors, each by the positions of its own tokens, and
+    wrap the results with the inputs' placements: no communication."""
+    import torch
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    arrays, positions, layout = call.arrays, call.positions, call.layout
+    first = arrays[0]
+    mesh, placements = first.device_mesh, first.placements
+    for x, name in zip(arrays, _NAMES[len(arrays)], strict=True):
+        if not isinstance(x, DTensor) or (x.device_mesh, x.placements) != (mesh, placements):
+            raise ValueError(
+                f"`{name}` must be a DTensor on the mesh and with the placements of "
+                f"`{_NAMES[len(arrays)][0]}` ({placements}); got {describe(x)}"
+            )
+    if any(p.is_partial() for p in placements):
+        raise ValueError(f"DTensors with partial placements cannot be rotated; got {placements}")
+    local, start = compute_local_shape_and_global_offset(first.shape, mesh, placements)
+    axis = {"bshd": first.ndim - 3, "bhsd": first.ndim - 2, "sbhd": 0}.get(layout)
+    if axis is None:
+        raise ValueError(f"DTensors take layout 'bshd', 'bhsd' or 'sbhd'; got {layout!r}")
+    lead = axis + 1 if layout == "sbhd" else 0
+    # The shard's first token is token `shift` of the whole sequence; its batch rows
+    # start at `batch` (the positions of "sbhd" are given batch-first, as for every layout).
+    shift, seq, batch = start[axis], local[axis], tuple(start[lead : lead + first.ndim - 3])
+    rows = tuple(slice(b, b + n) for b, n in zip(batch, local[lead:], strict=False))
+    if isinstance(positions, DTensor):
+        positions = positions.full_tensor()
+    # Anything else is refused by the call on the shards.
+    if positions is None or isinstance(positions, int):
+        positions = (positions or 0) + shift
+    elif isinstance(positions, Offsets):
+        positions = Offsets(_rows(positions.values, rows) + shift)
+    elif isinstance(positions, torch.Tensor) and positions.ndim:
+        positions = _rows(positions[..., shift : shift + seq], rows, skip=1)
+    elif isinstance(positions, torch.Tensor):
+        positions = positions + shift
+    shards = tuple(x.to_local() for x in arrays)
+    rotated = rotate(target, call._replace(arrays=shards, positions=positions))
+    if call.inplace:
+        return arrays
+    return tuple(
+        DTensor.from_local(y, mesh, placements, run_check=False, shape=x.shape, stride=x.stride())
+        for x, y in zip(arrays, rotated, strict=True)
+    )
+
+
+def _rows(values: Array, rows: tuple[slice, ...], *, skip: int = 0) -> Array:
+    """The batch rows of a shard, of ``values`` whose axes (before the last ``skip``) end
+    with batch axes of the input's size or of size 1 (broadcast, kept whole)."""
+    axes = values.shape[: values.ndim - skip]
+    rows = rows[len(rows) - len(axes) :]
+    return values[tuple(r if n != 1 else slice(None) for r, n in zip(rows, axes, strict=True))]
+
+
 def _define_ops() -> None:
     """Define ``anyrope::rotate`` and ``anyrope::rotate_`` on first use (torch is
     imported only then)."""
@@ -197,6 +431,7 @@ def _define(torch: Any) -> None:
     """Define ``anyrope::rotate`` and ``anyrope::rotate_`` (keyword-only arguments: those
     of :func:`_schema`)."""
     from . import _pipeline
+    from ._layout import heads_axis
     from ._paths import choose
     from ._plan import make_plan
 
@@ -258,11 +493,36 @@ def _define(torch: Any) -> None:
         **values: Any,
     ) -> None:
         """What shapes, dtypes and devices tell: the checks of an eager call that do not
-        read values (the positions and ``cu_seqlens`` are checked when the op runs)."""
-        # A packed (total_tokens, heads, head_dim) array reads as one bshd sequence.
-        layout = "bshd" if layout == "thd" else layout
+        read values (the positions and ``cu_seqlens`` are checked when the op runs).
+
+        They read no batch, sequence or heads size, which would make torch.export and
+        ``dynamic=True`` specialize them: those are checked by ``torch._check_value``
+        (kept symbolic), the rest on stand-ins with such axes of size 1."""
+        q, k = (*arrays, arrays[0])[:2]
+        message = f"`k` must share the batch and sequence axes of `q`; got {describe(k)}"
+        if k.ndim == q.ndim:
+            for axis in set(range(-q.ndim, -1)) - {heads_axis(layout)}:
+                torch._check_value(k.shape[axis] == q.shape[axis], lambda: message)
+        stand_ins = tuple(
+            torch.empty(
+                (1,) * (x.ndim - 1) + x.shape[-1:],
+                dtype=x.dtype,
+                # The meta device is refused by the eager checks.
+                device="cpu" if x.is_meta else x.device,
+            )
+            for x in arrays
+        )
         call = Call(
-            tuple(arrays), _NAMES[len(arrays)], None, None, layout, False, False, impl, None
+            stand_ins,
+            _NAMES[len(arrays)],
+            None,
+            None,
+            # A packed (total_tokens, heads, head_dim) array reads as one bshd sequence.
+            "bshd" if layout == "thd" else layout,
+            False,
+            False,
+            impl,
+            None,
         )
         plan = make_plan(_source(keys[0]), call, head_dim=head_dim, interleaved=interleaved)
         choose(impl, plan)
