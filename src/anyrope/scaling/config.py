@@ -17,7 +17,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
-from ._checks import Base, Fraction, field_checks
+from ._checks import Base, Check, Fraction, field_checks
 from ._types import FloatArray, IntArray
 
 __all__ = ["RopeScaling", "get", "names", "parse_rope_scaling", "register", "unregister"]
@@ -66,6 +66,8 @@ class RopeScaling(metaclass=_ByRopeType):
 
     rope_type: ClassVar[str]
     keys: ClassVar[frozenset[str]]
+    checks: ClassVar[dict[str, Check]]
+    required: ClassVar[tuple[str, ...]] = ()
     depends_on_length: ClassVar[bool] = False
     """Whether the frequencies change with the sequence length (see :meth:`length_bucket`)."""
     frequencies_change_with_every_length: ClassVar[bool] = False
@@ -82,7 +84,7 @@ class RopeScaling(metaclass=_ByRopeType):
     mrope_interleaved: bool = False
 
     def __post_init__(self) -> None:
-        checks = field_checks(type(self))
+        checks = self.checks
         for key, check in checks.items():
             value = getattr(self, key)
             if value is not None:
@@ -347,7 +349,12 @@ def register(method: _Record) -> _Record:
     """
     if method.rope_type in _METHODS:
         raise ValueError(f"rope_type={method.rope_type!r} is already registered")
-    method.keys = frozenset(field_checks(method))
+    # Kept, not computed per record: torch.compile traces a RoPE made in compiled code.
+    method.checks = field_checks(method)
+    method.keys = frozenset(method.checks)
+    method.required = tuple(
+        f.name for f in dataclasses.fields(method) if f.default is dataclasses.MISSING
+    )
     _METHODS[method.rope_type] = method
     return method
 
@@ -522,8 +529,8 @@ def parse_rope_scaling(
             raise ValueError(
                 f"`{key}` disagrees: {given[key]} in the scaling, {value} in the model config"
             )
-    for field in dataclasses.fields(method):
-        if field.default is dataclasses.MISSING and field.name not in given:
-            raise ValueError(f"`{field.name}` is required for rope_type={method.rope_type!r}")
+    for key in method.required:
+        if key not in given:
+            raise ValueError(f"`{key}` is required for rope_type={method.rope_type!r}")
     record = method(**given)
     return scaling if record == scaling else record
