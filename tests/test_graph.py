@@ -128,6 +128,27 @@ def test_tables_of_a_capacity_never_move() -> None:
     np.testing.assert_array_equal(far, anyrope.RoPE(8).rotate(q, positions=np.array([0, 300])))
 
 
+def test_tables_of_a_capacity_survive_clear_cache() -> None:
+    """A captured graph holds the tables' addresses while the RoPE lives: clear_cache
+    drops the rows past the capacity, not the tables of the capacity."""
+    rope = anyrope.RoPE(8, max_positions=16)
+    q = np.ones((1, 2, 1, 8), dtype=np.float32)
+    rope.rotate(q, positions=np.array([0, 1]))
+    rope.rotate(q, positions=np.array([0, 300]), inverse=True)
+    (held,) = rope._source.default._tables.values()
+    kept = rope._source.default.undoing()
+    rope.clear_cache()
+    (now,) = rope._source.default._tables.values()
+    assert now[0] is held[0]
+    assert now[1] is held[1]
+    assert rope._source.default.undoing() is kept
+    assert rope.cache_nbytes() > 0
+    plain = anyrope.RoPE(8)
+    plain.rotate(q, positions=np.array([0, 1]))
+    plain.clear_cache()
+    assert plain.cache_nbytes() == 0
+
+
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
 @pytest.mark.parametrize("interleaved", [False, True])
 def test_ndonnx_symbolic_shapes_run_in_onnx_runtime_with_numpys_bits(

@@ -333,7 +333,12 @@ class RoPE:
         return sum(source.nbytes for source in set(self._sources))
 
     def clear_cache(self) -> None:
-        """Drop the cached cos/sin tables; they are rebuilt (the same bits) when needed."""
+        """Drop the cached cos/sin tables; they are rebuilt (the same bits) when needed.
+
+        The tables of positions ``0 .. max_positions - 1`` of a RoPE with a capacity stay
+        (they never move or shrink while the RoPE lives: a captured CUDA graph or an
+        exported program holds their address); the rows built past them go.
+        """
         for source in self._sources:
             source.clear()
 

@@ -244,14 +244,16 @@ class TableCache:
         return held + (0 if undoing is None else undoing.nbytes)
 
     def clear(self) -> None:
-        """Drop every cached table."""
+        """Drop every cached table but those of a capacity, which stay while their RoPE
+        lives: a captured graph (a CUDA graph, an exported program) holds their address."""
         global _generation  # noqa: PLW0603 - a process-wide count, read by generation()
         with self._lock:
-            self._tables.clear()
-            self._wide.clear()
             self._windows.clear()
-            self._undoing = None
-            self._reach = MIN_CACHED_ROWS
+            if not self.capacity:
+                self._tables.clear()
+                self._wide.clear()
+                self._undoing = None
+                self._reach = MIN_CACHED_ROWS
             _generation += 1
 
     def undoing(self) -> TableCache:
