@@ -6,7 +6,7 @@ Measured in one run, with ``triton.testing.do_bench`` (L2 flushed between runs) 
 without Triton, CUDA events around each call after zeroing a 256 MiB buffer:
 
 - prefill: q (4, 4096, 32, 128) + k (4, 4096, 8, 128); the same with a 64-dim partial
-  rotary; the same in the bhsd layout;
+  rotary; the same in the bhsd layout; the same with interleaved pairs (GPT-J);
 - decode: q (B, 1, 32, 128) + k (B, 1, 8, 128) for B = 64 and 256, one new token per
   sequence at positions taken from a KV cache (random lengths below 4096), a device
   tensor, with ``RoPE(128, max_positions=4096)`` as the docs tell users to call it: the
@@ -60,12 +60,14 @@ class Case:
     q_heads: int = 32
     k_heads: int = 8
     head_dim: int = 128
+    interleaved: bool = False
 
 
 CASES = (
     Case("prefill", 4, 4096, "bshd", 128, decode=False),
     Case("prefill rotary 64", 4, 4096, "bshd", 64, decode=False),
     Case("prefill bhsd", 4, 4096, "bhsd", 128, decode=False),
+    Case("prefill interleaved", 4, 4096, "bshd", 128, decode=False, interleaved=True),
     Case("decode b64", 64, 1, "bshd", 128, decode=True),
     Case("decode b256", 256, 1, "bshd", 128, decode=True),
 )
@@ -150,6 +152,7 @@ def make_rope(anyrope: Any, case: Case) -> Any:
     return anyrope.RoPE(
         case.head_dim,
         rotary_dim=case.rotary_dim,
+        interleaved=case.interleaved,
         max_positions=MAX_POSITIONS if case.decode else case.seq,
     )
 
@@ -169,17 +172,30 @@ def _host_us(torch: Any, fn: Callable[[], Any], calls: int = 200) -> float:
 
 
 def _hf_tables(torch: Any, rope: Any, positions: Any, case: Case, dtype: Any) -> tuple[Any, Any]:
-    """cos/sin as Hugging Face builds them, broadcast against q in ``case.layout``."""
+    """cos/sin as Hugging Face builds them (one per pair for interleaved pairs),
+    broadcast against q in ``case.layout``."""
     cos, sin = rope.tables(positions, dtype=torch.float32, xp=None, device=positions.device)
-    cos = torch.cat((cos, cos), dim=-1).to(dtype)
-    sin = torch.cat((sin, sin), dim=-1).to(dtype)
+    if not case.interleaved:
+        cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
+    cos, sin = cos.to(dtype), sin.to(dtype)
     if positions.ndim == 1:
         cos, sin = cos[None], sin[None]
     axis = 1 if case.layout == "bhsd" else 2
     return cos.unsqueeze(axis), sin.unsqueeze(axis)
 
 
-def _hf_expression(torch: Any, rotary_dim: int) -> Callable[..., tuple[Any, Any]]:
+def _hf_expression(torch: Any, case: Case) -> Callable[..., tuple[Any, Any]]:
+    """The PyTorch expression of the case: Hugging Face's ``rotate_half`` form, or
+    GPT-J's pairs of neighbours for interleaved pairs."""
+    rotary_dim = case.rotary_dim
+
+    def pairs(x: Any, cos: Any, sin: Any) -> Any:
+        a, b = x.unflatten(-1, (-1, 2)).unbind(-1)
+        return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+
+    if case.interleaved:
+        return lambda q, k, cos, sin: (pairs(q, cos, sin), pairs(k, cos, sin))
+
     def rotate_half(x: Any) -> Any:
         x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
         return torch.cat((-x2, x1), dim=-1)
@@ -197,7 +213,11 @@ def _hf_expression(torch: Any, rotary_dim: int) -> Callable[..., tuple[Any, Any]
 
 
 def _liger(torch: Any, case: Case) -> Callable[..., Any] | None:
-    if case.rotary_dim != case.head_dim or importlib.util.find_spec("liger_kernel") is None:
+    if (
+        case.rotary_dim != case.head_dim
+        or case.interleaved
+        or importlib.util.find_spec("liger_kernel") is None
+    ):
         return None
     from liger_kernel.transformers.rope import liger_rotary_pos_emb
 
@@ -219,7 +239,7 @@ def _bench_case(
     positions = _positions(torch, case)
     rope = make_rope(anyrope, case)
     cos, sin = _hf_tables(torch, rope, positions, case, dtype)
-    hf = _hf_expression(torch, case.rotary_dim)
+    hf = _hf_expression(torch, case)
     # Every case compiles afresh for its static shapes: dynamo keys its cache on the code
     # object of `apply`, shared by all cases, so without a reset later cases would get
     # dynamic-shape code and, past the recompile limit, silently run eager.
@@ -338,6 +358,19 @@ def _chart(results: list[Result], path: Path) -> bool:
     return True
 
 
+def _write_json(torch: Any, results: list[Result], path: Path) -> None:
+    record = {
+        "command": " ".join(["python", *sys.argv]),
+        "device": torch.cuda.get_device_name(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "timer": "triton do_bench" if importlib.util.find_spec("triton") else "CUDA events",
+        "results": [asdict(r) for r in results],
+        "targets": _targets(results),
+    }
+    path.write_text(json.dumps(record, indent=2) + "\n")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=list(DTYPES))
@@ -347,31 +380,18 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch = _require_gpu()
     timer = _timer(torch)
-    results = [
-        result
-        for dtype_key in args.dtypes
-        for case in CASES
-        for result in _bench_case(torch, timer, case, dtype_key)
-    ]
-    print(f"device: {torch.cuda.get_device_name()}")
+    print(f"device: {torch.cuda.get_device_name()}", flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    results: list[Result] = []
+    for dtype_key in args.dtypes:
+        for case in CASES:
+            # Written after every case: a run cut short by its time limit keeps its figures.
+            done = _bench_case(torch, timer, case, dtype_key)
+            results += done
+            print(_table(done), flush=True)
+            _write_json(torch, results, args.out / "gpu.json")
     print(_table(results))
     print("\n".join(_targets(results)))
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "gpu.json").write_text(
-        json.dumps(
-            {
-                "command": " ".join(["python", *sys.argv]),
-                "device": torch.cuda.get_device_name(),
-                "python": platform.python_version(),
-                "torch": torch.__version__,
-                "timer": "triton do_bench" if importlib.util.find_spec("triton") else "CUDA events",
-                "results": [asdict(r) for r in results],
-                "targets": _targets(results),
-            },
-            indent=2,
-        )
-        + "\n"
-    )
     print(f"wrote {args.out / 'gpu.json'}")
     if _chart(results, args.out / "gpu.png"):
         print(f"wrote {args.out / 'gpu.png'}")

@@ -2,6 +2,7 @@
 
     python benchmarks/gpu_proof.py [--out benchmarks/results/gpu-proof] [--wheels .whl]
                                    [--steps STEP ...] [--full-tests] [--timeout SECONDS]
+                                   [--deadline SECONDS] [--workers N]
 
 Runs from a checkout of the repository (``src/`` is put on ``PYTHONPATH``: nothing is
 installed), with what a GPU machine typically has (PyTorch with CUDA, CuPy, JAX with
@@ -12,7 +13,11 @@ fetched beforehand on a machine that has an index into the ignored folder ``.whl
 
 The wheels are unpacked into ``.whl/site`` (a wheel unpacked is a wheel installed)
 and put on ``PYTHONPATH`` too. The steps, each in its own process, each with its time
-limit, in this order:
+limit; the timed ones (``bench-prefill``, ``decode-graphs``) first and alone on the
+device, then the others side by side (``--jobs``), each test step on ``--workers``
+pytest-xdist processes where pytest-xdist is installed; a step still waiting when
+``--deadline`` seconds have passed is reported as skipped, so a machine lent for a
+fixed time still gets its summaries:
 
 - ``tests-torch-cuda``, ``tests-cupy``: the device tests (the golden bits, the kernel
   against the array-API path on NumPy) with ``--backend torch-cuda`` / ``cupy-cuda``;
@@ -26,7 +31,8 @@ limit, in this order:
 - ``memcheck``: ``compute-sanitizer --tool memcheck`` on a few launches of every kind.
 
 Writes ``proof.json`` (every step: command, exit status, seconds, the tail of its output
-and its figures) and ``proof.md`` (the same for a reader) under ``--out``, and exits 0
+and its figures), ``proof.md`` (the same for a reader) and ``steps.log`` (every step's
+whole output) under ``--out``, and exits 0
 when every step of the run passed. Steps of an earlier run into the same ``--out`` that
 this run did not repeat are kept: the proof can be run a few steps at a time. On a
 machine without a CUDA GPU it says so in one line and exits 2, before running anything.
@@ -35,6 +41,7 @@ machine without a CUDA GPU it says so in one line and exits 2, before running an
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import importlib.util
 import json
 import os
@@ -71,6 +78,9 @@ STEPS = (
     "memcheck",
 )
 
+#: The steps that time the device: each runs alone, before the others.
+TIMED = ("bench-prefill", "decode-graphs")
+
 # The test files that put arrays on a device; --full-tests runs them all.
 DEVICE_TESTS = (
     "tests/test_cuda_kernel.py",
@@ -96,6 +106,7 @@ class StepResult:
     seconds: float
     tail: str = ""
     data: dict[str, Any] = field(default_factory=dict)
+    full: str = field(default="", repr=False, compare=False)
 
 
 def download_command(folder: str = ".whl") -> str:
@@ -160,11 +171,19 @@ def environment(site: Path | None) -> dict[str, str]:
 
 
 def step_commands(
-    names: Sequence[str], *, out: Path, full_tests: bool, python: str = sys.executable
+    names: Sequence[str],
+    *,
+    out: Path,
+    full_tests: bool,
+    python: str = sys.executable,
+    workers: int = 0,
 ) -> dict[str, tuple[list[str], dict[str, str]]]:
     """The command of each step in ``names`` and what it adds to the environment; a step
-    that cannot run here (no compute-sanitizer) gets an empty command."""
-    pytest = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    that cannot run here (no compute-sanitizer) gets an empty command. ``workers`` > 0
+    spreads each test step over that many pytest-xdist processes."""
+    pytest = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE"]
+    if workers > 0:
+        pytest += ["-n", str(workers)]
     tests = [] if full_tests else list(DEVICE_TESTS)
     script = str(Path(__file__).resolve())
     sanitizer = shutil.which("compute-sanitizer") or _in_cuda_home("compute-sanitizer")
@@ -235,7 +254,7 @@ def run_step(
     seconds = time.perf_counter() - start
     figures = out / ("gpu.json" if name == "bench-prefill" else f"{name}.json")
     data = json.loads(figures.read_text()) if figures.is_file() else {}
-    return StepResult(name, status, command, round(seconds, 1), text[-TAIL_CHARS:], data)
+    return StepResult(name, status, command, round(seconds, 1), text[-TAIL_CHARS:], data, text)
 
 
 def _text(output: str | bytes | None) -> str:
@@ -331,7 +350,7 @@ def write_summaries(out: Path, results: Sequence[StepResult], info: dict[str, st
         "command": " ".join(["python", *sys.argv]),
         "machine": info,
         "passed": all(r.status == "pass" for r in results) and len(results) == len(STEPS),
-        "steps": [asdict(r) for r in results],
+        "steps": [{k: v for k, v in asdict(r).items() if k != "full"} for r in results],
     }
     (out / "proof.json").write_text(json.dumps(record, indent=2) + "\n")
     (out / "proof.md").write_text(summary_markdown(results, info))
@@ -549,6 +568,16 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--steps", nargs="+", choices=STEPS, default=list(STEPS))
     parser.add_argument("--full-tests", action="store_true", help="every test file")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per step")
+    parser.add_argument(
+        "--deadline", type=float, default=None, help="seconds for the whole run (none by default)"
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="pytest-xdist processes per test step (0: none, as without pytest-xdist)",
+    )
+    parser.add_argument("--jobs", type=int, default=4, help="untimed steps run side by side")
     parser.add_argument("--print-download", action="store_true", help="print the pip command")
     parser.add_argument("--run", choices=sorted(INTERNAL), help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -568,16 +597,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         INTERNAL[args.run](args.out)
         return 0
     env = environment(unpack_wheels(args.wheels))
-    results = []
-    for name, (command, extra) in step_commands(
-        args.steps, out=args.out, full_tests=args.full_tests
-    ).items():
+    workers = args.workers if importlib.util.find_spec("xdist") is not None else 0
+    commands = step_commands(args.steps, out=args.out, full_tests=args.full_tests, workers=workers)
+    end = None if args.deadline is None else time.monotonic() + args.deadline
+    log = args.out / "steps.log"
+    log.write_text("")
+
+    def step(name: str) -> StepResult:
+        command, extra = commands[name]
+        left = args.timeout if end is None else min(args.timeout, end - time.monotonic())
+        if left <= 0:
+            return StepResult(name, "skipped", command, 0.0, "the run's --deadline had passed")
         print(f"gpu_proof.py: {name} ...", flush=True)
-        result = run_step(name, command, env | extra, timeout=args.timeout, out=args.out)
+        result = run_step(name, command, env | extra, timeout=left, out=args.out)
         print(f"gpu_proof.py: {name} {result.status} in {result.seconds:.0f} s", flush=True)
-        results.append(result)
+        with log.open("a") as f:
+            f.write(f"===== {name}: {result.status} =====\n{result.full}\n")
+        return result
+
+    results = [step(name) for name in commands if name in TIMED]
+    with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        results += pool.map(step, [name for name in commands if name not in TIMED])
     write_summaries(args.out, merged(args.out, results), machine())
-    print(f"wrote {args.out / 'proof.json'} and {args.out / 'proof.md'}")
+    print(f"wrote {args.out / 'proof.json'}, {args.out / 'proof.md'} and {log}")
     return 0 if all(r.status == "pass" for r in results) else 1
 
 
