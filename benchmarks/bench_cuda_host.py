@@ -10,20 +10,18 @@ and the interquartile range, in microseconds per call.
 What is measured, and what is not. The torch tensors are CPU tensors that stand in for
 CUDA ones: ``anyrope._paths.cuda`` is told to take them (its ``cuda_array`` test, the CuPy
 install check and the once-per-device compile check are replaced for the run), and the
-launcher is replaced by a no-op that receives the call's launches and tables. So a line
-times the whole host side of ``rope(q, k, positions)`` with ``impl="cuda"``: the geometry
-lookup and plan, the position checks, the table lookup, the output allocation
-(``torch.empty`` on the CPU allocator instead of the CUDA caching allocator), the launch
-planning and the argument packing, down to the call of the launcher. Not measured: what
-the launcher does, once per call: ``torch.cuda.current_stream`` (or CuPy's current
-stream), CuPy's launch of the kernel (about 3.6 us for an empty kernel on an H100, see
-docs/performance.rst), keeping the tables (two ``record_stream`` for torch; for CuPy a
-stream's capture state and one dictionary lookup, no event) and the kernel itself.
-CuPy's own launch code cannot run here with only its driver call stubbed: the CUDA
-runtime linked into ``cupy_backends`` needs a driver (``libcuda``) for the current
-device before any launch, so a stand-in would have to be a whole driver. With a positions
-tensor, the host range check reads a CPU tensor here; on a GPU that check is a device
-synchronisation.
+driver call is a stand-in: ``cupy.cuda.driver.launchKernel`` (CuPy's binding of
+``cuLaunchKernel``, the one call the path makes per launch) records its arguments, the
+kernel's ``CUfunction`` lookup returns a number, ``torch.cuda.current_stream`` a stream
+handle and ``Tensor.record_stream`` nothing. So a line times the whole host side of
+``rope(q, k, positions)`` with ``impl="cuda"``, anyrope's launch code included: the
+geometry lookup and plan, the position checks, the table lookup, the output allocation
+(``torch.empty`` on the CPU allocator instead of the CUDA caching allocator), the bound
+launch and its parameter buffer, the ``extra`` list handed to the driver. Not measured:
+the driver's own work in ``cuLaunchKernel`` (about 2 to 3 us on an H100 or H200), the
+current-stream lookup and ``record_stream`` of torch's CUDA build, and the kernel itself.
+With a positions tensor, the host range check reads a CPU tensor here; on a GPU that
+check is a device synchronisation.
 
 * ``anyrope offset``: ``rope(q, k, positions=1000, impl="cuda")`` (a KV-cache offset).
 * ``anyrope tensor, max_positions``: ``rope(q, k, positions=p, impl="cuda")`` with
@@ -49,7 +47,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -68,34 +68,65 @@ TABLE_LEN = 4096
 
 @contextmanager
 def cpu_tensors_as_cuda() -> Iterator[list[Any]]:
-    """The CUDA path takes torch CPU tensors, and its launcher only records launches."""
+    """The CUDA path takes torch CPU tensors and runs its own launch code to the end:
+    only the driver's ``cuLaunchKernel`` (CuPy's binding of it) is a stand-in, which
+    records the launches, with the device and stream lookups and ``record_stream``."""
+    import torch
+
     from anyrope import _positions
     from anyrope._paths import cuda
-    from anyrope._paths.cuda import dispatch
+    from anyrope._paths.cuda import _module
 
     names = ("cuda_array", "_cupy_installed", "unusable", "_device_id")
     saved = [getattr(cuda, name) for name in names]
-    saved_launcher = dispatch.launch_on_device
+    saved_pointer = _module.kernel_pointer
     saved_waits = _positions.waits_for_device
+    saved_stream = torch.cuda.current_stream
+    saved_record = torch.Tensor.record_stream
+    saved_cupy = sys.modules.get("cupy")
     launches: list[Any] = []
 
-    def no_op(first: Any, name: str, call: Any, tables: Any) -> None:
-        # What launch_on_device hands CuPy, packed as it packs it; only the call is left out.
-        launches.extend(launch.device_args() for launch in call)
+    class Device:
+        def __init__(self, device_id: int) -> None:
+            pass
 
+        def __enter__(self) -> None:
+            pass
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+    def launch_kernel(*args: int) -> None:
+        launches.append(args)
+
+    fake = types.ModuleType("cupy")
+    fake.ndarray = type("ndarray", (), {})  # type: ignore[attr-defined]  # asked by array-api-compat
+    fake.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
+        Device=Device, driver=types.SimpleNamespace(launchKernel=launch_kernel)
+    )
+    stream = types.SimpleNamespace(cuda_stream=0)
+    sys.modules["cupy"] = fake
     cuda.cuda_array = lambda x: True  # type: ignore[assignment]
     cuda._cupy_installed = lambda: True  # type: ignore[assignment]
     cuda.unusable = lambda device_id: None  # type: ignore[assignment]
     cuda._device_id = lambda x: 0  # type: ignore[assignment]
-    dispatch.launch_on_device = no_op  # type: ignore[assignment]
+    _module.kernel_pointer = lambda *args, **kwargs: 1  # type: ignore[assignment]
+    torch.cuda.current_stream = lambda device=None: stream  # type: ignore[assignment]
+    torch.Tensor.record_stream = lambda self, on: None  # type: ignore[assignment,method-assign]
     _positions.waits_for_device = lambda values: True  # as on a GPU
     try:
         yield launches
     finally:
         for name, value in zip(names, saved, strict=True):
             setattr(cuda, name, value)
-        dispatch.launch_on_device = saved_launcher
+        _module.kernel_pointer = saved_pointer  # type: ignore[assignment]
         _positions.waits_for_device = saved_waits
+        torch.cuda.current_stream = saved_stream  # type: ignore[assignment]
+        torch.Tensor.record_stream = saved_record  # type: ignore[method-assign]
+        if saved_cupy is None:
+            del sys.modules["cupy"]
+        else:
+            sys.modules["cupy"] = saved_cupy
 
 
 def cases(torch: Any) -> dict[str, Callable[[], object]]:

@@ -22,7 +22,8 @@ fixed time still gets its summaries:
 - ``tests-torch-cuda``, ``tests-cupy``: the device tests (the golden bits, the kernel
   against the array-API path on NumPy) with ``--backend torch-cuda`` / ``cupy-cuda``;
   ``--full-tests`` runs every test file rather than the device-facing ones;
-- ``tests-jax-gpu``: ``tests/test_jax.py`` with ``JAX_PLATFORMS=cuda``;
+- ``tests-jax-gpu``: ``tests/test_jax.py`` with ``JAX_PLATFORMS=cuda,cpu`` (the GPU is
+  JAX's default device; host callbacks need the CPU);
 - ``bench-prefill``: ``benchmarks/bench_gpu.py`` (prefill for each dtype, layout and
   partial width against a device copy, decode, the peers);
 - ``decode-graphs``: decode host time per call and device time per call, and a CUDA
@@ -181,7 +182,9 @@ def step_commands(
     """The command of each step in ``names`` and what it adds to the environment; a step
     that cannot run here (no compute-sanitizer) gets an empty command. ``workers`` > 0
     spreads each test step over that many pytest-xdist processes."""
-    pytest = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE"]
+    # pytest-benchmark, where installed, warns under xdist, and the tests turn warnings
+    # into errors.
+    pytest = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:benchmark", "-rfE"]
     if workers > 0:
         pytest += ["-n", str(workers)]
     tests = [] if full_tests else list(DEVICE_TESTS)
@@ -190,7 +193,8 @@ def step_commands(
     commands: dict[str, tuple[list[str], dict[str, str]]] = {
         "tests-torch-cuda": ([*pytest, "--backend", "torch-cuda", *tests], {}),
         "tests-cupy": ([*pytest, "--backend", "cupy-cuda", *tests], {}),
-        "tests-jax-gpu": ([*pytest, "tests/test_jax.py"], {"JAX_PLATFORMS": "cuda"}),
+        # The CPU stays listed: host callbacks need a CPU device.
+        "tests-jax-gpu": ([*pytest, "tests/test_jax.py"], {"JAX_PLATFORMS": "cuda,cpu"}),
         "bench-prefill": (
             [python, str(ROOT / "benchmarks" / "bench_gpu.py"), "--out", str(out)],
             {},
@@ -430,6 +434,7 @@ def _decode_form(name: str, call: Callable[[], Any], change: Callable[[], None])
         call()
     host_us = 1e6 * (time.perf_counter() - start) / calls
     torch.cuda.synchronize()
+    profile = _host_profile(call, calls)
     capture, replay, elapsed = _graph_api(library)
     graph, outputs = capture(lambda: [call() for _ in range(GRAPH_CALLS)])
     device_us = 1000.0 * elapsed(replay, graph) / GRAPH_CALLS
@@ -447,7 +452,25 @@ def _decode_form(name: str, call: Callable[[], Any], change: Callable[[], None])
         "host_us": host_us,
         "device_us": device_us,
         "graph": "same bits" if same else "DIFFERENT bits",
+        "host profile": profile,
     }
+
+
+def _host_profile(call: Callable[[], Any], calls: int, rows: int = 30) -> list[str]:
+    """Where the host time of ``calls`` calls goes: the ``rows`` functions that spend the
+    most time themselves (cProfile, so each figure is inflated alike)."""
+    import cProfile
+    import io
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        call()
+    profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(rows)
+    return [line for line in text.getvalue().splitlines() if line.strip()]
 
 
 def _bits(x: Any) -> bytes:

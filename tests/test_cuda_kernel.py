@@ -7,6 +7,7 @@ Every result is compared bit for bit with the array-API path on NumPy.
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import subprocess
 import sys
@@ -423,18 +424,18 @@ def test_under_capture_no_event_no_query(fake_cupy: Any) -> None:
 
 
 def test_torch_tables_are_recorded_on_the_launch_stream(monkeypatch: pytest.MonkeyPatch) -> None:
-    """torch's caching allocator keeps the tables until the launch's stream (looked up
-    once per call) has passed them."""
+    """Each launch is one cuLaunchKernel on the torch stream (looked up once per call)
+    with the launch's parameter buffer, and torch's caching allocator keeps the tables
+    until that stream has passed them."""
     torch = pytest.importorskip("torch")
     stream = types.SimpleNamespace(cuda_stream=99)
     looked_up: list[int] = []
     recorded: list[object] = []
-    ran: list[object] = []
+    ran: list[tuple[object, ...]] = []
 
     class DeviceTensor(torch.Tensor):
-        @property
-        def device(self) -> Any:
-            return types.SimpleNamespace(index=0)
+        def get_device(self) -> int:
+            return 0
 
         def record_stream(self, on: object) -> None:
             recorded.append(on)
@@ -453,30 +454,30 @@ def test_torch_tables_are_recorded_on_the_launch_stream(monkeypatch: pytest.Monk
         def __exit__(self, *exc: object) -> None:
             pass
 
-    class External:
-        def __init__(self, handle: int, device_id: int) -> None:
-            self.handle = handle
-
-        def __enter__(self) -> None:
-            pass
-
-        def __exit__(self, *exc: object) -> None:
-            pass
+    def launch_kernel(function: int, *dims_and_more: int) -> None:
+        *dims, shared, on, params, extra = dims_and_more
+        # What the driver reads: the `extra` list (buffer, its size, end) and the buffer.
+        keys = (ctypes.c_void_p * 5).from_address(extra)
+        size = ctypes.c_size_t.from_address(keys[3]).value
+        assert (keys[0], keys[2], keys[4]) == (1, 2, None)
+        ran.append((function, tuple(dims), shared, on, params, ctypes.string_at(keys[1], size)))
 
     fake = types.ModuleType("cupy")
-    fake.cuda = types.SimpleNamespace(Device=Device, ExternalStream=External)  # type: ignore[attr-defined]
+    fake.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
+        Device=Device, driver=types.SimpleNamespace(launchKernel=launch_kernel)
+    )
     monkeypatch.setitem(sys.modules, "cupy", fake)
     monkeypatch.setattr(torch.cuda, "current_stream", current_stream)
-    monkeypatch.setattr(cuda_dispatch, "_external_streams", {})
     from anyrope._paths.cuda import _module
 
-    monkeypatch.setattr(_module, "get_kernel", lambda *a, **k: lambda *args: ran.append(args))
+    monkeypatch.setattr(_module, "kernel_pointer", lambda *a, **k: 1234)
     x = torch.zeros(4).as_subclass(DeviceTensor)
     tables = (torch.zeros(2).as_subclass(DeviceTensor), torch.zeros(2).as_subclass(DeviceTensor))
-    launch = Launch(1, False, False, (1, 1, 1), (1, 1, 1), ())
+    params = bytes(range(172))
+    launch = Launch(1, False, False, (5, 6, 7), (8, 9, 10), params)
     cuda_dispatch.launch_on_device(x, "float32", [launch, launch], tables)
     assert looked_up == [0]
-    assert len(ran) == 2
+    assert ran == [(1234, (5, 6, 7, 8, 9, 10), 0, 99, 0, params)] * 2
     assert recorded == [stream, stream]
 
 

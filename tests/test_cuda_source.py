@@ -19,6 +19,7 @@ import importlib.util
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import threading
@@ -28,7 +29,7 @@ import zlib
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -539,8 +540,11 @@ def test_harness_matches_array_api(
         harness, arrays, spec["positions"], grid_cap=grid_cap, **common, **options
     )
 
-    assert len(launches) == spec["launches"]
-    assert [launch.width for launch in launches] == [spec["width"]] * spec["launches"]
+    # The features past rotary_dim, when copied, take launches of their own.
+    copied = spec["rotary_dim"] < arrays[0].shape[-1] and not options.get("inplace", False)
+    count = spec["launches"] * (2 if copied else 1)
+    assert len(launches) == count
+    assert [launch.width for launch in launches] == [spec["width"]] * count
     for x, y, want, old in zip(arrays, outputs, expected, before, strict=True):
         _assert_bits(y, want)
         if options.get("inplace"):
@@ -569,7 +573,8 @@ def test_harness_64_bit_indices(
 
     outputs, launches = _run(harness, spec["arrays"], spec["positions"], **common)
 
-    assert [launch.wide_index for launch in launches] == [True]
+    assert launches
+    assert all(launch.wide_index for launch in launches)
     for y, want in zip(outputs, expected, strict=True):
         _assert_bits(y, want)
 
@@ -583,7 +588,8 @@ def test_harness_binds_each_call_to_its_own_memory(harness: Any) -> None:
         x = _data(rng, (2, 3, 5, 80), np.dtype(np.float32))
         (y,), launches = _run(harness, (x,), offset, **common)
         _assert_bits(y, _expected(x, offset, **common))
-        assert [launch.args[7] for launch in launches] == [offset]
+        # The rotation, then the copy past rotary_dim (which reads no table).
+        assert [launch.args[7] for launch in launches] == [offset, offset]
 
 
 @pytest.mark.parametrize("wide_index", [False, True], ids=["int32-index", "int64-index"])
@@ -628,8 +634,9 @@ def test_harness_checks_positions_the_host_left_unread(
 
     outputs, launches = _run(harness, (q, k), positions, max_positions=100, **common)
 
-    assert [launch.wide_index for launch in launches] == [wide_index]
-    assert [launch.args[8] for launch in launches] == [100]  # the rows a position may index
+    # The rotation, then the copy of the features past rotary_dim.
+    assert [launch.wide_index for launch in launches] == [wide_index] * 2
+    assert launches[0].args[8] == 100  # the rows a position may index
     for x, y, want in zip((q, k), outputs, expected, strict=True):
         _assert_bits(y[held], want[held])
         assert np.isnan(y[~held][..., :32].astype(np.float64)).all()
@@ -922,10 +929,10 @@ def test_harness_through_the_pipeline_as_the_tables_change(
         k = _data(rng, (2, 1, 2, 32), np.dtype(np.float32))
         before = len(launches)
         got = rope(q, k, positions, impl="cuda")
-        assert len(launches) == before + 1
+        assert len(launches) == before + 2  # the rotation, then the copy past rotary_dim
         for y, want in zip(got, reference(q, k, positions, impl="array_api"), strict=True):
             _assert_bits(y, want)
-        cos_tables.append(launches[-1].args[4])
+        cos_tables.append(launches[before].args[4])
     first, same, grown, cleared, grown_again, last, window = cos_tables
     assert first == same != grown  # kept, then grown for 256
     assert cleared != grown  # after clear_cache, new tables (the old ones are not read)
@@ -981,6 +988,38 @@ def _contiguous(ptr: int, shape: tuple[int, ...]) -> Operand:
     return Operand(ptr, shape, tuple(strides))
 
 
+def test_partial_rotary_copies_its_tail_in_a_launch_of_its_own() -> None:
+    """A warp runs one branch only: the rotation launch has no copy unit, and the
+    features past rotary_dim are copied by the same kernel with no pair to rotate, its
+    pointers advanced to the first copied feature."""
+    q = _contiguous(4096, (2, 7, 8, 128))
+    rotation, copy = plan_launches(
+        q,
+        _contiguous(2 << 20, q.shape),
+        None,
+        None,
+        layout="bshd",
+        itemsize=2,
+        rotary_dim=64,
+        interleaved=False,
+        inverse=False,
+        inplace=False,
+        positions=None,
+        position_itemsize=0,
+        offset=3,
+        cos_ptr=512,
+        sin_ptr=1024,
+        table_rows=4096,
+    )
+    # half, units, elements per copied unit
+    assert rotation.args[31:34] == (32, 32 // 8, 8)
+    assert copy.args[31:34] == (0, 64 // 8, 8)
+    assert rotation.args[:2] == (4096, 2 << 20)
+    assert copy.args[:2] == (4096 + 64 * 2, (2 << 20) + 64 * 2)
+    assert rotation.block[0] == 4
+    assert copy.block[0] == 8
+
+
 def test_plan_packs_q_and_k_into_one_launch() -> None:
     q = _contiguous(4096, (2, 7, 8, 128))
     k = _contiguous(1 << 20, (2, 7, 2, 128))
@@ -1004,10 +1043,12 @@ def test_plan_packs_q_and_k_into_one_launch() -> None:
     )
     assert launch.width == 8
     assert not launch.wide_index
-    args = launch.device_args()
-    assert len(args) == 36
-    assert [type(a) for a in args[:7]] == [np.uint64] * 7
-    assert all(isinstance(a, np.int32) for a in args[7:])
+    # The parameter buffer: seven 8-byte pointers, 27 int32 (the offset, the rows and
+    # the geometry), the position size and `inverse`; the driver reads it whole.
+    assert len(launch.params) == 7 * 8 + 29 * 4
+    assert len(launch.args) == 36
+    assert struct.unpack_from("<7Q", launch.params) == launch.args[:7]
+    assert struct.unpack_from("<29i", launch.params, 56) == launch.args[7:]
     assert launch.args[:7] == (4096, 2 << 20, 1 << 20, 3 << 20, 512, 1024, 0)
     assert launch.args[7:9] == (0, 4096)  # the table offset and rows
     # batch 2, seq 7, 8 q heads of 10, 64 pairs in 8 units of 8, no tail.
@@ -1105,6 +1146,18 @@ def test_kernel_source_inlines_the_header() -> None:
     assert "anyrope_rope(ANYROPE_PARAMS" in source
 
 
+class _FakeKernel(NamedTuple):
+    """A ``RawKernel`` as the fake CuPy makes it: its device and name; ``kernel.ptr``
+    stands for its ``CUfunction``."""
+
+    device: int
+    name: str
+
+    @property
+    def kernel(self) -> Any:
+        return types.SimpleNamespace(ptr=hash((self.device, self.name)) & 0xFFFF_FFFF)
+
+
 class _FakeCupy:
     """Just enough of CuPy for ``_module.get_kernel``: records compilations and devices."""
 
@@ -1136,11 +1189,11 @@ class _FakeCupy:
                 with fake.lock:
                     fake.compiled.append((fake.device_stack[-1], tuple(self.names)))
 
-            def get_function(self, name: str) -> tuple[int, str]:
+            def get_function(self, name: str) -> _FakeKernel:
                 assert name in self.names
                 with fake.lock:
                     fake.lookups.append((fake.device_stack[-1], name))
-                return (fake.device_stack[-1], name)
+                return _FakeKernel(fake.device_stack[-1], name)
 
         self.cuda = types.SimpleNamespace(Device=Device)
         self.RawModule = RawModule
@@ -1150,6 +1203,7 @@ def test_kernels_compile_once_per_device_and_dtype(monkeypatch: pytest.MonkeyPat
     fake = _FakeCupy()
     monkeypatch.setitem(sys.modules, "cupy", fake)
     monkeypatch.setattr(_module, "_kernels", {})
+    monkeypatch.setattr(_module, "_pointers", {})
     variants = [
         (device, dtype, width, interleaved, wide)
         for device in (0, 1)
@@ -1181,4 +1235,9 @@ def test_kernels_compile_once_per_device_and_dtype(monkeypatch: pytest.MonkeyPat
         device, dtype, width, interleaved, wide = variant
         name = _module.kernel_name(dtype, width=width, interleaved=interleaved, wide_index=wide)
         assert kernel == (device, name)
+        pointer = _module.kernel_pointer(
+            device, dtype, width=width, interleaved=interleaved, wide_index=wide
+        )
+        assert pointer == kernel.kernel.ptr
     assert first == again * 4
+    assert len(fake.compiled) == 4  # the pointers came with the kernels

@@ -46,8 +46,22 @@ def _run(backend, case, impl):
 
 @pytest.mark.parametrize("case", CASES, ids=case_id)
 @pytest.mark.parametrize("impl", ["auto", *PATHS])
-def test_golden_bits(backend, case, impl):
+def test_golden_bits(backend, case, impl, request):
     """Every path of the registry (``auto`` too) on every backend it takes."""
+    if (backend.name, impl, case["kind"], case["dtype"]) == (
+        "cupy",
+        "array_api",
+        "special",
+        "float32",
+    ):
+        # The one documented exception (docs/numerical-contract.rst, "Not identical").
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason="CuPy compiles its own elementwise kernels with -ftz=true "
+                "(cupy/cupy#8382): its float32 arithmetic flushes subnormals",
+            )
+        )
     got = _run(backend, case, impl)
     assert_same_bits(got, DATA[f"{case['name']}_y"], case["dtype"])
 

@@ -90,7 +90,7 @@ def test_step_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert cupy[cupy.index("--backend") + 1] == "cupy-cuda"
     jax, extra = commands["tests-jax-gpu"]
     assert jax[-1] == "tests/test_jax.py"
-    assert extra == {"JAX_PLATFORMS": "cuda"}
+    assert extra == {"JAX_PLATFORMS": "cuda,cpu"}
     assert commands["memcheck"] == ([], {})
     full, _ = proof.step_commands(["tests-cupy"], out=tmp_path, full_tests=True)["tests-cupy"]
     assert not any(arg.startswith("tests/") for arg in full)

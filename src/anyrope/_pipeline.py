@@ -180,6 +180,8 @@ def _array_geometry(x: Any) -> Hashable | None:
     kind = type(x)
     if kind is np.ndarray:
         return (np.ndarray, x.shape, x.strides, x.dtype)
+    if kind.__name__ == "ndarray" and kind.__module__.partition(".")[0] == "cupy":
+        return (kind, x.shape, x.strides, x.dtype, x.device.id)
     # torch.Tensor itself, asked without importing torch; its subclasses (Parameter,
     # FakeTensor), other layouts (sparse tensors have no strides) and tensors with the
     # negative bit (whose memory holds -x) are planned, and refused or resolved where

@@ -19,6 +19,7 @@ __all__ = [
     "get_kernel",
     "kernel_name",
     "kernel_names",
+    "kernel_pointer",
     "kernel_source",
     "source_dir",
     "vector_widths",
@@ -106,6 +107,8 @@ def kernel_source() -> str:
 _lock = _threads.lock()
 #: (device, dtype name, width, interleaved, wide index) -> ``cupy.RawKernel``.
 _kernels: dict[tuple[int, str, int, bool, bool], Any] = {}
+#: The same keys -> the kernel's ``CUfunction`` on that device, which calls launch.
+_pointers: dict[tuple[int, str, int, bool, bool], int] = {}
 
 
 def get_kernel(
@@ -124,14 +127,31 @@ def get_kernel(
     ``RawModule.get_function`` builds a new ``RawKernel`` and looks the function up in
     the driver each time it is called).
     """
-    key = (device_id, dtype_name, width, interleaved, wide_index)
-    kernel = _kernels.get(key)
-    if kernel is not None:
-        return kernel
+    return _compiled(_kernels, (device_id, dtype_name, width, interleaved, wide_index))
+
+
+def kernel_pointer(
+    device_id: int,
+    dtype_name: str,
+    *,
+    width: int,
+    interleaved: bool,
+    wide_index: bool,
+) -> int:
+    """The ``CUfunction`` of one variant on ``device_id``, for ``cuLaunchKernel``
+    (compiled as :func:`get_kernel` compiles it)."""
+    return int(_compiled(_pointers, (device_id, dtype_name, width, interleaved, wide_index)))
+
+
+def _compiled(table: dict[tuple[int, str, int, bool, bool], Any], key: Any) -> Any:
+    """``table[key]``, compiling the key's dtype on its device first if need be."""
+    found = table.get(key)
+    if found is not None:
+        return found
     with _lock:
-        if key not in _kernels:
-            _compile(device_id, dtype_name)
-        return _kernels[key]
+        if key not in table:
+            _compile(key[0], key[1])
+        return table[key]
 
 
 def _compile(device_id: int, dtype_name: str) -> None:
@@ -150,4 +170,6 @@ def _compile(device_id: int, dtype_name: str) -> None:
         for (width, interleaved, wide), name in zip(
             _variants(dtype_name), kernel_names(dtype_name), strict=True
         ):
-            _kernels[device_id, dtype_name, width, interleaved, wide] = module.get_function(name)
+            kernel = module.get_function(name)
+            _kernels[device_id, dtype_name, width, interleaved, wide] = kernel
+            _pointers[device_id, dtype_name, width, interleaved, wide] = int(kernel.kernel.ptr)

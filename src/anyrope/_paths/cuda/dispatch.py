@@ -2,14 +2,17 @@
 
 Arrays reach the kernel as raw device pointers (``cupy.ndarray.data.ptr``,
 ``torch.Tensor.data_ptr()``) and strides: no DLPack conversion per call, no allocation
-beyond the outputs. Torch tensors are rotated on ``torch.cuda.current_stream()``, wrapped
-as a CuPy external stream, so the launch is ordered with the caller's own work.
+beyond the outputs. Each launch is one ``cuLaunchKernel`` (CuPy's binding of the driver
+call) with the parameter buffer the launch template packed, on the caller's current
+stream (``torch.cuda.current_stream()`` for torch tensors), so the launch is ordered with
+the caller's own work.
 Positions were range-checked on the host by :func:`anyrope._plan.make_plan` before
 anything here runs; the kernel never reads a table row that does not exist.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import operator
 from collections.abc import Callable, Hashable, Sequence
@@ -274,8 +277,8 @@ def _torch_empty_like() -> tuple[Callable[..., Array], Any]:
     return torch.empty_like, torch.contiguous_format
 
 
-_stream_lock = _threads.lock()
-_external_streams: dict[tuple[int, int], Any] = {}
+# cuLaunchKernel's `extra` keys: the parameter buffer, its size, the end of the list.
+_BUFFER_POINTER, _BUFFER_SIZE, _END = 1, 2, 0
 
 
 def launch_on_device(
@@ -285,28 +288,42 @@ def launch_on_device(
     up once per call) and keep ``tables`` until that stream has read them."""
     import cupy
 
-    from ._module import get_kernel
+    from ._module import kernel_pointer
 
     torch_stream = None
     if array_api_compat.is_torch_array(first):
         import torch
 
-        device_id = int(first.device.index)
+        device_id = first.get_device()
         torch_stream = torch.cuda.current_stream(device_id)
-        stream = _torch_stream(cupy, device_id, int(torch_stream.cuda_stream))
+        stream_ptr = int(torch_stream.cuda_stream)
     else:
         device_id = int(first.device.id)
         stream = cupy.cuda.get_current_stream(device_id)
-    with cupy.cuda.Device(device_id), stream:
+        stream_ptr = int(stream.ptr)
+    launch_kernel = cupy.cuda.driver.launchKernel
+    with cupy.cuda.Device(device_id):
         for launch in launches:
-            kernel = get_kernel(
+            function = kernel_pointer(
                 device_id,
                 name,
                 width=launch.width,
                 interleaved=launch.interleaved,
                 wide_index=launch.wide_index,
             )
-            kernel(launch.grid, launch.block, launch.device_args())
+            params = ctypes.create_string_buffer(launch.params, len(launch.params))
+            size = ctypes.c_size_t(len(launch.params))
+            extra = (ctypes.c_void_p * 5)(
+                _BUFFER_POINTER,
+                ctypes.addressof(params),
+                _BUFFER_SIZE,
+                ctypes.addressof(size),
+                _END,
+            )
+            # The driver copies the parameters before it returns.
+            launch_kernel(
+                function, *launch.grid, *launch.block, 0, stream_ptr, 0, ctypes.addressof(extra)
+            )
     if torch_stream is not None:
         # torch's caching allocator keeps a block until the streams it was recorded on
         # have passed this point (under graph capture too).
@@ -314,13 +331,3 @@ def launch_on_device(
             table.record_stream(torch_stream)
     else:
         hold_cupy_tables(cupy, stream, tables)
-
-
-def _torch_stream(cupy: Any, device_id: int, handle: int) -> Any:
-    """The CuPy view of a torch stream, made once per (device, stream)."""
-    key = (device_id, handle)
-    stream = _external_streams.get(key)
-    if stream is None:
-        with _stream_lock:
-            stream = _external_streams.setdefault(key, cupy.cuda.ExternalStream(handle, device_id))
-    return stream

@@ -10,12 +10,11 @@ wrong stride, layout permutation or batch collapse is caught without a GPU.
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import product
 from typing import NamedTuple
-
-import numpy as np
 
 from ._module import vector_widths
 
@@ -40,14 +39,26 @@ class Operand(NamedTuple):
     strides: tuple[int, ...]
 
 
+# The kernel's parameter buffer, ANYROPE_PARAMS in order and each at its natural
+# alignment, as cuLaunchKernel takes it whole (CU_LAUNCH_PARAM_BUFFER_POINTER): the seven
+# pointers, then the table offset, the table rows and the 25 integers of the geometry in
+# the index type (int32, or int64 for ``wide_index``), then the position size and
+# ``inverse`` as int32. Packed once per geometry; a call writes only its addresses and
+# offset, so no argument is converted per call.
+PARAMS = {False: struct.Struct("<7Q27i2i"), True: struct.Struct("<7Q27q2i")}
+_IO = struct.Struct("<4Q")
+_IO_POSITIONS = struct.Struct("<Q")
+_POSITIONS_AT = 48
+_OFFSET_AT = 56
+_OFFSET = {False: struct.Struct("<i"), True: struct.Struct("<q")}
+
+
 class Launch(NamedTuple):
     """One kernel launch, bound to the memory of one call (a named tuple: made for every
     call, cheaply).
 
-    ``packed`` holds the arguments in ``ANYROPE_PARAMS`` order, as the fixed-width NumPy
-    scalars of their C types: the seven pointers ``uint64``; the table offset, the table
-    rows and the geometry ``int32`` (``wide_index`` false) or ``int64``; the position
-    size and ``inverse`` ``int32``.
+    ``params`` is the kernel's parameter buffer (:data:`PARAMS`), the bytes the driver
+    copies at the launch.
     """
 
     width: int
@@ -55,7 +66,7 @@ class Launch(NamedTuple):
     wide_index: bool
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
-    packed: tuple[np.generic, ...]
+    params: bytes
 
     @property
     def vector(self) -> bool:
@@ -64,15 +75,9 @@ class Launch(NamedTuple):
 
     @property
     def args(self) -> tuple[int, ...]:
-        """The arguments as Python integers (the host harness takes them so)."""
-        return tuple(int(a) for a in self.packed)
-
-    def device_args(self) -> tuple[np.generic, ...]:
-        """The arguments as CuPy passes them to the kernel."""
-        return self.packed
-
-
-_NULL = np.uint64(0)
+        """The arguments as Python integers, in ``ANYROPE_PARAMS`` order (the host
+        harness takes them so)."""
+        return PARAMS[self.wide_index].unpack(self.params)
 
 
 @dataclass(frozen=True)
@@ -84,8 +89,8 @@ class LaunchTemplate:
     templates, so they are planned once and :meth:`bind` fills in what changes between
     calls: the addresses of q and k, of their outputs and of the positions (each plus a
     fixed byte shift, for the launches of non-collapsible batch axes) and the table
-    offset. ``tables`` (the cos and sin pointers) and ``constants`` (the table rows and
-    the geometry) are packed already.
+    offset. ``params`` holds the rest of the parameter buffer already: the cos and sin
+    pointers, the table rows and the geometry.
     """
 
     width: int
@@ -94,26 +99,22 @@ class LaunchTemplate:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shifts: tuple[int, int, int, int, int]
-    tables: tuple[np.generic, np.generic]
-    constants: tuple[np.generic, ...]
+    params: bytes
 
     def bind(self, io: Sequence[int], positions: int, offset: int) -> Launch:
         """The launch for q_in, q_out, k_in and k_out at ``io`` (0 for an absent k), the
         positions at ``positions`` (0 for none) and the table ``offset``."""
         q_in, q_out, k_in, k_out = io
         s0, s1, s2, s3, s4 = self.shifts
-        u64 = np.uint64
-        packed = (
-            u64(q_in + s0),
-            u64(q_out + s1),
-            u64(k_in + s2) if k_in else _NULL,
-            u64(k_out + s3) if k_out else _NULL,
-            *self.tables,
-            u64(positions + s4) if positions else _NULL,
-            (np.int64 if self.wide_index else np.int32)(offset),
-            *self.constants,
+        params = bytearray(self.params)
+        _IO.pack_into(
+            params, 0, q_in + s0, q_out + s1, k_in + s2 if k_in else 0, k_out + s3 if k_out else 0
         )
-        return Launch(self.width, self.interleaved, self.wide_index, self.grid, self.block, packed)
+        _IO_POSITIONS.pack_into(params, _POSITIONS_AT, positions + s4 if positions else 0)
+        _OFFSET[self.wide_index].pack_into(params, _OFFSET_AT, offset)
+        return Launch(
+            self.width, self.interleaved, self.wide_index, self.grid, self.block, bytes(params)
+        )
 
 
 def _axes(layout: str, ndim: int) -> tuple[list[int], int, int]:
@@ -275,26 +276,25 @@ def launch_templates(
         operands, itemsize, half, table_itemsize=table_itemsize, cos_ptr=cos_ptr, sin_ptr=sin_ptr
     )
     tail_elems = _tail_elements(operands, itemsize, half, tail) if width > 1 else 1
-    units = half // width + (tail // tail_elems if tail else 0)
+    # (rotated pairs, units of a row, first feature): the rotation, then the features
+    # past the rotated width copied by a launch of their own, the same kernel with no
+    # pair to rotate. In one launch, a warp would hold threads of both kinds and run the
+    # two branches one after the other, each with its own trip to memory.
+    parts = [(half, half // width, 0)]
+    if tail:
+        parts.append((0, tail // tail_elems, 2 * half))
     q_heads = q_in.shape[h_axis]
     heads = q_heads + (tensors[1][0].shape[h_axis] if len(tensors) > 1 else 0)
     wide = not (
         table_rows * half < _INT32_LIMIT
         and all(_extent(op) < _INT32_LIMIT for op in strided)
-        and all(size < _INT32_LIMIT for size in (*q_in.shape, heads, units))
+        and all(size < _INT32_LIMIT for size in (*q_in.shape, heads, half + tail))
     )
 
     outer = batch[:-1]
     inner_size, inner_strides = batch[-1] if batch else (1, [0] * len(strided))
-    block = _block(units, heads, seq)
-    grid = (
-        min(math.ceil(seq / block[2]), _MAX_GRID[0]),
-        min(inner_size, _MAX_GRID[1]),
-        min(math.ceil(heads / block[1]), _MAX_GRID[2]),
-    )
-    index = np.int64 if wide else np.int32
     templates = []
-    for at in product(*(range(size) for size, _ in outer)):
+    for at, (pairs, units, first) in product(product(*(range(size) for size, _ in outer)), parts):
         shift = [
             sum(i * st[n] for i, (_, st) in zip(at, outer, strict=True))
             for n in range(len(strided))
@@ -306,19 +306,29 @@ def launch_templates(
                 strides += [inner_strides[j], *(op.strides[a] for a in (s_axis, h_axis, -1))]
         strides += [0] * (16 - len(strides))
         pos_strides = [0, 0] if pos is None else [inner_strides[-1], pos.strides[-1]]
-        byte_shifts = [shift[j] * itemsize for j in range(len(operands))]
+        byte_shifts = [
+            (shift[j] + first * op.strides[-1]) * itemsize for j, op in enumerate(operands)
+        ]
         byte_shifts += [0] * (4 - len(byte_shifts))
         byte_shifts += [0 if pos is None else shift[-1] * position_itemsize]
-        constants = (
-            index(table_rows if bound is None else bound),
-            *(index(v) for v in strides),
-            *(index(v) for v in pos_strides),
-            *(index(v) for v in (inner_size, seq, q_heads, heads, half, units, tail_elems)),
-            np.int32(0 if pos is None else position_itemsize),
-            np.int32(int(inverse)),
-        )
         if units * heads * seq * inner_size == 0:
             continue
+        # The addresses of the call and the table offset are written by `bind`.
+        params = PARAMS[wide].pack(
+            *(0, 0, 0, 0, cos_ptr, sin_ptr, 0, 0),
+            table_rows if bound is None else bound,
+            *strides,
+            *pos_strides,
+            *(inner_size, seq, q_heads, heads, pairs, units, tail_elems),
+            0 if pos is None else position_itemsize,
+            int(inverse),
+        )
+        block = _block(units, heads, seq)
+        grid = (
+            min(math.ceil(seq / block[2]), _MAX_GRID[0]),
+            min(inner_size, _MAX_GRID[1]),
+            min(math.ceil(heads / block[1]), _MAX_GRID[2]),
+        )
         templates.append(
             LaunchTemplate(
                 width,
@@ -327,8 +337,7 @@ def launch_templates(
                 grid,
                 block,
                 (byte_shifts[0], byte_shifts[1], byte_shifts[2], byte_shifts[3], byte_shifts[4]),
-                (np.uint64(cos_ptr), np.uint64(sin_ptr)),
-                constants,
+                params,
             )
         )
     return templates
