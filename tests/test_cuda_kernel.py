@@ -147,8 +147,11 @@ def test_q_and_k_in_one_launch(
 
     _assert_same(gpu, got_q, want_q)
     _assert_same(gpu, got_k, want_k)
-    assert len(launches) == 1
-    assert launches[0].vector
+    # One launch rotates q and k (all their heads), one copies both past rotary_dim.
+    assert len(launches) == 2
+    heads = q_shape[1 if layout == "bhsd" else 2] + k_shape[1 if layout == "bhsd" else 2]
+    assert [launch.args[30] for launch in launches] == [heads, heads]
+    assert all(launch.vector for launch in launches)
 
 
 @pytest.mark.gpu
@@ -175,7 +178,7 @@ def test_strided_views_of_a_fused_qkv(
     _assert_same(gpu, got_q, want_q)
     _assert_same(gpu, got_k, want_k)
     _assert_same(gpu, device_fused, fused)
-    assert [launch.vector for launch in launches] == [True]
+    assert [launch.vector for launch in launches] == [True, True]  # rotation, then the copy
 
 
 @pytest.mark.gpu

@@ -83,7 +83,7 @@ def test_eager_equals_golden_bits(case, x64):
 def test_eager_cpu_keeps_the_subnormals_xla_flushes(x64):
     """XLA on the CPU flushes subnormals even in eager mode; anyrope's result does not."""
     tiny = np.array([[[[1e-40, -3e-39, 2e-45, 1.0]]]], dtype=np.float32)
-    x = jnp.asarray(tiny)
+    x = jax.device_put(tiny, jax.devices("cpu")[0])  # the CPU even where a GPU is the default
     assert float(np.asarray(x * 1.0)[0, 0, 0, 0]) == 0.0  # why the NumPy route exists
     y = anyrope.rotate(x, 0)
     assert isinstance(y, jax.Array)
@@ -477,6 +477,7 @@ def test_traced_positions_beyond_the_capacity_give_nan_rows():
 SHARDED = """
 import os
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+os.environ["JAX_PLATFORMS"] = "cpu"  # the four CPU devices, even where a GPU is the default
 import jax, numpy as np, anyrope
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
