@@ -1,16 +1,23 @@
 """The kernel's launch shape against a device copy: registers and block size, swept.
 
     python benchmarks/bench_gpu_launch.py [--out benchmarks/results]
+    ncu --clock-control none --kernel-name regex:anyrope --launch-skip 4 --launch-count 1 \
+        --section SpeedOfLight --section Occupancy --section WarpStateStats \
+        python benchmarks/bench_gpu_launch.py --launches 5
 
 The prefill cases of ``bench_gpu.py`` (bfloat16 bshd, bhsd, rotary 64 of 128 and
 interleaved; float32 bshd) under each launch configuration of :data:`CONFIGS`: the
-compile options' register cap (``--maxrregcount``, which sets how many blocks fit on a
-multiprocessor) and the most threads per block (``geometry.BLOCK``). For each: the
+compile options' register cap (``--maxrregcount``), the least blocks of 256 threads
+that the kernel's ``__launch_bounds__`` asks to fit on a multiprocessor (which caps its
+registers the same way), weak loads of x and the positions instead of strong ones, and
+the most threads per block (``geometry.BLOCK``). For each: the
 registers per thread of the variant that ran, the blocks that fit per SM
 (``cudaOccupancyMaxActiveBlocksPerMultiprocessor``), the device time (median, L2
 flushed) and the fraction of a device copy of the same bytes timed in the same run.
 The figures that docs/performance.rst's launch model is checked against. Writes
-``gpu-launch.json`` under ``--out``. Needs a CUDA GPU, PyTorch, CuPy and Triton.
+``gpu-launch.json`` under ``--out``. ``--launches N`` only runs the bfloat16 prefill
+kernel N times, for a profiler (the ``ncu`` command above). Needs a CUDA GPU, PyTorch,
+CuPy and Triton.
 """
 
 from __future__ import annotations
@@ -26,13 +33,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_gpu
 
-#: (name, extra NVRTC options, threads per block at most).
-CONFIGS = (
-    ("as shipped", (), None),
-    ("maxrregcount 32", ("--maxrregcount=32",), None),
-    ("maxrregcount 40", ("--maxrregcount=40",), None),
-    ("maxrregcount 48", ("--maxrregcount=48",), None),
-    ("block 128", (), 128),
+_BOUNDS = "__launch_bounds__(256)"
+_STRONG = "ld.relaxed.gpu.global"
+#: (name, extra NVRTC options, (text, replacement) edits of the kernel source, threads
+#: per block at most).
+CONFIGS: tuple[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...], int | None], ...] = (
+    ("as shipped", (), (), None),
+    ("maxrregcount 32", ("--maxrregcount=32",), (), None),
+    ("launch bounds 256 x 6", (), ((_BOUNDS, "__launch_bounds__(256, 6)"),), None),
+    ("launch bounds 256 x 8", (), ((_BOUNDS, "__launch_bounds__(256, 8)"),), None),
+    ("weak loads of x and positions", (), ((_STRONG, "ld.global"),), None),
+    ("block 128", (), (), 128),
 )
 DTYPE_CASES = (
     ("bf16", "prefill"),
@@ -87,14 +98,34 @@ def _measure(torch: Any, timer: Any, dtype_key: str, case: bench_gpu.Case) -> di
     }
 
 
+def _launches(count: int) -> None:
+    import anyrope
+
+    torch = bench_gpu._require_gpu()
+    case = bench_gpu.CASES[0]
+    q_shape, k_shape = bench_gpu._shapes(case)
+    q = torch.randn(q_shape, device="cuda").to(torch.bfloat16)
+    k = torch.randn(k_shape, device="cuda").to(torch.bfloat16)
+    rope = bench_gpu.make_rope(anyrope, case)
+    for _ in range(count):
+        rope(q, k, None, layout=case.layout, impl="cuda")
+    torch.cuda.synchronize()
+
+
 def _run_config(index: int) -> None:
     """In a fresh process (no compiled kernel, no planned launch yet): one configuration."""
     torch = bench_gpu._require_gpu()
     timer = bench_gpu._timer(torch)
     from anyrope._paths.cuda import _module, geometry
 
-    name, options, block = CONFIGS[index]
+    name, options, edits, block = CONFIGS[index]
     _module.COMPILE_OPTIONS = (*_module.COMPILE_OPTIONS, *options)
+    source = _module.kernel_source()
+    for text, replacement in edits:
+        if text not in source:
+            raise RuntimeError(f"the kernel source no longer holds {text!r}")
+        source = source.replace(text, replacement)
+    _module.kernel_source = lambda: source  # type: ignore[assignment]
     if block is not None:
         geometry.BLOCK = block
     cases = {case.name: case for case in bench_gpu.CASES}
@@ -107,7 +138,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--config", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--launches", type=int, help="only run the bf16 prefill kernel")
     args = parser.parse_args(argv)
+    if args.launches is not None:
+        _launches(args.launches)
+        return
     if args.config is not None:
         _run_config(args.config)
         return
