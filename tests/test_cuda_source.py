@@ -988,29 +988,36 @@ def _contiguous(ptr: int, shape: tuple[int, ...]) -> Operand:
     return Operand(ptr, shape, tuple(strides))
 
 
-def test_partial_rotary_copies_its_tail_in_a_launch_of_its_own() -> None:
-    """A warp runs one branch only: the rotation launch has no copy unit, and the
-    features past rotary_dim are copied by the same kernel with no pair to rotate, its
-    pointers advanced to the first copied feature."""
-    q = _contiguous(4096, (2, 7, 8, 128))
-    rotation, copy = plan_launches(
-        q,
-        _contiguous(2 << 20, q.shape),
-        None,
-        None,
+def _bf16_launches(
+    q_in: Operand, q_out: Operand, k_in: Operand | None, k_out: Operand | None, *, rotary_dim: int
+) -> list[Launch]:
+    """The launches of a bfloat16 bshd call at offset 0, tables at 512 and 1024."""
+    return plan_launches(
+        q_in,
+        q_out,
+        k_in,
+        k_out,
         layout="bshd",
         itemsize=2,
-        rotary_dim=64,
+        rotary_dim=rotary_dim,
         interleaved=False,
         inverse=False,
         inplace=False,
         positions=None,
         position_itemsize=0,
-        offset=3,
+        offset=0,
         cos_ptr=512,
         sin_ptr=1024,
         table_rows=4096,
     )
+
+
+def test_partial_rotary_copies_its_tail_in_a_launch_of_its_own() -> None:
+    """A warp runs one branch only: the rotation launch has no copy unit, and the
+    features past rotary_dim are copied by the same kernel with no pair to rotate, its
+    pointers advanced to the first copied feature."""
+    q = _contiguous(4096, (2, 7, 8, 128))
+    rotation, copy = _bf16_launches(q, _contiguous(2 << 20, q.shape), None, None, rotary_dim=64)
     # half, units, elements per copied unit
     assert rotation.args[31:34] == (32, 32 // 8, 8)
     assert copy.args[31:34] == (0, 64 // 8, 8)
@@ -1023,23 +1030,8 @@ def test_partial_rotary_copies_its_tail_in_a_launch_of_its_own() -> None:
 def test_plan_packs_q_and_k_into_one_launch() -> None:
     q = _contiguous(4096, (2, 7, 8, 128))
     k = _contiguous(1 << 20, (2, 7, 2, 128))
-    (launch,) = plan_launches(
-        q,
-        _contiguous(2 << 20, q.shape),
-        k,
-        _contiguous(3 << 20, k.shape),
-        layout="bshd",
-        itemsize=2,
-        rotary_dim=128,
-        interleaved=False,
-        inverse=False,
-        inplace=False,
-        positions=None,
-        position_itemsize=0,
-        offset=0,
-        cos_ptr=512,
-        sin_ptr=1024,
-        table_rows=4096,
+    (launch,) = _bf16_launches(
+        q, _contiguous(2 << 20, q.shape), k, _contiguous(3 << 20, k.shape), rotary_dim=128
     )
     assert launch.width == 8
     assert not launch.wide_index
