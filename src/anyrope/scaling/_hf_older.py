@@ -19,7 +19,7 @@ built); another object (a namespace of ``config.json``'s keys) is read as that d
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 __all__ = [
@@ -202,12 +202,8 @@ _RETURNS_ONLY_ROPE_PARAMETERS = frozenset(
 # NeoMME's settings per layer type when its config leaves them out: (rope_theta, fraction).
 _NEOMME_DEFAULTS = {"full_attention": (1_000_000.0, 0.25), "sliding_attention": (10_000.0, 1.0)}
 
-# dots.llm3's base of its sliding-window layers, and its default.
-_DOTS3_SWA_THETA = ("swa_rope_theta", 50_000.0)
-
-# DeepSeek-V4: its main (sliding-window) and compressed layers' bases, and the fraction
-# qk_rope_head_dim / head_dim (64 / 512) transformers gives a config without either.
-_DEEPSEEK_V4_THETAS = (("rope_theta", 10_000.0), ("compress_rope_theta", 160_000.0))
+# DeepSeek-V4's fraction qk_rope_head_dim / head_dim (64 / 512) transformers gives a config
+# without either.
 _DEEPSEEK_V4_FRACTION = 64 / 512
 
 # Phi-3 and Phi-4-multimodal read these older scaling names as "longrope".
@@ -250,28 +246,9 @@ def current_format(config: Any) -> Any:
     for key in ("rope_parameters", "rope_scaling"):
         if isinstance(out.get(key), Mapping):
             out[key] = copy.deepcopy(dict(out[key]))
-    if model_type in _TWO_KINDS:
-        _two_kinds(out, model_type)
-    elif model_type == "olmo3":
-        _olmo3(out)
-    elif model_type in _NEOX_ROTARY_PCT:
-        _gpt_neox(out, model_type)
-    elif model_type in _PHI3_FAMILIES:
-        _phi3(out)
-    elif model_type == "minimax_m2":
-        _minimax_m2(out)
-    elif model_type == "hunyuan_vl_text":
-        _hunyuan_vl(out)
-    elif model_type == "dots3_note_text":
-        _dots3_note(out)
-    elif model_type == "neomme":
-        _neomme(out)
-    elif model_type == "deepseek_v4":
-        _deepseek_v4(out)
-    elif model_type == "step3p5":
-        _step3p5(out)
-    elif model_type in _RETURNS_ONLY_ROPE_PARAMETERS:
-        _needs_rope_parameters(out, model_type)
+    convert = _CONVERTERS.get(model_type)
+    if convert is not None:
+        convert(out, model_type)
     _fill_default_theta(out, DEFAULT_ROPE_THETA.get(model_type, _TRANSFORMERS_DEFAULT_THETA))
     if model_type in DEFAULT_PARTIAL_ROTARY_FACTOR:
         _fill_default_fraction(out, model_type)
@@ -345,10 +322,10 @@ def _two_kinds(config: dict[str, Any], model_type: str) -> None:
     params["sliding_attention"].setdefault("rope_theta", config.pop(sliding_key, sliding_default))
 
 
-def _olmo3(config: dict[str, Any]) -> None:
+def _olmo3(config: dict[str, Any], model_type: str) -> None:
     """OLMo 3: ``rope_theta`` for both layer types, ``rope_scaling`` for full attention."""
-    default = DEFAULT_ROPE_THETA["olmo3"]
-    params, scaling = _sliding_and_full(config, "olmo3")
+    default = DEFAULT_ROPE_THETA[model_type]
+    params, scaling = _sliding_and_full(config, model_type)
     if scaling:
         params["full_attention"].update(scaling)
     theta = config.pop("rope_theta", default)
@@ -369,37 +346,35 @@ def _gpt_neox(config: dict[str, Any], model_type: str) -> None:
     """GPT-NeoX: ``rotary_emb_base`` and ``rotary_pct`` (0.25 when absent; 1.0 in the
     Japanese model), the only top-level names its config class reads."""
     scaling = _flat_scaling(config)
-    read = {
-        "rope_theta": scaling.setdefault(
-            "rope_theta", config.pop("rotary_emb_base", _TRANSFORMERS_DEFAULT_THETA)
-        ),
-        "partial_rotary_factor": scaling.setdefault(
-            "partial_rotary_factor", config.pop("rotary_pct", _NEOX_ROTARY_PCT[model_type])
-        ),
+    older = {
+        "rope_theta": ("rotary_emb_base", _TRANSFORMERS_DEFAULT_THETA),
+        "partial_rotary_factor": ("rotary_pct", _NEOX_ROTARY_PCT[model_type]),
     }
-    older = {"rope_theta": "rotary_emb_base", "partial_rotary_factor": "rotary_pct"}
-    for key, value in read.items():
+    for key, (older_key, default) in older.items():
+        value = scaling.setdefault(key, config.pop(older_key, default))
         if _present(config, key) and config[key] != value:
             raise ValueError(
                 f"`{key}`={config[key]!r} in a model_type={model_type!r} config: transformers "
-                f"ignores this key for the family and reads `{older[key]}` (here {value!r}); "
-                f"give `{older[key]}` instead"
+                f"ignores this key for the family and reads `{older_key}` (here {value!r}); "
+                f"give `{older_key}` instead"
             )
         config.pop(key, None)
 
 
-def _phi3(config: dict[str, Any]) -> None:
-    """Phi-3's older ``"su"`` and ``"yarn"`` scaling are its ``"longrope"``."""
-    if not (_present(config, "rope_scaling") or _present(config, "rope_parameters")):
-        return
-    scaling = _flat_scaling(config)
-    kind = scaling.get("rope_type", scaling.get("type"))
-    if kind in _PHI3_LONGROPE_ALIASES:
+def _rename_method(scaling: dict[str, Any], older: Collection[str], name: str) -> None:
+    """Name the scaling method ``name`` where the dict names it one of ``older``."""
+    if scaling.get("rope_type", scaling.get("type", "default")) in older:
         scaling.pop("type", None)
-        scaling["rope_type"] = "longrope"
+        scaling["rope_type"] = name
 
 
-def _minimax_m2(config: dict[str, Any]) -> None:
+def _phi3(config: dict[str, Any], model_type: str) -> None:
+    """Phi-3's older ``"su"`` and ``"yarn"`` scaling are its ``"longrope"``."""
+    if _present(config, "rope_scaling") or _present(config, "rope_parameters"):
+        _rename_method(_flat_scaling(config), _PHI3_LONGROPE_ALIASES, "longrope")
+
+
+def _minimax_m2(config: dict[str, Any], model_type: str) -> None:
     """MiniMax-M2's ``rotary_dim``: the fraction ``rotary_dim / head_dim`` of the head."""
     rotary_dim = config.pop("rotary_dim", None)
     if rotary_dim is None or _present(config, "partial_rotary_factor"):
@@ -413,7 +388,7 @@ def _minimax_m2(config: dict[str, Any]) -> None:
     config["partial_rotary_factor"] = rotary_dim / head_dim
 
 
-def _hunyuan_vl(config: dict[str, Any]) -> None:
+def _hunyuan_vl(config: dict[str, Any], model_type: str) -> None:
     """HunYuan-VL's ``"xdrope"`` is dynamic NTK with M-RoPE's ``xdrope_section``."""
     if not (_present(config, "rope_scaling") or _present(config, "rope_parameters")):
         return
@@ -427,10 +402,7 @@ def _hunyuan_vl(config: dict[str, Any]) -> None:
                 "model config"
             )
         scaling["mrope_section"] = [int(s) for s in section]
-    kind = scaling.get("rope_type", scaling.get("type"))
-    if kind == "xdrope":
-        scaling.pop("type", None)
-        scaling["rope_type"] = "dynamic"
+    _rename_method(scaling, ("xdrope",), "dynamic")
 
 
 def _layer_kinds(config: Mapping[str, Any], model_type: str) -> list[str]:
@@ -443,12 +415,11 @@ def _layer_kinds(config: Mapping[str, Any], model_type: str) -> list[str]:
     return sorted(set(declared))
 
 
-def _dots3_note(config: dict[str, Any]) -> None:
+def _dots3_note(config: dict[str, Any], model_type: str) -> None:
     """dots.llm3: ``swa_rope_theta`` for sliding-window layers, ``rope_theta`` for the rest,
     or one scaling dict for every layer type."""
-    swa_key, swa_default = _DOTS3_SWA_THETA
-    swa_theta = config.pop(swa_key, swa_default)
-    theta = config.pop("rope_theta", DEFAULT_ROPE_THETA["dots3_note_text"])
+    swa_theta = config.pop("swa_rope_theta", 50_000.0)
+    theta = config.pop("rope_theta", DEFAULT_ROPE_THETA[model_type])
     params = config.get("rope_parameters")
     if params is None:
         params = config.pop("rope_scaling", None) or {
@@ -456,21 +427,21 @@ def _dots3_note(config: dict[str, Any]) -> None:
                 "rope_type": "default",
                 "rope_theta": swa_theta if name == "sliding_attention" else theta,
             }
-            for name in _layer_kinds(config, "dots3_note_text")
+            for name in _layer_kinds(config, model_type)
         }
     if not _nested(params):
-        params = {name: copy.deepcopy(params) for name in _layer_kinds(config, "dots3_note_text")}
+        params = {name: copy.deepcopy(params) for name in _layer_kinds(config, model_type)}
     for values in params.values():
         if values is not None:
             values.setdefault("rope_theta", theta)
     config["rope_parameters"] = params
 
 
-def _neomme(config: dict[str, Any]) -> None:
+def _neomme(config: dict[str, Any], model_type: str) -> None:
     """NeoMME: settings per layer type, ``rope_theta`` for all of them when given."""
     theta = config.pop("rope_theta", None)
     params = config.get("rope_parameters") or {}
-    for name in _layer_kinds(config, "neomme"):
+    for name in _layer_kinds(config, model_type):
         default_theta, default_fraction = _NEOMME_DEFAULTS.get(name, (None, None))
         values = params.setdefault(name, {})
         values.setdefault("rope_type", "default")
@@ -485,12 +456,11 @@ def _neomme(config: dict[str, Any]) -> None:
     config["rope_parameters"] = params
 
 
-def _deepseek_v4(config: dict[str, Any]) -> None:
+def _deepseek_v4(config: dict[str, Any], model_type: str) -> None:
     """DeepSeek-V4: settings for its "main" and "compress" layers; the older flat scaling
     (YaRN) applies to the compressed layers only, with ``compress_rope_theta``."""
-    (theta_key, theta_default), (compress_key, compress_default) = _DEEPSEEK_V4_THETAS
-    theta = config.pop(theta_key, theta_default)
-    compress_theta = config.pop(compress_key, compress_default)
+    theta = config.pop("rope_theta", _TRANSFORMERS_DEFAULT_THETA)
+    compress_theta = config.pop("compress_rope_theta", 160_000.0)
     given = config.pop("rope_scaling", None) or config.get("rope_parameters") or {}
     if isinstance(given.get("main"), Mapping) and isinstance(given.get("compress"), Mapping):
         config["rope_parameters"] = {"main": given["main"], "compress": given["compress"]}
@@ -513,7 +483,7 @@ def _deepseek_v4(config: dict[str, Any]) -> None:
     config["rope_parameters"] = {"main": main, "compress": compress}
 
 
-def _step3p5(config: dict[str, Any]) -> None:
+def _step3p5(config: dict[str, Any], model_type: str) -> None:
     """Step 3.5/3.7: ``rope_theta`` and ``partial_rotary_factors`` per layer (or one base for
     all), ``rope_scaling`` for the full-attention layers only."""
     theta = config.pop("rope_theta", _TRANSFORMERS_DEFAULT_THETA)
@@ -526,7 +496,7 @@ def _step3p5(config: dict[str, Any]) -> None:
         return
     kinds = list(declared or [])
     if not kinds:
-        _layer_kinds(config, "step3p5")
+        _layer_kinds(config, model_type)
     thetas = theta if isinstance(theta, list) else [theta] * len(kinds)
     params: dict[str, dict[str, Any]] = {}
     for index, name in enumerate(kinds):
@@ -553,6 +523,22 @@ def _needs_rope_parameters(config: Mapping[str, Any], model_type: str) -> None:
             f"reads only that key for this family{said} and gives each layer type its own "
             "built-in settings; give `rope_parameters` per layer type"
         )
+
+
+# The function that rewrites an older config of each family in place.
+_CONVERTERS: dict[str, Callable[[dict[str, Any], str], None]] = {
+    **dict.fromkeys(_TWO_KINDS, _two_kinds),
+    **dict.fromkeys(_NEOX_ROTARY_PCT, _gpt_neox),
+    **dict.fromkeys(_PHI3_FAMILIES, _phi3),
+    **dict.fromkeys(_RETURNS_ONLY_ROPE_PARAMETERS, _needs_rope_parameters),
+    "olmo3": _olmo3,
+    "minimax_m2": _minimax_m2,
+    "hunyuan_vl_text": _hunyuan_vl,
+    "dots3_note_text": _dots3_note,
+    "neomme": _neomme,
+    "deepseek_v4": _deepseek_v4,
+    "step3p5": _step3p5,
+}
 
 
 def _fill_default_theta(config: dict[str, Any], default: float) -> None:
@@ -597,10 +583,5 @@ def _axial_by_default(config: dict[str, Any]) -> None:
     scaling = config.get("rope_parameters") or config.get("rope_scaling")
     if scaling is None:
         config["rope_parameters"] = {"rope_type": "axial"}
-    elif (
-        isinstance(scaling, dict)
-        and not _nested(scaling)
-        and scaling.get("rope_type", scaling.get("type", "default")) == "default"
-    ):
-        scaling.pop("type", None)
-        scaling["rope_type"] = "axial"
+    elif isinstance(scaling, dict) and not _nested(scaling):
+        _rename_method(scaling, ("default",), "axial")
