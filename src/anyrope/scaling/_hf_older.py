@@ -30,65 +30,41 @@ __all__ = [
 ]
 
 DEFAULT_ROPE_THETA = {
-    "apertus": 12_000_000.0,
-    "bailing_hybrid": 6_000_000.0,
-    "bitnet": 500_000.0,
-    "blt": 500_000.0,
-    "blt_global_transformer": 500_000.0,
-    "blt_local_decoder": 500_000.0,
-    "blt_local_encoder": 500_000.0,
-    "cohere": 500_000.0,
-    "cosmos3_edge_text": 100_000_000.0,
-    "csm": 500_000.0,
-    "csm_depth_decoder_model": 500_000.0,
-    "cwm": 1_000_000.0,
-    "dinov3_vit": 100.0,
-    "dots3_note_text": 80_000_000.0,
-    "emu3_text_model": 1_000_000.0,
-    "eomt_dinov3": 100.0,
-    "ernie4_5": 500_000.0,
-    "ernie4_5_moe": 500_000.0,
-    "ernie4_5_vl_moe_text": 500_000.0,
-    "evolla": 500_000.0,
-    "flex_olmo": 500_000.0,
-    "fuyu": 25_000.0,
-    "gemma4_vision": 100.0,
-    "gpt_oss": 150_000.0,
-    "gte": 160_000.0,
-    "helium": 100_000.0,
-    "hy_v3": 11_158_840.0,
-    "jina_embeddings_v3": 20_000.0,
-    "lfm2": 1_000_000.0,
-    "lfm2_moe": 1_000_000.0,
-    "lfm3": 1_000_000.0,
-    "lfm3_vl_vision": 1_000_000.0,
-    "llama4_text": 500_000.0,
-    "longcat_flash": 10_000_000.0,
-    "minimax": 1_000_000.0,
-    "minimax_m2": 5_000_000.0,
-    "minimax_m3_vl_text": 5_000_000.0,
-    "mixtral": 1_000_000.0,
-    "mllama_text_model": 500_000.0,
-    "muse_glimmer_assistant": 500_000.0,
-    "musicflamingo": 1200.0,
-    "nomic_bert": 1000.0,
-    "olmo3": 500_000.0,
-    "openai_privacy_filter": 150_000.0,
-    "paddleocr_vl_text": 500_000.0,
-    "pe_audio_encoder": 20_000.0,
-    "pe_audio_video_encoder": 20_000.0,
-    "pe_video_encoder": 20_000.0,
-    "phimoe": 1_000_000.0,
-    "qwen2_5_omni_text": 1_000_000.0,
-    "qwen2_5_omni_talker": 1_000_000.0,
-    "qwen2_5_vl_text": 1_000_000.0,
-    "qwen2_vl_text": 1_000_000.0,
-    "qwen3_omni_moe_text": 1_000_000.0,
-    "qwen3_vl_text": 500_000.0,
-    "qwen3_vl_moe_text": 500_000.0,
-    "sapiens2": 100.0,
-    "smollm3": 2_000_000.0,
-    "solar_open": 1_000_000.0,
+    family: value
+    for value, families in {
+        100.0: ("dinov3_vit", "eomt_dinov3", "gemma4_vision", "sapiens2"),
+        1_000.0: ("nomic_bert",),
+        1_200.0: ("musicflamingo",),
+        20_000.0: (
+            *("jina_embeddings_v3", "pe_audio_encoder"),
+            *("pe_audio_video_encoder", "pe_video_encoder"),
+        ),
+        25_000.0: ("fuyu",),
+        100_000.0: ("helium",),
+        150_000.0: ("gpt_oss", "openai_privacy_filter"),
+        160_000.0: ("gte",),
+        500_000.0: (
+            *("bitnet", "blt", "blt_global_transformer", "blt_local_decoder", "blt_local_encoder"),
+            *("cohere", "csm", "csm_depth_decoder_model", "ernie4_5", "ernie4_5_moe"),
+            *("ernie4_5_vl_moe_text", "evolla", "flex_olmo", "llama4_text", "mllama_text_model"),
+            *("muse_glimmer_assistant", "olmo3", "paddleocr_vl_text"),
+            *("qwen3_vl_moe_text", "qwen3_vl_text"),
+        ),
+        1_000_000.0: (
+            *("cwm", "emu3_text_model", "lfm2", "lfm2_moe", "lfm3", "lfm3_vl_vision", "minimax"),
+            *("mixtral", "phimoe", "qwen2_5_omni_talker", "qwen2_5_omni_text", "qwen2_5_vl_text"),
+            *("qwen2_vl_text", "qwen3_omni_moe_text", "solar_open"),
+        ),
+        2_000_000.0: ("smollm3",),
+        5_000_000.0: ("minimax_m2", "minimax_m3_vl_text"),
+        6_000_000.0: ("bailing_hybrid",),
+        10_000_000.0: ("longcat_flash",),
+        11_158_840.0: ("hy_v3",),
+        12_000_000.0: ("apertus",),
+        80_000_000.0: ("dots3_note_text",),
+        100_000_000.0: ("cosmos3_edge_text",),
+    }.items()
+    for family in families
 }
 """transformers' ``rope_theta`` of each family (``model_type``) whose default is not 10000:
 a config without ``rope_theta`` gets it, as transformers gives it."""
@@ -96,27 +72,20 @@ a config without ``rope_theta`` gets it, as transformers gives it."""
 _TRANSFORMERS_DEFAULT_THETA = 10_000.0
 
 DEFAULT_PARTIAL_ROTARY_FACTOR = {
-    "bamba": 0.5,
-    "dots3_note_audio_encoder": 0.5,
-    "efficientloftr": 4.0,
-    "glm": 0.5,
-    "glm4": 0.5,
-    "glm4_moe": 0.5,
-    "glm4v_moe_text": 0.5,
-    "glmasr_encoder": 0.5,
-    "moonshine": 0.9,
-    "moonshine_streaming": 0.8,
-    "musicflamingo": 0.2,
-    "nemotron": 0.5,
-    "nemotron3_5_transcribe_asr_audio": 0.5,
-    "nemotron3_5_transcribe_word_timestamp": 0.5,
-    "persimmon": 0.5,
-    "phi": 0.5,
-    "qwen3_5_moe_text": 0.25,
-    "qwen3_5_text": 0.25,
-    "qwen3_next": 0.25,
-    "recurrent_gemma": 0.5,
-    "stablelm": 0.25,
+    family: value
+    for value, families in {
+        0.2: ("musicflamingo",),
+        0.25: ("qwen3_5_moe_text", "qwen3_5_text", "qwen3_next", "stablelm"),
+        0.5: (
+            *("bamba", "dots3_note_audio_encoder", "glm", "glm4", "glm4_moe", "glm4v_moe_text"),
+            *("glmasr_encoder", "nemotron", "nemotron3_5_transcribe_asr_audio"),
+            *("nemotron3_5_transcribe_word_timestamp", "persimmon", "phi", "recurrent_gemma"),
+        ),
+        0.8: ("moonshine_streaming",),
+        0.9: ("moonshine",),
+        4.0: ("efficientloftr",),
+    }.items()
+    for family in families
 }
 """transformers' rotated fraction of each family whose default is not the whole head (GPT-NeoX
 and the latent-attention families, whose fraction follows from other keys, aside): a
@@ -124,40 +93,15 @@ config without ``partial_rotary_factor`` gets it, as transformers gives it."""
 
 AXIAL_MODEL_TYPES = frozenset(
     {
-        "cohere_compass_vision",
-        "dots3_note_vision_encoder",
-        "edgetam_video",
-        "ernie4_5_vl_moe_vision",
-        "exaone4_5_vision",
-        "gemma4_vision",
-        "glm4v_moe_vision",
-        "glm4v_vision",
-        "glm5_next_vision",
-        "glm_image_vision",
-        "glm_ocr_vision",
-        "inkling2_vision",
-        "kimi_k25_vision",
-        "lfm3_vl_vision",
-        "minimax_m3_vl_vision",
-        "mlcd_vision_model",
-        "muse_glimmer_vision",
-        "muse_spark_vision",
-        "paddleocr_vl_vision",
-        "pixtral",
-        "qwen2_5_omni_vision_encoder",
-        "qwen2_5_vl_vision",
-        "qwen2_vl_vision",
-        "qwen3_5_moe_vision",
-        "qwen3_5_vision",
-        "qwen3_omni_moe_vision_encoder",
-        "qwen3_vl_moe_vision",
-        "qwen3_vl_vision",
-        "qwen4_exp_vision",
-        "sam2_video",
-        "sam3_tracker_video",
-        "sam3_vit_model",
-        "step3p5_vision",
-        "video_llama_3_vision",
+        *("cohere_compass_vision", "dots3_note_vision_encoder", "edgetam_video"),
+        *("ernie4_5_vl_moe_vision", "exaone4_5_vision", "gemma4_vision", "glm4v_moe_vision"),
+        *("glm4v_vision", "glm5_next_vision", "glm_image_vision", "glm_ocr_vision"),
+        *("inkling2_vision", "kimi_k25_vision", "lfm3_vl_vision", "minimax_m3_vl_vision"),
+        *("mlcd_vision_model", "muse_glimmer_vision", "muse_spark_vision", "paddleocr_vl_vision"),
+        *("pixtral", "qwen2_5_omni_vision_encoder", "qwen2_5_vl_vision", "qwen2_vl_vision"),
+        *("qwen3_5_moe_vision", "qwen3_5_vision", "qwen3_omni_moe_vision_encoder"),
+        *("qwen3_vl_moe_vision", "qwen3_vl_vision", "qwen4_exp_vision", "sam2_video"),
+        *("sam3_tracker_video", "sam3_vit_model", "step3p5_vision", "video_llama_3_vision"),
     }
 )
 """Vision towers whose ``rope_type`` transformers reads as ``"axial"`` when a config says
@@ -188,16 +132,11 @@ _NEOX_ROTARY_PCT = {"gpt_neox": 0.25, "gpt_neox_japanese": 1.0}
 # gives every layer type the family's own built-in settings and ignores `rope_theta`.
 _RETURNS_ONLY_ROPE_PARAMETERS = frozenset(
     {
-        "beam",
-        "diffusion_gemma_text",
-        "embedding_gemma2_text",
-        "gemma4_text",
-        "gemma4_unified_text",
-        "laguna",
-        "mellum",
-        "mimo_v2_flash",
+        *("beam", "diffusion_gemma_text", "embedding_gemma2_text", "gemma4_text"),
+        *("gemma4_unified_text", "laguna", "mellum", "mimo_v2_flash"),
     }
 )
+
 
 # NeoMME's settings per layer type when its config leaves them out: (rope_theta, fraction).
 _NEOMME_DEFAULTS = {"full_attention": (1_000_000.0, 0.25), "sliding_attention": (10_000.0, 1.0)}
