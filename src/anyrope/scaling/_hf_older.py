@@ -27,6 +27,7 @@ __all__ = [
     "DEFAULT_PARTIAL_ROTARY_FACTOR",
     "DEFAULT_ROPE_THETA",
     "current_format",
+    "is_nested",
 ]
 
 DEFAULT_ROPE_THETA = {
@@ -110,20 +111,23 @@ AXIAL_MODEL_TYPES = frozenset(
 # Bamba's config class sets the fraction whatever the config's top level says.
 _FORCED_PARTIAL_ROTARY_FACTOR = {"bamba": 0.5}
 
+_BOTH_KINDS = ("sliding_attention", "full_attention")
+
 # Gemma 3 and its kin keep the settings of full-attention layers in the older top-level
-# keys, those of sliding-window layers in another key, and scale the full-attention
-# layers only (ModernBERT scales both): (full key, default), (sliding key, default), scaled.
-_TWO_KINDS: dict[str, tuple[tuple[str, float], tuple[str, float], tuple[str, ...]]] = dict.fromkeys(
-    ("gemma3_text", "gemma3n_text", "t5gemma2_text", "t5gemma2_decoder"),
-    (("rope_theta", 1000000.0), ("rope_local_base_freq", 10000.0), ("full_attention",)),
-) | dict.fromkeys(
-    ("modernbert", "modernbert-decoder"),
-    (
-        ("global_rope_theta", 160000.0),
-        ("local_rope_theta", 10000.0),
-        ("full_attention", "sliding_attention"),
+# keys, those of sliding-window layers in another key (OLMo 3 in the same one), and scale
+# the full-attention layers only (ModernBERT scales both): (full key, default), (sliding
+# key, default), scaled.
+_TWO_KINDS: dict[str, tuple[tuple[str, float], tuple[str, float], tuple[str, ...]]] = {
+    **dict.fromkeys(
+        ("gemma3_text", "gemma3n_text", "t5gemma2_text", "t5gemma2_decoder"),
+        (("rope_theta", 1_000_000.0), ("rope_local_base_freq", 10_000.0), ("full_attention",)),
     ),
-)
+    **dict.fromkeys(
+        ("modernbert", "modernbert-decoder"),
+        (("global_rope_theta", 160_000.0), ("local_rope_theta", 10_000.0), _BOTH_KINDS),
+    ),
+    "olmo3": (("rope_theta", 500_000.0), ("rope_theta", 500_000.0), ("full_attention",)),
+}
 
 # GPT-NeoX's names for the base and the rotated fraction, and its default fraction.
 _NEOX_ROTARY_PCT = {"gpt_neox": 0.25, "gpt_neox_japanese": 1.0}
@@ -188,7 +192,8 @@ def current_format(config: Any) -> Any:
     convert = _CONVERTERS.get(model_type)
     if convert is not None:
         convert(out, model_type)
-    _fill_default_theta(out, DEFAULT_ROPE_THETA.get(model_type, _TRANSFORMERS_DEFAULT_THETA))
+    if model_type in DEFAULT_ROPE_THETA:
+        _fill_default_theta(out, model_type)
     if model_type in DEFAULT_PARTIAL_ROTARY_FACTOR:
         _fill_default_fraction(out, model_type)
     if model_type in AXIAL_MODEL_TYPES:
@@ -208,16 +213,24 @@ def _flat_scaling(config: dict[str, Any]) -> dict[str, Any]:
     return scaling
 
 
-def _nested(scaling: Mapping[str, Any]) -> bool:
+def is_nested(scaling: Mapping[str, Any]) -> bool:
     """Whether the settings are given per layer type (every value a dict or null)."""
     return bool(scaling) and all(
         isinstance(value, Mapping) or value is None for value in scaling.values()
     )
 
 
+def _setdefault(scaling: dict[str, Any], key: str, value: Any) -> None:
+    """Give the settings (each layer type's, where they are given per layer type) ``key``
+    where they lack it."""
+    for values in scaling.values() if is_nested(scaling) else [scaling]:
+        if values is not None:
+            values.setdefault(key, value)
+
+
 def _refuse_flat(config: Mapping[str, Any], model_type: str, names: tuple[str, ...]) -> None:
     scaling = config.get("rope_parameters")
-    if scaling and not _nested(scaling):
+    if scaling and not is_nested(scaling):
         kinds = ", ".join(repr(name) for name in names)
         flat = sorted(key for key, value in scaling.items() if not isinstance(value, Mapping))
         raise ValueError(
@@ -227,25 +240,16 @@ def _refuse_flat(config: Mapping[str, Any], model_type: str, names: tuple[str, .
         )
 
 
-def _sliding_and_full(
-    config: dict[str, Any], model_type: str
-) -> tuple[dict[str, Any], Mapping[str, Any] | None]:
-    """The config's settings per layer type (``"default"`` where it gives none), now its
-    ``rope_parameters``, and its older ``rope_scaling``, taken out."""
-    names = ("sliding_attention", "full_attention")
-    _refuse_flat(config, model_type, names)
+def _two_kinds(config: dict[str, Any], model_type: str) -> None:
+    """Gemma 3, Gemma 3n, T5Gemma 2, ModernBERT and OLMo 3: ``rope_scaling`` and two bases."""
+    (full_key, full_default), (sliding_key, sliding_default), scaled = _TWO_KINDS[model_type]
+    _refuse_flat(config, model_type, _BOTH_KINDS)
     params = config.get("rope_parameters") or {}
-    for name in names:
+    for name in _BOTH_KINDS:
         if params.get(name) is None:
             params[name] = {"rope_type": "default"}
     config["rope_parameters"] = params
-    return params, config.pop("rope_scaling", None)
-
-
-def _two_kinds(config: dict[str, Any], model_type: str) -> None:
-    """Gemma 3, Gemma 3n, T5Gemma 2 and ModernBERT: ``rope_scaling`` and two bases."""
-    (full_key, full_default), (sliding_key, sliding_default), scaled = _TWO_KINDS[model_type]
-    params, scaling = _sliding_and_full(config, model_type)
+    scaling = config.pop("rope_scaling", None)
     if scaling:
         if _present(scaling, "type") and not _present(scaling, "rope_type"):
             raise ValueError(
@@ -257,28 +261,20 @@ def _two_kinds(config: dict[str, Any], model_type: str) -> None:
             )
         for name in scaled:
             params[name].update(scaling)
-    params["full_attention"].setdefault("rope_theta", config.pop(full_key, full_default))
-    params["sliding_attention"].setdefault("rope_theta", config.pop(sliding_key, sliding_default))
-
-
-def _olmo3(config: dict[str, Any], model_type: str) -> None:
-    """OLMo 3: ``rope_theta`` for both layer types, ``rope_scaling`` for full attention."""
-    default = DEFAULT_ROPE_THETA[model_type]
-    params, scaling = _sliding_and_full(config, model_type)
-    if scaling:
-        params["full_attention"].update(scaling)
-    theta = config.pop("rope_theta", default)
-    if theta != default and "rope_theta" not in params["sliding_attention"]:
-        # transformers 5.23.0 takes the key for the full-attention layers, then finds it
-        # gone and gives the sliding-window layers the default.
+    theta = config.pop(full_key, full_default)
+    sliding = params["sliding_attention"]
+    if sliding_key == full_key and theta != sliding_default and "rope_theta" not in sliding:
+        # OLMo 3: transformers 5.23.0 takes the key for the full-attention layers, then finds
+        # it gone and gives the sliding-window layers the default.
         raise ValueError(
-            f"`rope_theta`={theta!r} of a model_type='olmo3' config without per-layer "
-            "`rope_parameters`: transformers gives it to the full-attention layers and its "
-            f"default {default:g} to the sliding-window layers; give `rope_parameters` per "
-            "layer type (full_attention, sliding_attention) with the base of each"
+            f"`{full_key}`={theta!r} of a model_type={model_type!r} config without "
+            "per-layer `rope_parameters`: transformers gives it to the full-attention "
+            f"layers and its default {sliding_default:g} to the sliding-window layers; "
+            "give `rope_parameters` per layer type (full_attention, sliding_attention) "
+            "with the base of each"
         )
     params["full_attention"].setdefault("rope_theta", theta)
-    params["sliding_attention"].setdefault("rope_theta", default)
+    sliding.setdefault("rope_theta", config.pop(sliding_key, sliding_default))
 
 
 def _gpt_neox(config: dict[str, Any], model_type: str) -> None:
@@ -368,11 +364,9 @@ def _dots3_note(config: dict[str, Any], model_type: str) -> None:
             }
             for name in _layer_kinds(config, model_type)
         }
-    if not _nested(params):
+    if not is_nested(params):
         params = {name: copy.deepcopy(params) for name in _layer_kinds(config, model_type)}
-    for values in params.values():
-        if values is not None:
-            values.setdefault("rope_theta", theta)
+    _setdefault(params, "rope_theta", theta)
     config["rope_parameters"] = params
 
 
@@ -470,7 +464,6 @@ _CONVERTERS: dict[str, Callable[[dict[str, Any], str], None]] = {
     **dict.fromkeys(_NEOX_ROTARY_PCT, _gpt_neox),
     **dict.fromkeys(_PHI3_FAMILIES, _phi3),
     **dict.fromkeys(_RETURNS_ONLY_ROPE_PARAMETERS, _needs_rope_parameters),
-    "olmo3": _olmo3,
     "minimax_m2": _minimax_m2,
     "hunyuan_vl_text": _hunyuan_vl,
     "dots3_note_text": _dots3_note,
@@ -480,22 +473,15 @@ _CONVERTERS: dict[str, Callable[[dict[str, Any], str], None]] = {
 }
 
 
-def _fill_default_theta(config: dict[str, Any], default: float) -> None:
+def _fill_default_theta(config: dict[str, Any], model_type: str) -> None:
     """The family's ``rope_theta`` where the config gives none, as transformers fills it."""
-    if default == _TRANSFORMERS_DEFAULT_THETA:
-        return
     if _present(config, "rope_theta") or _present(config, "rotary_emb_base"):
         return
     scaling = config.get("rope_parameters") or config.get("rope_scaling")
-    if not isinstance(scaling, dict) or not scaling:
-        config["rope_theta"] = default
-        return
-    nested = [value for value in scaling.values() if isinstance(value, dict)]
-    if nested and len(nested) + list(scaling.values()).count(None) == len(scaling):
-        for values in nested:
-            values.setdefault("rope_theta", default)
+    if isinstance(scaling, dict) and scaling:
+        _setdefault(scaling, "rope_theta", DEFAULT_ROPE_THETA[model_type])
     else:
-        scaling.setdefault("rope_theta", default)
+        config["rope_theta"] = DEFAULT_ROPE_THETA[model_type]
 
 
 def _fill_default_fraction(config: dict[str, Any], model_type: str) -> None:
@@ -522,5 +508,5 @@ def _axial_by_default(config: dict[str, Any]) -> None:
     scaling = config.get("rope_parameters") or config.get("rope_scaling")
     if scaling is None:
         config["rope_parameters"] = {"rope_type": "axial"}
-    elif isinstance(scaling, dict) and not _nested(scaling):
+    elif isinstance(scaling, dict) and not is_nested(scaling):
         _rename_method(scaling, ("default",), "axial")

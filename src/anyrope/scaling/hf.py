@@ -42,25 +42,33 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._validation import check_base
-from ._hf_older import current_format
+from ._hf_older import current_format, is_nested
 from .config import RopeScaling, parse_rope_scaling
 
 __all__ = ["HFRopeConfig", "from_hf_config", "from_hf_config_layers", "layer_types"]
 
 _MISSING = object()
 
+
+def _with_text(*families: str) -> tuple[str, ...]:
+    """Each family and its text model, ``<family>_text``, whose rotation is the same."""
+    return tuple(name for family in families for name in (family, f"{family}_text"))
+
+
 INTERLEAVED_MODEL_TYPES = frozenset(
     {
         # Their apply_rotary_pos_emb rotates (x[2i], x[2i+1]) (cos/sin repeat-interleaved).
-        *("cohere", "cohere2", "cohere2_moe", "glm", "glm4", "glm_ocr", "glm_ocr_text"),
-        *("ernie4_5", "ernie4_5_moe", "ernie4_5_vl_moe", "ernie4_5_vl_moe_text", "helium"),
+        *("cohere", "cohere2", "cohere2_moe", "glm", "glm4", "ernie4_5", "ernie4_5_moe"),
+        *_with_text("glm_ocr", "ernie4_5_vl_moe"),
+        "helium",
         *("moonshine", "moonshine_streaming", "openai_privacy_filter"),
         # Perception Encoder audio and video towers: 2x2 rotation matrices of (x[2i], x[2i+1]).
         *("pe_audio_encoder", "pe_video_encoder", "pe_audio_video_encoder"),
         # GPT-J and CodeGen: rotate_every_two.
         *("gptj", "codegen"),
         # Meta's complex form.
-        *("llama4", "llama4_text", "deepseek_v2"),
+        *_with_text("llama4"),
+        "deepseek_v2",
         # DeepSeek's apply_rotary_pos_emb_interleave, whatever rope_interleave says
         # (their configs have no such key), or by default (DeepSeek-V3 and its kin).
         *(
@@ -84,23 +92,9 @@ ignore it (MiniMax-M3-VL's 64 of 128: transformers rotates all 128)."""
 
 INTERLEAVED_MROPE_MODEL_TYPES = frozenset(
     {
-        *(
-            f"{family}{suffix}"
-            for family in (
-                "qwen3_vl",
-                "qwen3_vl_moe",
-                "qwen3_5",
-                "qwen3_5_moe",
-                "qwen4_exp",
-                "cosmos3_edge",
-                "cohere_compass",
-            )
-            for suffix in ("", "_text")
-        ),
-        "qwen3_omni_moe",
-        "qwen3_omni_moe_text",
-        "qwen3_omni_moe_thinker",
-        "qwen3_omni_moe_talker_text",
+        *_with_text("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "qwen4_exp"),
+        *_with_text("cosmos3_edge", "cohere_compass", "qwen3_omni_moe"),
+        *("qwen3_omni_moe_thinker", "qwen3_omni_moe_talker_text"),
     }
 )
 """Families whose M-RoPE gives the streams' pairs in turn (t, h, w, t, h, w, ...)
@@ -109,9 +103,7 @@ modeling code (``recomposition_frequencies``), whatever ``mrope_interleaved`` sa
 Their configs with ``mrope_section`` read as ``mrope_interleaved=True``; without it
 (text-only configs) they are plain RoPE. Outside these families the key decides."""
 
-OWN_MROPE_MODEL_TYPES = frozenset(
-    f"{family}{suffix}" for family in ("ernie4_5_vl_moe", "glm_ocr") for suffix in ("", "_text")
-)
+OWN_MROPE_MODEL_TYPES = frozenset(_with_text("ernie4_5_vl_moe", "glm_ocr"))
 """Families whose M-RoPE lays the streams out another way (ERNIE 4.5 VL reorders the
 frequencies, GLM-OCR pairs the sections' features ``(2i, 2i+1)``): their M-RoPE
 configs are refused."""
@@ -263,12 +255,7 @@ def layer_types(config: Any) -> tuple[str, ...] | None:
     True
     """
     scaling = _scaling_dict(current_format(config))
-    if scaling is None or "rope_type" in scaling or "type" in scaling:
-        return None
-    nested = [key for key, value in scaling.items() if isinstance(value, Mapping) or value is None]
-    if not nested or len(nested) != len(scaling):
-        return None
-    return tuple(nested)
+    return tuple(scaling) if scaling is not None and is_nested(scaling) else None
 
 
 def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfig:
@@ -370,13 +357,11 @@ def from_hf_config_layers(config: Any) -> dict[str, HFRopeConfig | None]:
     (['a', 'b'], True)
     """
     config = current_format(config)
-    nested = layer_types(config)
-    if nested is not None:
-        scaling = _scaling_dict(config)
-        assert scaling is not None
+    scaling = _scaling_dict(config)
+    if scaling is not None and is_nested(scaling):
         return {
-            name: None if scaling[name] is None else from_hf_config(config, layer_type=name)
-            for name in nested
+            name: None if values is None else from_hf_config(config, layer_type=name)
+            for name, values in scaling.items()
         }
     settings = from_hf_config(config)
     declared = _get(config, "layer_types")
@@ -464,37 +449,33 @@ def _refuse(model_type: Any, inner: Mapping[str, Any]) -> None:
 
 def _layer_scaling(config: Any, layer_type: str | None) -> Mapping[str, Any] | None:
     """The scaling dict of ``layer_type`` (or of every layer), checked against the config."""
-    nested = layer_types(config)
-    if nested is None:
-        if layer_type is not None:
-            declared = _get(config, "layer_types")
-            if declared is not _MISSING and layer_type not in declared:
-                raise ValueError(
-                    f"`layer_type`={layer_type!r} is not one of the model config's "
-                    f"`layer_types` ({', '.join(sorted(set(declared)))})"
-                )
-        return _scaling_dict(config)
-    names = ", ".join(repr(name) for name in nested)
+    scaling = _scaling_dict(config)
+    if scaling is None or not is_nested(scaling):
+        declared = _get(config, "layer_types")
+        if layer_type is not None and declared is not _MISSING and layer_type not in declared:
+            raise ValueError(
+                f"`layer_type`={layer_type!r} is not one of the model config's "
+                f"`layer_types` ({', '.join(sorted(set(declared)))})"
+            )
+        return scaling
+    names = ", ".join(map(repr, scaling))
     if layer_type is None:
         raise ValueError(
             f"the model config gives RoPE settings per layer type ({names}); pass "
             "layer_type= one of them, or use anyrope.RoPE.from_hf_config_layers(config) "
             "for every layer type at once"
         )
-    if layer_type not in nested:
+    if layer_type not in scaling:
         raise ValueError(
             f"`layer_type`={layer_type!r} is not a layer type of the model config's "
             f"RoPE settings ({names})"
         )
-    scaling = _scaling_dict(config)
-    assert scaling is not None
-    chosen = scaling[layer_type]
-    if chosen is None:
+    if scaling[layer_type] is None:
         raise ValueError(
             f"layer type {layer_type!r} has no RoPE in the model config "
             f"(`rope_parameters[{layer_type!r}]` is null)"
         )
-    return dict(chosen)
+    return dict(scaling[layer_type])
 
 
 def _rotary_dim(config: Any, inner: Mapping[str, Any], head_dim: int) -> int:
