@@ -108,8 +108,8 @@ AXIAL_MODEL_TYPES = frozenset(
 """Vision towers whose ``rope_type`` transformers reads as ``"axial"`` when a config says
 ``"default"`` or nothing (older checkpoints say nothing): 2-D patch positions."""
 
-# Bamba's config class sets the fraction whatever the config's top level says.
-_FORCED_PARTIAL_ROTARY_FACTOR = {"bamba": 0.5}
+# Bamba's config class sets its default fraction whatever the config's top level says.
+_FORCES_PARTIAL_ROTARY_FACTOR = frozenset({"bamba"})
 
 _BOTH_KINDS = ("sliding_attention", "full_attention")
 
@@ -423,13 +423,11 @@ def _step3p5(config: dict[str, Any], model_type: str) -> None:
     fractions = config.pop("partial_rotary_factors", None)
     scaling = config.pop("rope_scaling", None)
     given = config.get("rope_parameters") or {}
-    declared = config.get("layer_types")
-    if declared and all(isinstance(given.get(name), Mapping) for name in set(declared)):
-        config["rope_parameters"] = {name: given[name] for name in set(declared)}
+    _layer_kinds(config, model_type)  # refuses a config without layer_types
+    kinds = list(config["layer_types"])
+    if all(isinstance(given.get(name), Mapping) for name in kinds):
+        config["rope_parameters"] = {name: given[name] for name in kinds}
         return
-    kinds = list(declared or [])
-    if not kinds:
-        _layer_kinds(config, model_type)
     thetas = theta if isinstance(theta, list) else [theta] * len(kinds)
     params: dict[str, dict[str, Any]] = {}
     for index, name in enumerate(kinds):
@@ -491,12 +489,11 @@ def _fill_default_fraction(config: dict[str, Any], model_type: str) -> None:
     scaling = config.get("rope_parameters") or config.get("rope_scaling")
     if isinstance(scaling, Mapping) and _present(scaling, "partial_rotary_factor"):
         return
-    forced = _FORCED_PARTIAL_ROTARY_FACTOR.get(model_type)
     given = config.get("partial_rotary_factor")
-    if forced is not None and given is not None and given != forced:
+    if model_type in _FORCES_PARTIAL_ROTARY_FACTOR and given not in (None, default):
         raise ValueError(
             f"`partial_rotary_factor`={given!r} in a model_type={model_type!r} config: "
-            f"transformers replaces it by {forced!r} for this family; give it in "
+            f"transformers replaces it by {default!r} for this family; give it in "
             "`rope_parameters` to rotate another fraction"
         )
     if given is None and not _present(config, "rotary_pct"):
