@@ -399,8 +399,11 @@ def _with_layer_overrides(
     config: Mapping[str, Any], overrides: Mapping[Any, Any], layer_type: str | None
 ) -> Mapping[str, Any]:
     types = config.get("layer_types") or []
-    by_layer = {int(index): dict(values) for index, values in overrides.items()}
-    rope_keys = {key for values in by_layer.values() for key in values if key in _PER_LAYER_KEYS}
+    by_layer = {
+        int(index): {key: value for key, value in values.items() if key in _PER_LAYER_KEYS}
+        for index, values in overrides.items()
+    }
+    rope_keys = set().union(*by_layer.values())
     if not rope_keys:
         return config
     if layer_type is None:
@@ -409,11 +412,7 @@ def _with_layer_overrides(
             "for some layers; pass layer_type= one of "
             f"{', '.join(map(repr, sorted(set(types))))}"
         )
-    chosen = [
-        {key: value for key, value in by_layer.get(i, {}).items() if key in _PER_LAYER_KEYS}
-        for i, kind in enumerate(types)
-        if kind == layer_type
-    ]
+    chosen = [by_layer.get(i, {}) for i, kind in enumerate(types) if kind == layer_type]
     if any(values != chosen[0] for values in chosen):
         raise ValueError(
             f"the layers of type {layer_type!r} differ in their `per_layer_config` RoPE keys "
