@@ -14,7 +14,7 @@ import numpy as np
 
 from .._hostmath import power
 from . import default
-from ._types import FloatArray, IntArray
+from ._types import FloatArray, Frequencies, IntArray
 from .config import register
 from .ntk import NTK
 
@@ -198,9 +198,7 @@ class DynamicNTK(NTK):
     # Required here: a bare annotation would inherit the base record's default, None.
     max_position_embeddings: int = dataclasses.field()
 
-    def _frequencies(
-        self, rotary_dim: int, base: float, seq_len: int | None
-    ) -> tuple[FloatArray, float]:
+    def _frequencies(self, rotary_dim: int, base: float, seq_len: int | None) -> Frequencies:
         freq = inv_freq(
             rotary_dim,
             base,
