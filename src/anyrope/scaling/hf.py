@@ -47,8 +47,6 @@ from .config import RopeScaling, parse_rope_scaling
 
 __all__ = ["HFRopeConfig", "from_hf_config", "from_hf_config_layers", "layer_types"]
 
-_MISSING = object()
-
 
 def _with_text(*families: str) -> tuple[str, ...]:
     """Each family and its text model, ``<family>_text``, whose rotation is the same."""
@@ -154,11 +152,8 @@ class HFRopeConfig:
 
 
 def _get(config: Any, key: str) -> Any:
-    if isinstance(config, Mapping):
-        value = config.get(key, _MISSING)
-    else:
-        value = getattr(config, key, _MISSING)
-    return _MISSING if value is None else value
+    """``config[key]`` of a dict, else the attribute; ``None`` (absent) when it has neither."""
+    return config.get(key) if isinstance(config, Mapping) else getattr(config, key, None)
 
 
 def _setting(
@@ -167,11 +162,11 @@ def _setting(
     """The key and value of the first present of ``keys``, or of the scaling dict's
     ``keys[0]`` (newer configs keep it there); an error if two present sources disagree."""
     sources = [(key, key, _get(config, key)) for key in keys]
-    if inner is not None and inner.get(keys[0]) is not None:
-        sources.append((keys[0], f"rope_parameters['{keys[0]}']", inner[keys[0]]))
-    present = [source for source in sources if source[2] is not _MISSING]
+    if inner is not None:
+        sources.append((keys[0], f"rope_parameters['{keys[0]}']", inner.get(keys[0])))
+    present = [source for source in sources if source[2] is not None]
     if not present:
-        return keys[0], _MISSING
+        return keys[0], None
     key, label, value = present[0]
     for _, other, given in present[1:]:
         if given != value:
@@ -184,7 +179,7 @@ def _setting(
 def _int(config: Any, key: str) -> int | None:
     """The positive integer ``config[key]``, or ``None`` when the config lacks it."""
     value = _get(config, key)
-    if value is _MISSING:
+    if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"`{key}` must be a positive integer in the model config; got {value!r}")
@@ -196,11 +191,9 @@ def _head_dim(config: Any, *, axial: bool) -> int:
         width = _int(config, key)
         if width is not None:
             return width
-    width_key = (
-        "embed_dim" if axial and _get(config, "embed_dim") is not _MISSING else "hidden_size"
-    )
+    width_key = "embed_dim" if axial and _get(config, "embed_dim") is not None else "hidden_size"
     heads_key = "num_attention_heads"
-    if _get(config, width_key) is _MISSING and _get(config, "n_embd") is not _MISSING:
+    if _get(config, width_key) is None and _get(config, "n_embd") is not None:
         # GPT-J's and CodeGen's config.json names.
         width_key, heads_key = "n_embd", "n_head"
     hidden, heads = _int(config, width_key), _int(config, heads_key)
@@ -218,7 +211,7 @@ def _head_dim(config: Any, *, axial: bool) -> int:
 
 def _scaling_dict(config: Any) -> Mapping[str, Any] | None:
     key, scaling = _setting(config, ("rope_parameters", "rope_scaling"))
-    if scaling is _MISSING:
+    if scaling is None:
         return None
     if not isinstance(scaling, Mapping):
         raise TypeError(f"`{key}` must be a dict in the model config; got {scaling!r}")
@@ -298,7 +291,7 @@ def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfi
     model_type = _get(config, "model_type")
     _refuse(model_type, inner)
     theta = _setting(config, ("rope_theta", "rotary_emb_base"), inner)[1]
-    base = 10000.0 if theta is _MISSING else check_base(theta)
+    base = 10000.0 if theta is None else check_base(theta)
     max_positions = _int(config, "max_position_embeddings")
     parsed = parse_rope_scaling(
         scaling,
@@ -311,14 +304,14 @@ def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfi
         if parsed.partial_rotary_factor_sets_width
         else head_dim
     )
-    if _get(config, "qk_rope_head_dim") is not _MISSING and parsed.partial_rotary_factor:
+    if _get(config, "qk_rope_head_dim") is not None and parsed.partial_rotary_factor:
         # The fraction was of the full head_dim and is now the rope part's whole width.
         parsed = dataclasses.replace(parsed, partial_rotary_factor=None)
     parsed.check_rotary_dim(rotary_dim)
     if model_type in INTERLEAVED_MROPE_MODEL_TYPES and parsed.mrope_section is not None:
         parsed = dataclasses.replace(parsed, mrope_interleaved=True)
     interleaved = _get(config, "rope_interleave")
-    if interleaved is _MISSING:
+    if interleaved is None:
         interleaved = model_type in INTERLEAVED_MODEL_TYPES
     elif not isinstance(interleaved, bool):
         raise TypeError(
@@ -365,7 +358,7 @@ def from_hf_config_layers(config: Any) -> dict[str, HFRopeConfig | None]:
         }
     settings = from_hf_config(config)
     declared = _get(config, "layer_types")
-    names = ["default"] if declared is _MISSING or not declared else list(declared)
+    names = list(declared) if declared else ["default"]
     return dict.fromkeys(names, settings)
 
 
@@ -451,7 +444,7 @@ def _layer_scaling(config: Any, layer_type: str | None) -> Mapping[str, Any] | N
     scaling = _scaling_dict(config)
     if scaling is None or not is_nested(scaling):
         declared = _get(config, "layer_types")
-        if layer_type is not None and declared is not _MISSING and layer_type not in declared:
+        if layer_type is not None and declared is not None and layer_type not in declared:
             raise ValueError(
                 f"`layer_type`={layer_type!r} is not one of the model config's "
                 f"`layer_types` ({', '.join(sorted(set(declared)))})"
@@ -485,7 +478,7 @@ def _rotary_dim(config: Any, inner: Mapping[str, Any], head_dim: int) -> int:
     explicit = _get(config, "model_type") in ROTARY_DIM_MODEL_TYPES
     rotary_dim = _int(config, "rotary_dim") if explicit else None
     if rotary_dim is not None:
-        if fraction is not _MISSING:
+        if fraction is not None:
             raise ValueError(
                 f"the model config gives both `rotary_dim`={rotary_dim} and `{key}`; "
                 "keep one of them"
@@ -496,7 +489,7 @@ def _rotary_dim(config: Any, inner: Mapping[str, Any], head_dim: int) -> int:
                 "in the model config"
             )
         return rotary_dim
-    if fraction is _MISSING:
+    if fraction is None:
         return head_dim
     if (
         isinstance(fraction, bool)
@@ -506,7 +499,7 @@ def _rotary_dim(config: Any, inner: Mapping[str, Any], head_dim: int) -> int:
         raise ValueError(
             f"`{key}` must be a number in (0, 1] in the model config; got {fraction!r}"
         )
-    if _get(config, "qk_rope_head_dim") is not _MISSING:
+    if _get(config, "qk_rope_head_dim") is not None:
         # A latent-attention model (DeepSeek, Mistral 4, dots) rotates all of its rope part;
         # the fraction is of the full head_dim (transformers builds the frequencies from
         # int(head_dim * factor)), so the two must agree.
