@@ -69,15 +69,9 @@ INTERLEAVED_MODEL_TYPES = frozenset(
         "deepseek_v2",
         # DeepSeek's apply_rotary_pos_emb_interleave, whatever rope_interleave says
         # (their configs have no such key), or by default (DeepSeek-V3 and its kin).
-        *(
-            "bailing_hybrid",
-            "glm_moe_dsa",
-            "longcat_flash",
-            "mistral_large4",
-            "mistral_large4_text",
-        ),
-        *("deepseek_v3", "deepseek_v32", "deepseek_v4", "axk1", "axk2", "dots3_note"),
-        *("dots3_note_text", "youtu", "glm4_moe_lite", "kimi_k2"),
+        *_with_text("mistral_large4", "dots3_note"),
+        *("bailing_hybrid", "glm_moe_dsa", "longcat_flash", "deepseek_v3", "deepseek_v32"),
+        *("deepseek_v4", "axk1", "axk2", "youtu", "glm4_moe_lite", "kimi_k2"),
     }
 )
 """Model families (``model_type``) that pair features ``(2i, 2i+1)``: a property of the
