@@ -401,6 +401,20 @@ def _effective_default_theta(config_class: type) -> float | None:
     return float(theta) if isinstance(theta, (int, float)) else None
 
 
+@pytest.mark.parametrize("model_type", ["gemma3_text", "modernbert", "olmo3"])
+def test_a_type_only_rope_scaling_of_a_two_kinds_family_is_refused(model_type: str) -> None:
+    """These families read ``rope_scaling`` into settings that already say ``"default"``:
+    transformers keeps that and drops an older ``type``, so the layers are not scaled."""
+    scaling = {"type": "yarn", "factor": 8.0, "original_max_position_embeddings": 8192}
+    config = {"model_type": model_type, "head_dim": 64, "rope_scaling": scaling}
+    with pytest.raises(ValueError, match=r"its older `type` key is ignored"):
+        from_hf_config_layers(config)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf = transformers.AutoConfig.for_model(**copy.deepcopy(config))
+    assert hf.rope_parameters["full_attention"]["rope_type"] == "default"
+
+
 def test_default_rope_theta_of_every_family() -> None:
     """A config without ``rope_theta`` gets the family's default, as in transformers
     (families with a default per layer type are read by their own rules above)."""

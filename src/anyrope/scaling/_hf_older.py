@@ -19,7 +19,7 @@ built); another object (a namespace of ``config.json``'s keys) is read as that d
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 __all__ = [
@@ -27,68 +27,45 @@ __all__ = [
     "DEFAULT_PARTIAL_ROTARY_FACTOR",
     "DEFAULT_ROPE_THETA",
     "current_format",
+    "is_nested",
 ]
 
 DEFAULT_ROPE_THETA = {
-    "apertus": 12_000_000.0,
-    "bailing_hybrid": 6_000_000.0,
-    "bitnet": 500_000.0,
-    "blt": 500_000.0,
-    "blt_global_transformer": 500_000.0,
-    "blt_local_decoder": 500_000.0,
-    "blt_local_encoder": 500_000.0,
-    "cohere": 500_000.0,
-    "cosmos3_edge_text": 100_000_000.0,
-    "csm": 500_000.0,
-    "csm_depth_decoder_model": 500_000.0,
-    "cwm": 1_000_000.0,
-    "dinov3_vit": 100.0,
-    "dots3_note_text": 80_000_000.0,
-    "emu3_text_model": 1_000_000.0,
-    "eomt_dinov3": 100.0,
-    "ernie4_5": 500_000.0,
-    "ernie4_5_moe": 500_000.0,
-    "ernie4_5_vl_moe_text": 500_000.0,
-    "evolla": 500_000.0,
-    "flex_olmo": 500_000.0,
-    "fuyu": 25_000.0,
-    "gemma4_vision": 100.0,
-    "gpt_oss": 150_000.0,
-    "gte": 160_000.0,
-    "helium": 100_000.0,
-    "hy_v3": 11_158_840.0,
-    "jina_embeddings_v3": 20_000.0,
-    "lfm2": 1_000_000.0,
-    "lfm2_moe": 1_000_000.0,
-    "lfm3": 1_000_000.0,
-    "lfm3_vl_vision": 1_000_000.0,
-    "llama4_text": 500_000.0,
-    "longcat_flash": 10_000_000.0,
-    "minimax": 1_000_000.0,
-    "minimax_m2": 5_000_000.0,
-    "minimax_m3_vl_text": 5_000_000.0,
-    "mixtral": 1_000_000.0,
-    "mllama_text_model": 500_000.0,
-    "muse_glimmer_assistant": 500_000.0,
-    "musicflamingo": 1200.0,
-    "nomic_bert": 1000.0,
-    "olmo3": 500_000.0,
-    "openai_privacy_filter": 150_000.0,
-    "paddleocr_vl_text": 500_000.0,
-    "pe_audio_encoder": 20_000.0,
-    "pe_audio_video_encoder": 20_000.0,
-    "pe_video_encoder": 20_000.0,
-    "phimoe": 1_000_000.0,
-    "qwen2_5_omni_text": 1_000_000.0,
-    "qwen2_5_omni_talker": 1_000_000.0,
-    "qwen2_5_vl_text": 1_000_000.0,
-    "qwen2_vl_text": 1_000_000.0,
-    "qwen3_omni_moe_text": 1_000_000.0,
-    "qwen3_vl_text": 500_000.0,
-    "qwen3_vl_moe_text": 500_000.0,
-    "sapiens2": 100.0,
-    "smollm3": 2_000_000.0,
-    "solar_open": 1_000_000.0,
+    family: value
+    for value, families in {
+        100.0: ("dinov3_vit", "eomt_dinov3", "gemma4_vision", "sapiens2"),
+        1_000.0: ("nomic_bert",),
+        1_200.0: ("musicflamingo",),
+        20_000.0: (
+            *("jina_embeddings_v3", "pe_audio_encoder"),
+            *("pe_audio_video_encoder", "pe_video_encoder"),
+        ),
+        25_000.0: ("fuyu",),
+        100_000.0: ("helium",),
+        150_000.0: ("gpt_oss", "openai_privacy_filter"),
+        160_000.0: ("gte",),
+        500_000.0: (
+            *("bitnet", "blt", "blt_global_transformer", "blt_local_decoder", "blt_local_encoder"),
+            *("cohere", "csm", "csm_depth_decoder_model", "ernie4_5", "ernie4_5_moe"),
+            *("ernie4_5_vl_moe_text", "evolla", "flex_olmo", "llama4_text", "mllama_text_model"),
+            *("muse_glimmer_assistant", "olmo3", "paddleocr_vl_text"),
+            *("qwen3_vl_moe_text", "qwen3_vl_text"),
+        ),
+        1_000_000.0: (
+            *("cwm", "emu3_text_model", "lfm2", "lfm2_moe", "lfm3", "lfm3_vl_vision", "minimax"),
+            *("mixtral", "phimoe", "qwen2_5_omni_talker", "qwen2_5_omni_text", "qwen2_5_vl_text"),
+            *("qwen2_vl_text", "qwen3_omni_moe_text", "solar_open"),
+        ),
+        2_000_000.0: ("smollm3",),
+        5_000_000.0: ("minimax_m2", "minimax_m3_vl_text"),
+        6_000_000.0: ("bailing_hybrid",),
+        10_000_000.0: ("longcat_flash",),
+        11_158_840.0: ("hy_v3",),
+        12_000_000.0: ("apertus",),
+        80_000_000.0: ("dots3_note_text",),
+        100_000_000.0: ("cosmos3_edge_text",),
+    }.items()
+    for family in families
 }
 """transformers' ``rope_theta`` of each family (``model_type``) whose default is not 10000:
 a config without ``rope_theta`` gets it, as transformers gives it."""
@@ -96,27 +73,20 @@ a config without ``rope_theta`` gets it, as transformers gives it."""
 _TRANSFORMERS_DEFAULT_THETA = 10_000.0
 
 DEFAULT_PARTIAL_ROTARY_FACTOR = {
-    "bamba": 0.5,
-    "dots3_note_audio_encoder": 0.5,
-    "efficientloftr": 4.0,
-    "glm": 0.5,
-    "glm4": 0.5,
-    "glm4_moe": 0.5,
-    "glm4v_moe_text": 0.5,
-    "glmasr_encoder": 0.5,
-    "moonshine": 0.9,
-    "moonshine_streaming": 0.8,
-    "musicflamingo": 0.2,
-    "nemotron": 0.5,
-    "nemotron3_5_transcribe_asr_audio": 0.5,
-    "nemotron3_5_transcribe_word_timestamp": 0.5,
-    "persimmon": 0.5,
-    "phi": 0.5,
-    "qwen3_5_moe_text": 0.25,
-    "qwen3_5_text": 0.25,
-    "qwen3_next": 0.25,
-    "recurrent_gemma": 0.5,
-    "stablelm": 0.25,
+    family: value
+    for value, families in {
+        0.2: ("musicflamingo",),
+        0.25: ("qwen3_5_moe_text", "qwen3_5_text", "qwen3_next", "stablelm"),
+        0.5: (
+            *("bamba", "dots3_note_audio_encoder", "glm", "glm4", "glm4_moe", "glm4v_moe_text"),
+            *("glmasr_encoder", "nemotron", "nemotron3_5_transcribe_asr_audio"),
+            *("nemotron3_5_transcribe_word_timestamp", "persimmon", "phi", "recurrent_gemma"),
+        ),
+        0.8: ("moonshine_streaming",),
+        0.9: ("moonshine",),
+        4.0: ("efficientloftr",),
+    }.items()
+    for family in families
 }
 """transformers' rotated fraction of each family whose default is not the whole head (GPT-NeoX
 and the latent-attention families, whose fraction follows from other keys, aside): a
@@ -124,62 +94,40 @@ config without ``partial_rotary_factor`` gets it, as transformers gives it."""
 
 AXIAL_MODEL_TYPES = frozenset(
     {
-        "cohere_compass_vision",
-        "dots3_note_vision_encoder",
-        "edgetam_video",
-        "ernie4_5_vl_moe_vision",
-        "exaone4_5_vision",
-        "gemma4_vision",
-        "glm4v_moe_vision",
-        "glm4v_vision",
-        "glm5_next_vision",
-        "glm_image_vision",
-        "glm_ocr_vision",
-        "inkling2_vision",
-        "kimi_k25_vision",
-        "lfm3_vl_vision",
-        "minimax_m3_vl_vision",
-        "mlcd_vision_model",
-        "muse_glimmer_vision",
-        "muse_spark_vision",
-        "paddleocr_vl_vision",
-        "pixtral",
-        "qwen2_5_omni_vision_encoder",
-        "qwen2_5_vl_vision",
-        "qwen2_vl_vision",
-        "qwen3_5_moe_vision",
-        "qwen3_5_vision",
-        "qwen3_omni_moe_vision_encoder",
-        "qwen3_vl_moe_vision",
-        "qwen3_vl_vision",
-        "qwen4_exp_vision",
-        "sam2_video",
-        "sam3_tracker_video",
-        "sam3_vit_model",
-        "step3p5_vision",
-        "video_llama_3_vision",
+        *("cohere_compass_vision", "dots3_note_vision_encoder", "edgetam_video"),
+        *("ernie4_5_vl_moe_vision", "exaone4_5_vision", "gemma4_vision", "glm4v_moe_vision"),
+        *("glm4v_vision", "glm5_next_vision", "glm_image_vision", "glm_ocr_vision"),
+        *("inkling2_vision", "kimi_k25_vision", "lfm3_vl_vision", "minimax_m3_vl_vision"),
+        *("mlcd_vision_model", "muse_glimmer_vision", "muse_spark_vision", "paddleocr_vl_vision"),
+        *("pixtral", "qwen2_5_omni_vision_encoder", "qwen2_5_vl_vision", "qwen2_vl_vision"),
+        *("qwen3_5_moe_vision", "qwen3_5_vision", "qwen3_omni_moe_vision_encoder"),
+        *("qwen3_vl_moe_vision", "qwen3_vl_vision", "qwen4_exp_vision", "sam2_video"),
+        *("sam3_tracker_video", "sam3_vit_model", "step3p5_vision", "video_llama_3_vision"),
     }
 )
 """Vision towers whose ``rope_type`` transformers reads as ``"axial"`` when a config says
 ``"default"`` or nothing (older checkpoints say nothing): 2-D patch positions."""
 
-# Bamba's config class sets the fraction whatever the config's top level says.
-_FORCED_PARTIAL_ROTARY_FACTOR = {"bamba": 0.5}
+# Bamba's config class sets its default fraction whatever the config's top level says.
+_FORCES_PARTIAL_ROTARY_FACTOR = frozenset({"bamba"})
+
+_BOTH_KINDS = ("sliding_attention", "full_attention")
 
 # Gemma 3 and its kin keep the settings of full-attention layers in the older top-level
-# keys, those of sliding-window layers in another key, and scale the full-attention
-# layers only (ModernBERT scales both): (full key, default), (sliding key, default), scaled.
-_TWO_KINDS: dict[str, tuple[tuple[str, float], tuple[str, float], tuple[str, ...]]] = dict.fromkeys(
-    ("gemma3_text", "gemma3n_text", "t5gemma2_text", "t5gemma2_decoder"),
-    (("rope_theta", 1000000.0), ("rope_local_base_freq", 10000.0), ("full_attention",)),
-) | dict.fromkeys(
-    ("modernbert", "modernbert-decoder"),
-    (
-        ("global_rope_theta", 160000.0),
-        ("local_rope_theta", 10000.0),
-        ("full_attention", "sliding_attention"),
+# keys, those of sliding-window layers in another key (OLMo 3 in the same one), and scale
+# the full-attention layers only (ModernBERT scales both): (full key, default), (sliding
+# key, default), scaled.
+_TWO_KINDS: dict[str, tuple[tuple[str, float], tuple[str, float], tuple[str, ...]]] = {
+    **dict.fromkeys(
+        ("gemma3_text", "gemma3n_text", "t5gemma2_text", "t5gemma2_decoder"),
+        (("rope_theta", 1_000_000.0), ("rope_local_base_freq", 10_000.0), ("full_attention",)),
     ),
-)
+    **dict.fromkeys(
+        ("modernbert", "modernbert-decoder"),
+        (("global_rope_theta", 160_000.0), ("local_rope_theta", 10_000.0), _BOTH_KINDS),
+    ),
+    "olmo3": (("rope_theta", 500_000.0), ("rope_theta", 500_000.0), ("full_attention",)),
+}
 
 # GPT-NeoX's names for the base and the rotated fraction, and its default fraction.
 _NEOX_ROTARY_PCT = {"gpt_neox": 0.25, "gpt_neox_japanese": 1.0}
@@ -188,26 +136,17 @@ _NEOX_ROTARY_PCT = {"gpt_neox": 0.25, "gpt_neox_japanese": 1.0}
 # gives every layer type the family's own built-in settings and ignores `rope_theta`.
 _RETURNS_ONLY_ROPE_PARAMETERS = frozenset(
     {
-        "beam",
-        "diffusion_gemma_text",
-        "embedding_gemma2_text",
-        "gemma4_text",
-        "gemma4_unified_text",
-        "laguna",
-        "mellum",
-        "mimo_v2_flash",
+        *("beam", "diffusion_gemma_text", "embedding_gemma2_text", "gemma4_text"),
+        *("gemma4_unified_text", "laguna", "mellum", "mimo_v2_flash"),
     }
 )
+
 
 # NeoMME's settings per layer type when its config leaves them out: (rope_theta, fraction).
 _NEOMME_DEFAULTS = {"full_attention": (1_000_000.0, 0.25), "sliding_attention": (10_000.0, 1.0)}
 
-# dots.llm3's base of its sliding-window layers, and its default.
-_DOTS3_SWA_THETA = ("swa_rope_theta", 50_000.0)
-
-# DeepSeek-V4: its main (sliding-window) and compressed layers' bases, and the fraction
-# qk_rope_head_dim / head_dim (64 / 512) transformers gives a config without either.
-_DEEPSEEK_V4_THETAS = (("rope_theta", 10_000.0), ("compress_rope_theta", 160_000.0))
+# DeepSeek-V4's fraction qk_rope_head_dim / head_dim (64 / 512) transformers gives a config
+# without either.
 _DEEPSEEK_V4_FRACTION = 64 / 512
 
 # Phi-3 and Phi-4-multimodal read these older scaling names as "longrope".
@@ -250,29 +189,11 @@ def current_format(config: Any) -> Any:
     for key in ("rope_parameters", "rope_scaling"):
         if isinstance(out.get(key), Mapping):
             out[key] = copy.deepcopy(dict(out[key]))
-    if model_type in _TWO_KINDS:
-        _two_kinds(out, model_type)
-    elif model_type == "olmo3":
-        _olmo3(out)
-    elif model_type in _NEOX_ROTARY_PCT:
-        _gpt_neox(out, model_type)
-    elif model_type in _PHI3_FAMILIES:
-        _phi3(out)
-    elif model_type == "minimax_m2":
-        _minimax_m2(out)
-    elif model_type == "hunyuan_vl_text":
-        _hunyuan_vl(out)
-    elif model_type == "dots3_note_text":
-        _dots3_note(out)
-    elif model_type == "neomme":
-        _neomme(out)
-    elif model_type == "deepseek_v4":
-        _deepseek_v4(out)
-    elif model_type == "step3p5":
-        _step3p5(out)
-    elif model_type in _RETURNS_ONLY_ROPE_PARAMETERS:
-        _needs_rope_parameters(out, model_type)
-    _fill_default_theta(out, DEFAULT_ROPE_THETA.get(model_type, _TRANSFORMERS_DEFAULT_THETA))
+    convert = _CONVERTERS.get(model_type)
+    if convert is not None:
+        convert(out, model_type)
+    if model_type in DEFAULT_ROPE_THETA:
+        _fill_default_theta(out, model_type)
     if model_type in DEFAULT_PARTIAL_ROTARY_FACTOR:
         _fill_default_fraction(out, model_type)
     if model_type in AXIAL_MODEL_TYPES:
@@ -292,16 +213,24 @@ def _flat_scaling(config: dict[str, Any]) -> dict[str, Any]:
     return scaling
 
 
-def _nested(scaling: Mapping[str, Any]) -> bool:
+def is_nested(scaling: Mapping[str, Any]) -> bool:
     """Whether the settings are given per layer type (every value a dict or null)."""
     return bool(scaling) and all(
         isinstance(value, Mapping) or value is None for value in scaling.values()
     )
 
 
+def _setdefault(scaling: dict[str, Any], key: str, value: Any) -> None:
+    """Give the settings (each layer type's, where they are given per layer type) ``key``
+    where they lack it."""
+    for values in scaling.values() if is_nested(scaling) else [scaling]:
+        if values is not None:
+            values.setdefault(key, value)
+
+
 def _refuse_flat(config: Mapping[str, Any], model_type: str, names: tuple[str, ...]) -> None:
     scaling = config.get("rope_parameters")
-    if scaling and not _nested(scaling):
+    if scaling and not is_nested(scaling):
         kinds = ", ".join(repr(name) for name in names)
         flat = sorted(key for key, value in scaling.items() if not isinstance(value, Mapping))
         raise ValueError(
@@ -311,25 +240,16 @@ def _refuse_flat(config: Mapping[str, Any], model_type: str, names: tuple[str, .
         )
 
 
-def _sliding_and_full(
-    config: dict[str, Any], model_type: str
-) -> tuple[dict[str, Any], Mapping[str, Any] | None]:
-    """The config's settings per layer type (``"default"`` where it gives none), now its
-    ``rope_parameters``, and its older ``rope_scaling``, taken out."""
-    names = ("sliding_attention", "full_attention")
-    _refuse_flat(config, model_type, names)
+def _two_kinds(config: dict[str, Any], model_type: str) -> None:
+    """Gemma 3, Gemma 3n, T5Gemma 2, ModernBERT and OLMo 3: ``rope_scaling`` and two bases."""
+    (full_key, full_default), (sliding_key, sliding_default), scaled = _TWO_KINDS[model_type]
+    _refuse_flat(config, model_type, _BOTH_KINDS)
     params = config.get("rope_parameters") or {}
-    for name in names:
+    for name in _BOTH_KINDS:
         if params.get(name) is None:
             params[name] = {"rope_type": "default"}
     config["rope_parameters"] = params
-    return params, config.pop("rope_scaling", None)
-
-
-def _two_kinds(config: dict[str, Any], model_type: str) -> None:
-    """Gemma 3, Gemma 3n, T5Gemma 2 and ModernBERT: ``rope_scaling`` and two bases."""
-    (full_key, full_default), (sliding_key, sliding_default), scaled = _TWO_KINDS[model_type]
-    params, scaling = _sliding_and_full(config, model_type)
+    scaling = config.pop("rope_scaling", None)
     if scaling:
         if _present(scaling, "type") and not _present(scaling, "rope_type"):
             raise ValueError(
@@ -341,65 +261,55 @@ def _two_kinds(config: dict[str, Any], model_type: str) -> None:
             )
         for name in scaled:
             params[name].update(scaling)
-    params["full_attention"].setdefault("rope_theta", config.pop(full_key, full_default))
-    params["sliding_attention"].setdefault("rope_theta", config.pop(sliding_key, sliding_default))
-
-
-def _olmo3(config: dict[str, Any]) -> None:
-    """OLMo 3: ``rope_theta`` for both layer types, ``rope_scaling`` for full attention."""
-    default = DEFAULT_ROPE_THETA["olmo3"]
-    params, scaling = _sliding_and_full(config, "olmo3")
-    if scaling:
-        params["full_attention"].update(scaling)
-    theta = config.pop("rope_theta", default)
-    if theta != default and "rope_theta" not in params["sliding_attention"]:
-        # transformers 5.23.0 takes the key for the full-attention layers, then finds it
-        # gone and gives the sliding-window layers the default.
+    theta = config.pop(full_key, full_default)
+    sliding = params["sliding_attention"]
+    if sliding_key == full_key and theta != sliding_default and "rope_theta" not in sliding:
+        # OLMo 3: transformers 5.23.0 takes the key for the full-attention layers, then finds
+        # it gone and gives the sliding-window layers the default.
         raise ValueError(
-            f"`rope_theta`={theta!r} of a model_type='olmo3' config without per-layer "
-            "`rope_parameters`: transformers gives it to the full-attention layers and its "
-            f"default {default:g} to the sliding-window layers; give `rope_parameters` per "
-            "layer type (full_attention, sliding_attention) with the base of each"
+            f"`{full_key}`={theta!r} of a model_type={model_type!r} config without "
+            "per-layer `rope_parameters`: transformers gives it to the full-attention "
+            f"layers and its default {sliding_default:g} to the sliding-window layers; "
+            "give `rope_parameters` per layer type (full_attention, sliding_attention) "
+            "with the base of each"
         )
     params["full_attention"].setdefault("rope_theta", theta)
-    params["sliding_attention"].setdefault("rope_theta", default)
+    sliding.setdefault("rope_theta", config.pop(sliding_key, sliding_default))
 
 
 def _gpt_neox(config: dict[str, Any], model_type: str) -> None:
     """GPT-NeoX: ``rotary_emb_base`` and ``rotary_pct`` (0.25 when absent; 1.0 in the
     Japanese model), the only top-level names its config class reads."""
     scaling = _flat_scaling(config)
-    read = {
-        "rope_theta": scaling.setdefault(
-            "rope_theta", config.pop("rotary_emb_base", _TRANSFORMERS_DEFAULT_THETA)
-        ),
-        "partial_rotary_factor": scaling.setdefault(
-            "partial_rotary_factor", config.pop("rotary_pct", _NEOX_ROTARY_PCT[model_type])
-        ),
+    older = {
+        "rope_theta": ("rotary_emb_base", _TRANSFORMERS_DEFAULT_THETA),
+        "partial_rotary_factor": ("rotary_pct", _NEOX_ROTARY_PCT[model_type]),
     }
-    older = {"rope_theta": "rotary_emb_base", "partial_rotary_factor": "rotary_pct"}
-    for key, value in read.items():
+    for key, (older_key, default) in older.items():
+        value = scaling.setdefault(key, config.pop(older_key, default))
         if _present(config, key) and config[key] != value:
             raise ValueError(
                 f"`{key}`={config[key]!r} in a model_type={model_type!r} config: transformers "
-                f"ignores this key for the family and reads `{older[key]}` (here {value!r}); "
-                f"give `{older[key]}` instead"
+                f"ignores this key for the family and reads `{older_key}` (here {value!r}); "
+                f"give `{older_key}` instead"
             )
         config.pop(key, None)
 
 
-def _phi3(config: dict[str, Any]) -> None:
-    """Phi-3's older ``"su"`` and ``"yarn"`` scaling are its ``"longrope"``."""
-    if not (_present(config, "rope_scaling") or _present(config, "rope_parameters")):
-        return
-    scaling = _flat_scaling(config)
-    kind = scaling.get("rope_type", scaling.get("type"))
-    if kind in _PHI3_LONGROPE_ALIASES:
+def _rename_method(scaling: dict[str, Any], older: Collection[str], name: str) -> None:
+    """Name the scaling method ``name`` where the dict names it one of ``older``."""
+    if scaling.get("rope_type", scaling.get("type", "default")) in older:
         scaling.pop("type", None)
-        scaling["rope_type"] = "longrope"
+        scaling["rope_type"] = name
 
 
-def _minimax_m2(config: dict[str, Any]) -> None:
+def _phi3(config: dict[str, Any], model_type: str) -> None:
+    """Phi-3's older ``"su"`` and ``"yarn"`` scaling are its ``"longrope"``."""
+    if _present(config, "rope_scaling") or _present(config, "rope_parameters"):
+        _rename_method(_flat_scaling(config), _PHI3_LONGROPE_ALIASES, "longrope")
+
+
+def _minimax_m2(config: dict[str, Any], model_type: str) -> None:
     """MiniMax-M2's ``rotary_dim``: the fraction ``rotary_dim / head_dim`` of the head."""
     rotary_dim = config.pop("rotary_dim", None)
     if rotary_dim is None or _present(config, "partial_rotary_factor"):
@@ -413,7 +323,7 @@ def _minimax_m2(config: dict[str, Any]) -> None:
     config["partial_rotary_factor"] = rotary_dim / head_dim
 
 
-def _hunyuan_vl(config: dict[str, Any]) -> None:
+def _hunyuan_vl(config: dict[str, Any], model_type: str) -> None:
     """HunYuan-VL's ``"xdrope"`` is dynamic NTK with M-RoPE's ``xdrope_section``."""
     if not (_present(config, "rope_scaling") or _present(config, "rope_parameters")):
         return
@@ -427,10 +337,7 @@ def _hunyuan_vl(config: dict[str, Any]) -> None:
                 "model config"
             )
         scaling["mrope_section"] = [int(s) for s in section]
-    kind = scaling.get("rope_type", scaling.get("type"))
-    if kind == "xdrope":
-        scaling.pop("type", None)
-        scaling["rope_type"] = "dynamic"
+    _rename_method(scaling, ("xdrope",), "dynamic")
 
 
 def _layer_kinds(config: Mapping[str, Any], model_type: str) -> list[str]:
@@ -443,12 +350,11 @@ def _layer_kinds(config: Mapping[str, Any], model_type: str) -> list[str]:
     return sorted(set(declared))
 
 
-def _dots3_note(config: dict[str, Any]) -> None:
+def _dots3_note(config: dict[str, Any], model_type: str) -> None:
     """dots.llm3: ``swa_rope_theta`` for sliding-window layers, ``rope_theta`` for the rest,
     or one scaling dict for every layer type."""
-    swa_key, swa_default = _DOTS3_SWA_THETA
-    swa_theta = config.pop(swa_key, swa_default)
-    theta = config.pop("rope_theta", DEFAULT_ROPE_THETA["dots3_note_text"])
+    swa_theta = config.pop("swa_rope_theta", 50_000.0)
+    theta = config.pop("rope_theta", DEFAULT_ROPE_THETA[model_type])
     params = config.get("rope_parameters")
     if params is None:
         params = config.pop("rope_scaling", None) or {
@@ -456,21 +362,19 @@ def _dots3_note(config: dict[str, Any]) -> None:
                 "rope_type": "default",
                 "rope_theta": swa_theta if name == "sliding_attention" else theta,
             }
-            for name in _layer_kinds(config, "dots3_note_text")
+            for name in _layer_kinds(config, model_type)
         }
-    if not _nested(params):
-        params = {name: copy.deepcopy(params) for name in _layer_kinds(config, "dots3_note_text")}
-    for values in params.values():
-        if values is not None:
-            values.setdefault("rope_theta", theta)
+    if not is_nested(params):
+        params = {name: copy.deepcopy(params) for name in _layer_kinds(config, model_type)}
+    _setdefault(params, "rope_theta", theta)
     config["rope_parameters"] = params
 
 
-def _neomme(config: dict[str, Any]) -> None:
+def _neomme(config: dict[str, Any], model_type: str) -> None:
     """NeoMME: settings per layer type, ``rope_theta`` for all of them when given."""
     theta = config.pop("rope_theta", None)
     params = config.get("rope_parameters") or {}
-    for name in _layer_kinds(config, "neomme"):
+    for name in _layer_kinds(config, model_type):
         default_theta, default_fraction = _NEOMME_DEFAULTS.get(name, (None, None))
         values = params.setdefault(name, {})
         values.setdefault("rope_type", "default")
@@ -485,12 +389,11 @@ def _neomme(config: dict[str, Any]) -> None:
     config["rope_parameters"] = params
 
 
-def _deepseek_v4(config: dict[str, Any]) -> None:
+def _deepseek_v4(config: dict[str, Any], model_type: str) -> None:
     """DeepSeek-V4: settings for its "main" and "compress" layers; the older flat scaling
     (YaRN) applies to the compressed layers only, with ``compress_rope_theta``."""
-    (theta_key, theta_default), (compress_key, compress_default) = _DEEPSEEK_V4_THETAS
-    theta = config.pop(theta_key, theta_default)
-    compress_theta = config.pop(compress_key, compress_default)
+    theta = config.pop("rope_theta", _TRANSFORMERS_DEFAULT_THETA)
+    compress_theta = config.pop("compress_rope_theta", 160_000.0)
     given = config.pop("rope_scaling", None) or config.get("rope_parameters") or {}
     if isinstance(given.get("main"), Mapping) and isinstance(given.get("compress"), Mapping):
         config["rope_parameters"] = {"main": given["main"], "compress": given["compress"]}
@@ -513,20 +416,18 @@ def _deepseek_v4(config: dict[str, Any]) -> None:
     config["rope_parameters"] = {"main": main, "compress": compress}
 
 
-def _step3p5(config: dict[str, Any]) -> None:
+def _step3p5(config: dict[str, Any], model_type: str) -> None:
     """Step 3.5/3.7: ``rope_theta`` and ``partial_rotary_factors`` per layer (or one base for
     all), ``rope_scaling`` for the full-attention layers only."""
     theta = config.pop("rope_theta", _TRANSFORMERS_DEFAULT_THETA)
     fractions = config.pop("partial_rotary_factors", None)
     scaling = config.pop("rope_scaling", None)
     given = config.get("rope_parameters") or {}
-    declared = config.get("layer_types")
-    if declared and all(isinstance(given.get(name), Mapping) for name in set(declared)):
-        config["rope_parameters"] = {name: given[name] for name in set(declared)}
+    _layer_kinds(config, model_type)  # refuses a config without layer_types
+    kinds = list(config["layer_types"])
+    if all(isinstance(given.get(name), Mapping) for name in kinds):
+        config["rope_parameters"] = {name: given[name] for name in kinds}
         return
-    kinds = list(declared or [])
-    if not kinds:
-        _layer_kinds(config, "step3p5")
     thetas = theta if isinstance(theta, list) else [theta] * len(kinds)
     params: dict[str, dict[str, Any]] = {}
     for index, name in enumerate(kinds):
@@ -555,22 +456,30 @@ def _needs_rope_parameters(config: Mapping[str, Any], model_type: str) -> None:
         )
 
 
-def _fill_default_theta(config: dict[str, Any], default: float) -> None:
+# The function that rewrites an older config of each family in place.
+_CONVERTERS: dict[str, Callable[[dict[str, Any], str], None]] = {
+    **dict.fromkeys(_TWO_KINDS, _two_kinds),
+    **dict.fromkeys(_NEOX_ROTARY_PCT, _gpt_neox),
+    **dict.fromkeys(_PHI3_FAMILIES, _phi3),
+    **dict.fromkeys(_RETURNS_ONLY_ROPE_PARAMETERS, _needs_rope_parameters),
+    "minimax_m2": _minimax_m2,
+    "hunyuan_vl_text": _hunyuan_vl,
+    "dots3_note_text": _dots3_note,
+    "neomme": _neomme,
+    "deepseek_v4": _deepseek_v4,
+    "step3p5": _step3p5,
+}
+
+
+def _fill_default_theta(config: dict[str, Any], model_type: str) -> None:
     """The family's ``rope_theta`` where the config gives none, as transformers fills it."""
-    if default == _TRANSFORMERS_DEFAULT_THETA:
-        return
     if _present(config, "rope_theta") or _present(config, "rotary_emb_base"):
         return
     scaling = config.get("rope_parameters") or config.get("rope_scaling")
-    if not isinstance(scaling, dict) or not scaling:
-        config["rope_theta"] = default
-        return
-    nested = [value for value in scaling.values() if isinstance(value, dict)]
-    if nested and len(nested) + list(scaling.values()).count(None) == len(scaling):
-        for values in nested:
-            values.setdefault("rope_theta", default)
+    if isinstance(scaling, dict) and scaling:
+        _setdefault(scaling, "rope_theta", DEFAULT_ROPE_THETA[model_type])
     else:
-        scaling.setdefault("rope_theta", default)
+        config["rope_theta"] = DEFAULT_ROPE_THETA[model_type]
 
 
 def _fill_default_fraction(config: dict[str, Any], model_type: str) -> None:
@@ -580,12 +489,11 @@ def _fill_default_fraction(config: dict[str, Any], model_type: str) -> None:
     scaling = config.get("rope_parameters") or config.get("rope_scaling")
     if isinstance(scaling, Mapping) and _present(scaling, "partial_rotary_factor"):
         return
-    forced = _FORCED_PARTIAL_ROTARY_FACTOR.get(model_type)
     given = config.get("partial_rotary_factor")
-    if forced is not None and given is not None and given != forced:
+    if model_type in _FORCES_PARTIAL_ROTARY_FACTOR and given not in (None, default):
         raise ValueError(
             f"`partial_rotary_factor`={given!r} in a model_type={model_type!r} config: "
-            f"transformers replaces it by {forced!r} for this family; give it in "
+            f"transformers replaces it by {default!r} for this family; give it in "
             "`rope_parameters` to rotate another fraction"
         )
     if given is None and not _present(config, "rotary_pct"):
@@ -597,10 +505,5 @@ def _axial_by_default(config: dict[str, Any]) -> None:
     scaling = config.get("rope_parameters") or config.get("rope_scaling")
     if scaling is None:
         config["rope_parameters"] = {"rope_type": "axial"}
-    elif (
-        isinstance(scaling, dict)
-        and not _nested(scaling)
-        and scaling.get("rope_type", scaling.get("type", "default")) == "default"
-    ):
-        scaling.pop("type", None)
-        scaling["rope_type"] = "axial"
+    elif isinstance(scaling, dict) and not is_nested(scaling):
+        _rename_method(scaling, ("default",), "axial")

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from . import default
-from ._types import FloatArray
+from ._types import FloatArray, Frequencies
 from .config import RopeScaling, register
 
 __all__ = ["ATTENTION_FACTOR", "Axial", "inv_freq", "sections"]
@@ -148,7 +148,5 @@ class Axial(RopeScaling):
         """
         return sections(rotary_dim, axial_sections=self.axial_sections)
 
-    def _frequencies(
-        self, rotary_dim: int, base: float, seq_len: int | None
-    ) -> tuple[FloatArray, float]:
+    def _frequencies(self, rotary_dim: int, base: float, seq_len: int | None) -> Frequencies:
         return inv_freq(rotary_dim, base, axial_sections=self.axial_sections), ATTENTION_FACTOR

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
 from ._checks import Base, Check, Fraction, field_checks
-from ._types import FloatArray, IntArray
+from ._types import FloatArray, Frequencies, IntArray
 
 __all__ = ["RopeScaling", "get", "names", "parse_rope_scaling", "register", "unregister"]
 
@@ -129,9 +129,7 @@ class RopeScaling(metaclass=_ByRopeType):
     def _check_rotary_dim(self, rotary_dim: int) -> None:
         """Raise ``ValueError`` for a rotary width the method cannot use (a hook)."""
 
-    def _frequencies(
-        self, rotary_dim: int, base: float, seq_len: int | None
-    ) -> tuple[FloatArray, float]:
+    def _frequencies(self, rotary_dim: int, base: float, seq_len: int | None) -> Frequencies:
         """``(inv_freq, attention_factor)`` for a checked ``rotary_dim`` (the method's hook)."""
         raise NotImplementedError(f"{type(self).__name__} does not compute frequencies")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .._frequencies import default_inv_freq
-from ._types import FloatArray
+from ._types import FloatArray, Frequencies
 from .config import RopeScaling, register
 
 __all__ = ["ATTENTION_FACTOR", "Default", "inv_freq"]
@@ -42,7 +42,5 @@ class Default(RopeScaling):
 
     rope_type = "default"
 
-    def _frequencies(
-        self, rotary_dim: int, base: float, seq_len: int | None
-    ) -> tuple[FloatArray, float]:
+    def _frequencies(self, rotary_dim: int, base: float, seq_len: int | None) -> Frequencies:
         return inv_freq(rotary_dim, base), ATTENTION_FACTOR

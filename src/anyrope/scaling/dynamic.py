@@ -8,11 +8,13 @@ so tables are rebuilt whenever a call needs a longer sequence than the last one.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from .._hostmath import power
 from . import default
-from ._types import FloatArray, IntArray
+from ._types import FloatArray, Frequencies, IntArray
 from .config import register
 from .ntk import NTK
 
@@ -186,23 +188,17 @@ def inv_freq_per_length(
 
 
 @register
+@dataclasses.dataclass(frozen=True, kw_only=True, repr=False)
 class DynamicNTK(NTK):
     """``rope_type="dynamic"``: NTK whose base grows with the length past ``L_max``."""
 
     rope_type = "dynamic"
     depends_on_length = True
     frequencies_change_with_every_length = True
+    # Required here: a bare annotation would inherit the base record's default, None.
+    max_position_embeddings: int = dataclasses.field()
 
-    def _validate(self) -> None:
-        if self.max_position_embeddings is None:
-            raise ValueError(
-                f"`max_position_embeddings` is required for rope_type={self.rope_type!r}"
-            )
-
-    def _frequencies(
-        self, rotary_dim: int, base: float, seq_len: int | None
-    ) -> tuple[FloatArray, float]:
-        assert self.max_position_embeddings is not None
+    def _frequencies(self, rotary_dim: int, base: float, seq_len: int | None) -> Frequencies:
         freq = inv_freq(
             rotary_dim,
             base,
@@ -215,7 +211,6 @@ class DynamicNTK(NTK):
     def _frequencies_per_length(
         self, rotary_dim: int, base: float, lengths: IntArray
     ) -> FloatArray:
-        assert self.max_position_embeddings is not None
         return inv_freq_per_length(
             rotary_dim,
             base,
@@ -238,5 +233,4 @@ class DynamicNTK(NTK):
         int
             The length the frequencies are computed for (:func:`effective_length`).
         """
-        assert self.max_position_embeddings is not None
         return effective_length(seq_len, max_position_embeddings=self.max_position_embeddings)

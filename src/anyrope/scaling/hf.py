@@ -42,59 +42,36 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._validation import check_base
-from ._hf_older import current_format
+from ._hf_older import current_format, is_nested
 from .config import RopeScaling, parse_rope_scaling
 
 __all__ = ["HFRopeConfig", "from_hf_config", "from_hf_config_layers", "layer_types"]
 
-_MISSING = object()
+
+def _with_text(*families: str) -> tuple[str, ...]:
+    """Each family and its text model, ``<family>_text``, whose rotation is the same."""
+    return tuple(name for family in families for name in (family, f"{family}_text"))
+
 
 INTERLEAVED_MODEL_TYPES = frozenset(
     {
         # Their apply_rotary_pos_emb rotates (x[2i], x[2i+1]) (cos/sin repeat-interleaved).
-        "cohere",
-        "cohere2",
-        "cohere2_moe",
-        "ernie4_5",
-        "ernie4_5_moe",
-        "ernie4_5_vl_moe",
-        "ernie4_5_vl_moe_text",
-        "glm",
-        "glm4",
-        "glm_ocr",
-        "glm_ocr_text",
+        *("cohere", "cohere2", "cohere2_moe", "glm", "glm4", "ernie4_5", "ernie4_5_moe"),
+        *_with_text("glm_ocr", "ernie4_5_vl_moe"),
         "helium",
-        "moonshine",
-        "moonshine_streaming",
-        "openai_privacy_filter",
+        *("moonshine", "moonshine_streaming", "openai_privacy_filter"),
         # Perception Encoder audio and video towers: 2x2 rotation matrices of (x[2i], x[2i+1]).
-        "pe_audio_encoder",
-        "pe_video_encoder",
-        "pe_audio_video_encoder",
+        *("pe_audio_encoder", "pe_video_encoder", "pe_audio_video_encoder"),
         # GPT-J and CodeGen: rotate_every_two.
-        "gptj",
-        "codegen",
+        *("gptj", "codegen"),
         # Meta's complex form.
-        "llama4",
-        "llama4_text",
+        *_with_text("llama4"),
         "deepseek_v2",
         # DeepSeek's apply_rotary_pos_emb_interleave, whatever rope_interleave says
         # (their configs have no such key), or by default (DeepSeek-V3 and its kin).
-        "bailing_hybrid",
-        "glm_moe_dsa",
-        "longcat_flash",
-        "mistral_large4",
-        "mistral_large4_text",
-        "deepseek_v3",
-        "deepseek_v32",
-        "deepseek_v4",
-        "axk1",
-        "axk2",
-        "dots3_note",
-        "dots3_note_text",
-        "youtu",
-        "glm4_moe_lite",
-        "kimi_k2",
+        *_with_text("mistral_large4", "dots3_note"),
+        *("bailing_hybrid", "glm_moe_dsa", "longcat_flash", "deepseek_v3", "deepseek_v32"),
+        *("deepseek_v4", "axk1", "axk2", "youtu", "glm4_moe_lite", "kimi_k2"),
     }
 )
 """Model families (``model_type``) that pair features ``(2i, 2i+1)``: a property of the
@@ -107,23 +84,9 @@ ignore it (MiniMax-M3-VL's 64 of 128: transformers rotates all 128)."""
 
 INTERLEAVED_MROPE_MODEL_TYPES = frozenset(
     {
-        *(
-            f"{family}{suffix}"
-            for family in (
-                "qwen3_vl",
-                "qwen3_vl_moe",
-                "qwen3_5",
-                "qwen3_5_moe",
-                "qwen4_exp",
-                "cosmos3_edge",
-                "cohere_compass",
-            )
-            for suffix in ("", "_text")
-        ),
-        "qwen3_omni_moe",
-        "qwen3_omni_moe_text",
-        "qwen3_omni_moe_thinker",
-        "qwen3_omni_moe_talker_text",
+        *_with_text("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "qwen4_exp"),
+        *_with_text("cosmos3_edge", "cohere_compass", "qwen3_omni_moe"),
+        *("qwen3_omni_moe_thinker", "qwen3_omni_moe_talker_text"),
     }
 )
 """Families whose M-RoPE gives the streams' pairs in turn (t, h, w, t, h, w, ...)
@@ -132,9 +95,7 @@ modeling code (``recomposition_frequencies``), whatever ``mrope_interleaved`` sa
 Their configs with ``mrope_section`` read as ``mrope_interleaved=True``; without it
 (text-only configs) they are plain RoPE. Outside these families the key decides."""
 
-OWN_MROPE_MODEL_TYPES = frozenset(
-    f"{family}{suffix}" for family in ("ernie4_5_vl_moe", "glm_ocr") for suffix in ("", "_text")
-)
+OWN_MROPE_MODEL_TYPES = frozenset(_with_text("ernie4_5_vl_moe", "glm_ocr"))
 """Families whose M-RoPE lays the streams out another way (ERNIE 4.5 VL reorders the
 frequencies, GLM-OCR pairs the sections' features ``(2i, 2i+1)``): their M-RoPE
 configs are refused."""
@@ -149,18 +110,9 @@ _DEFAULT_GLOBAL_HEAD_DIM = 512
 
 _PER_LAYER_KEYS = frozenset(
     {
-        "head_dim",
-        "qk_rope_head_dim",
-        "hidden_size",
-        "num_attention_heads",
-        "partial_rotary_factor",
-        "rotary_pct",
-        "rotary_dim",
-        "rope_theta",
-        "rope_parameters",
-        "rope_scaling",
-        "max_position_embeddings",
-        "original_max_position_embeddings",
+        *("head_dim", "qk_rope_head_dim", "hidden_size", "num_attention_heads", "rotary_dim"),
+        *("partial_rotary_factor", "rotary_pct", "rope_theta", "rope_parameters", "rope_scaling"),
+        *("max_position_embeddings", "original_max_position_embeddings"),
     }
 )
 """The keys of a ``per_layer_config`` override that change a layer's rotation."""
@@ -190,80 +142,59 @@ class HFRopeConfig:
             ``rotary_dim``, ``base``, ``interleaved``, ``scaling`` and
             ``max_position_embeddings``, keyed by argument name.
         """
-        return {
-            "rotary_dim": self.rotary_dim,
-            "base": self.base,
-            "interleaved": self.interleaved,
-            "scaling": self.scaling,
-            "max_position_embeddings": self.max_position_embeddings,
-        }
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)[1:]}
 
 
 def _get(config: Any, key: str) -> Any:
-    if isinstance(config, Mapping):
-        value = config.get(key, _MISSING)
-    else:
-        value = getattr(config, key, _MISSING)
-    return _MISSING if value is None else value
+    """``config[key]`` of a dict, else the attribute; ``None`` (absent) when it has neither."""
+    return config.get(key) if isinstance(config, Mapping) else getattr(config, key, None)
 
 
-def _one_of(config: Any, keys: tuple[str, ...]) -> tuple[str, Any]:
-    """The value of the first present key; an error if another present key disagrees."""
-    found = [(key, _get(config, key)) for key in keys]
-    present = [(key, value) for key, value in found if value is not _MISSING]
+def _setting(
+    config: Any, keys: tuple[str, ...], inner: Mapping[str, Any] | None = None
+) -> tuple[str, Any]:
+    """The key and value of the first present of ``keys``, or of the scaling dict's
+    ``keys[0]`` (newer configs keep it there); an error if two present sources disagree."""
+    sources = [(key, key, _get(config, key)) for key in keys]
+    if inner is not None:
+        sources.append((keys[0], f"rope_parameters['{keys[0]}']", inner.get(keys[0])))
+    present = [source for source in sources if source[2] is not None]
     if not present:
-        return keys[0], _MISSING
-    for key, value in present[1:]:
-        if value != present[0][1]:
+        return keys[0], None
+    key, label, value = present[0]
+    for _, other, given in present[1:]:
+        if given != value:
             raise ValueError(
-                f"`{present[0][0]}`={present[0][1]!r} and `{key}`={value!r} "
-                "disagree in the model config"
+                f"`{label}`={value!r} and `{other}`={given!r} disagree in the model config"
             )
-    return present[0]
+    return key, value
 
 
-def _setting(config: Any, inner: Mapping[str, Any], keys: tuple[str, ...]) -> tuple[str, Any]:
-    """:func:`_one_of`, or the scaling dict's ``keys[0]`` (newer configs keep it there); an
-    error if the two disagree."""
-    key, value = _one_of(config, keys)
-    nested = inner.get(keys[0])
-    if nested is None:
-        return key, value
-    if value is not _MISSING and value != nested:
-        raise ValueError(
-            f"`{key}`={value!r} and `rope_parameters['{keys[0]}']`={nested!r} disagree in the "
-            "model config"
-        )
-    return keys[0], nested
-
-
-def _int(value: Any, key: str) -> int:
+def _int(config: Any, key: str) -> int | None:
+    """The positive integer ``config[key]``, or ``None`` when the config lacks it."""
+    value = _get(config, key)
+    if value is None:
+        return None
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"`{key}` must be a positive integer in the model config; got {value!r}")
     return value
 
 
 def _head_dim(config: Any, *, axial: bool) -> int:
-    rope_part = _get(config, "qk_rope_head_dim")
-    if rope_part is not _MISSING:
-        return _int(rope_part, "qk_rope_head_dim")
-    head_dim = _get(config, "head_dim")
-    if head_dim is not _MISSING:
-        return _int(head_dim, "head_dim")
-    width_key = (
-        "embed_dim" if axial and _get(config, "embed_dim") is not _MISSING else "hidden_size"
-    )
+    for key in ("qk_rope_head_dim", "head_dim"):
+        width = _int(config, key)
+        if width is not None:
+            return width
+    width_key = "embed_dim" if axial and _get(config, "embed_dim") is not None else "hidden_size"
     heads_key = "num_attention_heads"
-    if _get(config, width_key) is _MISSING and _get(config, "n_embd") is not _MISSING:
+    if _get(config, width_key) is None and _get(config, "n_embd") is not None:
         # GPT-J's and CodeGen's config.json names.
         width_key, heads_key = "n_embd", "n_head"
-    hidden = _get(config, width_key)
-    heads = _get(config, heads_key)
-    if hidden is _MISSING or heads is _MISSING:
+    hidden, heads = _int(config, width_key), _int(config, heads_key)
+    if hidden is None or heads is None:
         raise ValueError(
             "the model config needs `head_dim`, or `hidden_size` and `num_attention_heads`"
         )
-    hidden, heads = _int(hidden, width_key), _int(heads, heads_key)
     if hidden % heads:
         raise ValueError(
             f"`{width_key}`={hidden} is not a multiple of `{heads_key}`={heads}; "
@@ -273,8 +204,8 @@ def _head_dim(config: Any, *, axial: bool) -> int:
 
 
 def _scaling_dict(config: Any) -> Mapping[str, Any] | None:
-    key, scaling = _one_of(config, ("rope_parameters", "rope_scaling"))
-    if scaling is _MISSING:
+    key, scaling = _setting(config, ("rope_parameters", "rope_scaling"))
+    if scaling is None:
         return None
     if not isinstance(scaling, Mapping):
         raise TypeError(f"`{key}` must be a dict in the model config; got {scaling!r}")
@@ -311,12 +242,7 @@ def layer_types(config: Any) -> tuple[str, ...] | None:
     True
     """
     scaling = _scaling_dict(current_format(config))
-    if scaling is None or "rope_type" in scaling or "type" in scaling:
-        return None
-    nested = [key for key, value in scaling.items() if isinstance(value, Mapping) or value is None]
-    if not nested or len(nested) != len(scaling):
-        return None
-    return tuple(nested)
+    return tuple(scaling) if scaling is not None and is_nested(scaling) else None
 
 
 def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfig:
@@ -356,17 +282,15 @@ def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfi
     config = _as_layer_type_sees_it(current_format(config), layer_type)
     scaling = _layer_scaling(config, layer_type)
     inner = {} if scaling is None else scaling
-    _refuse_own_mrope(config, inner)
-    _refuse_llama_4_scaling(inner)
-    theta = _setting(config, inner, ("rope_theta", "rotary_emb_base"))[1]
-    base = 10000.0 if theta is _MISSING else check_base(theta)
-    lmax_key = "max_position_embeddings"
-    max_positions = _get(config, lmax_key)
-    max_positions = None if max_positions is _MISSING else _int(max_positions, lmax_key)
-    original = _get(config, "original_max_position_embeddings")
-    original = None if original is _MISSING else _int(original, "original_max_position_embeddings")
+    model_type = _get(config, "model_type")
+    _refuse(model_type, inner)
+    theta = _setting(config, ("rope_theta", "rotary_emb_base"), inner)[1]
+    base = 10000.0 if theta is None else check_base(theta)
+    max_positions = _int(config, "max_position_embeddings")
     parsed = parse_rope_scaling(
-        scaling, max_position_embeddings=max_positions, original_max_position_embeddings=original
+        scaling,
+        max_position_embeddings=max_positions,
+        original_max_position_embeddings=_int(config, "original_max_position_embeddings"),
     )
     head_dim = _head_dim(config, axial=parsed.rope_type == "axial")
     rotary_dim = (
@@ -374,27 +298,18 @@ def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfi
         if parsed.partial_rotary_factor_sets_width
         else head_dim
     )
-    if _get(config, "qk_rope_head_dim") is not _MISSING and parsed.partial_rotary_factor:
+    if _get(config, "qk_rope_head_dim") is not None and parsed.partial_rotary_factor:
         # The fraction was of the full head_dim and is now the rope part's whole width.
         parsed = dataclasses.replace(parsed, partial_rotary_factor=None)
     parsed.check_rotary_dim(rotary_dim)
-    model_type = _get(config, "model_type")
     if model_type in INTERLEAVED_MROPE_MODEL_TYPES and parsed.mrope_section is not None:
         parsed = dataclasses.replace(parsed, mrope_interleaved=True)
-    if model_type in NEGATIVE_ANGLE_MODEL_TYPES:
-        raise ValueError(
-            f"model_type={model_type!r} rotates by the negative angle (-m * theta_i), "
-            "which anyrope.RoPE does not model; rotating with inverse=True gives it "
-            "(there is no attention factor in this family's rotation)"
-        )
-    interleave = _get(config, "rope_interleave")
-    if interleave is _MISSING:
+    interleaved = _get(config, "rope_interleave")
+    if interleaved is None:
         interleaved = model_type in INTERLEAVED_MODEL_TYPES
-    elif isinstance(interleave, bool):
-        interleaved = interleave
-    else:
+    elif not isinstance(interleaved, bool):
         raise TypeError(
-            f"`rope_interleave` must be true or false in the model config; got {interleave!r}"
+            f"`rope_interleave` must be true or false in the model config; got {interleaved!r}"
         )
     return HFRopeConfig(
         head_dim=head_dim,
@@ -429,17 +344,15 @@ def from_hf_config_layers(config: Any) -> dict[str, HFRopeConfig | None]:
     (['a', 'b'], True)
     """
     config = current_format(config)
-    nested = layer_types(config)
-    if nested is not None:
-        scaling = _scaling_dict(config)
-        assert scaling is not None
+    scaling = _scaling_dict(config)
+    if scaling is not None and is_nested(scaling):
         return {
-            name: None if scaling[name] is None else from_hf_config(config, layer_type=name)
-            for name in nested
+            name: None if values is None else from_hf_config(config, layer_type=name)
+            for name, values in scaling.items()
         }
     settings = from_hf_config(config)
     declared = _get(config, "layer_types")
-    names = ["default"] if declared is _MISSING or not declared else list(declared)
+    names = list(declared) if declared else ["default"]
     return dict.fromkeys(names, settings)
 
 
@@ -473,8 +386,11 @@ def _with_layer_overrides(
     config: Mapping[str, Any], overrides: Mapping[Any, Any], layer_type: str | None
 ) -> Mapping[str, Any]:
     types = config.get("layer_types") or []
-    by_layer = {int(index): dict(values) for index, values in overrides.items()}
-    rope_keys = {key for values in by_layer.values() for key in values if key in _PER_LAYER_KEYS}
+    by_layer = {
+        int(index): {key: value for key, value in values.items() if key in _PER_LAYER_KEYS}
+        for index, values in overrides.items()
+    }
+    rope_keys = set().union(*by_layer.values())
     if not rope_keys:
         return config
     if layer_type is None:
@@ -483,11 +399,7 @@ def _with_layer_overrides(
             "for some layers; pass layer_type= one of "
             f"{', '.join(map(repr, sorted(set(types))))}"
         )
-    chosen = [
-        {key: value for key, value in by_layer.get(i, {}).items() if key in _PER_LAYER_KEYS}
-        for i, kind in enumerate(types)
-        if kind == layer_type
-    ]
+    chosen = [by_layer.get(i, {}) for i, kind in enumerate(types) if kind == layer_type]
     if any(values != chosen[0] for values in chosen):
         raise ValueError(
             f"the layers of type {layer_type!r} differ in their `per_layer_config` RoPE keys "
@@ -496,115 +408,83 @@ def _with_layer_overrides(
     return {**config, **(chosen[0] if chosen else {})}
 
 
-def _refuse_llama_4_scaling(inner: Mapping[str, Any]) -> None:
-    beta = inner.get("llama_4_scaling_beta")
-    if beta is None:
-        return
-    raise ValueError(
-        f"`rope_parameters['llama_4_scaling_beta']`={beta!r} is Llama 4's attention "
-        "temperature: transformers multiplies the queries, after the rotation, by "
-        "1 + beta * log(1 + floor(position / original_max_position_embeddings)), which a RoPE "
-        "does not do. anyrope does not model it: drop the key to read the rotation alone "
-        "and scale the queries in your attention"
-    )
-
-
-def _refuse_own_mrope(config: Any, inner: Mapping[str, Any]) -> None:
-    model_type = _get(config, "model_type")
+def _refuse(model_type: Any, inner: Mapping[str, Any]) -> None:
+    """Refuse a family or a key whose rotation anyrope does not model."""
+    if model_type in NEGATIVE_ANGLE_MODEL_TYPES:
+        raise ValueError(
+            f"model_type={model_type!r} rotates by the negative angle (-m * theta_i), "
+            "which anyrope.RoPE does not model; rotating with inverse=True gives it "
+            "(there is no attention factor in this family's rotation)"
+        )
     if model_type in OWN_MROPE_MODEL_TYPES and inner.get("mrope_section") is not None:
         raise ValueError(
             f"model_type={model_type!r} lays out its M-RoPE streams in its own way, which "
             "anyrope does not model: anyrope's mrope_section gives each stream a contiguous "
             "run of pairs, or the pairs in turn with mrope_interleaved (Qwen3-VL)"
         )
+    beta = inner.get("llama_4_scaling_beta")
+    if beta is not None:
+        raise ValueError(
+            f"`rope_parameters['llama_4_scaling_beta']`={beta!r} is Llama 4's attention "
+            "temperature: transformers multiplies the queries, after the rotation, by "
+            "1 + beta * log(1 + floor(position / original_max_position_embeddings)), which a "
+            "RoPE does not do. anyrope does not model it: drop the key to read the rotation "
+            "alone and scale the queries in your attention"
+        )
 
 
 def _layer_scaling(config: Any, layer_type: str | None) -> Mapping[str, Any] | None:
     """The scaling dict of ``layer_type`` (or of every layer), checked against the config."""
-    nested = layer_types(config)
-    if nested is None:
-        if layer_type is not None:
-            declared = _get(config, "layer_types")
-            if declared is not _MISSING and layer_type not in declared:
-                raise ValueError(
-                    f"`layer_type`={layer_type!r} is not one of the model config's "
-                    f"`layer_types` ({', '.join(sorted(set(declared)))})"
-                )
-        return _scaling_dict(config)
-    names = ", ".join(repr(name) for name in nested)
+    scaling = _scaling_dict(config)
+    if scaling is None or not is_nested(scaling):
+        declared = _get(config, "layer_types")
+        if layer_type is not None and declared is not None and layer_type not in declared:
+            raise ValueError(
+                f"`layer_type`={layer_type!r} is not one of the model config's "
+                f"`layer_types` ({', '.join(sorted(set(declared)))})"
+            )
+        return scaling
+    names = ", ".join(map(repr, scaling))
     if layer_type is None:
         raise ValueError(
             f"the model config gives RoPE settings per layer type ({names}); pass "
             "layer_type= one of them, or use anyrope.RoPE.from_hf_config_layers(config) "
             "for every layer type at once"
         )
-    if layer_type not in nested:
+    if layer_type not in scaling:
         raise ValueError(
             f"`layer_type`={layer_type!r} is not a layer type of the model config's "
             f"RoPE settings ({names})"
         )
-    scaling = _scaling_dict(config)
-    assert scaling is not None
-    chosen = scaling[layer_type]
-    if chosen is None:
+    if scaling[layer_type] is None:
         raise ValueError(
             f"layer type {layer_type!r} has no RoPE in the model config "
             f"(`rope_parameters[{layer_type!r}]` is null)"
         )
-    return dict(chosen)
+    return dict(scaling[layer_type])
 
 
-def _explicit_rotary_dim(config: Any, inner: Mapping[str, Any], width: Any, head_dim: int) -> int:
-    """GPT-J's and CodeGen's ``rotary_dim``: the rotated features, counted."""
-    rotary_dim = _int(width, "rotary_dim")
-    for key in ("partial_rotary_factor", "rotary_pct"):
-        if _get(config, key) is not _MISSING or inner.get(key) is not None:
+def _rotary_dim(config: Any, inner: Mapping[str, Any], head_dim: int) -> int:
+    """The rotated width: GPT-J's and CodeGen's ``rotary_dim`` (the features, counted), or
+    ``int(head_dim * partial_rotary_factor)``, or all of a latent-attention model's
+    ``qk_rope_head_dim`` (``head_dim`` here)."""
+    key, fraction = _setting(config, ("partial_rotary_factor", "rotary_pct"), inner)
+    explicit = _get(config, "model_type") in ROTARY_DIM_MODEL_TYPES
+    rotary_dim = _int(config, "rotary_dim") if explicit else None
+    if rotary_dim is not None:
+        if fraction is not None:
             raise ValueError(
                 f"the model config gives both `rotary_dim`={rotary_dim} and `{key}`; "
                 "keep one of them"
             )
-    if rotary_dim % 2 or rotary_dim > head_dim:
-        raise ValueError(
-            f"`rotary_dim`={rotary_dim} must be even and at most the head width {head_dim} "
-            "in the model config"
-        )
-    return rotary_dim
-
-
-def _rope_part_width(config: Any, key: str, fraction: Any, rope_part: int) -> int:
-    """The rotary width of a latent-attention model (DeepSeek, Mistral 4, dots): its
-    ``qk_rope_head_dim``, all rotated. A partial rotary factor there describes the same
-    width as a fraction of ``head_dim`` (transformers builds the frequencies from
-    ``int(head_dim * factor)``), so the two must agree."""
-    full = _get(config, "head_dim")
-    if full is _MISSING:
-        raise ValueError(
-            f"`{key}`={fraction!r} with `qk_rope_head_dim`={rope_part} needs `head_dim` "
-            "in the model config, the width the fraction is of"
-        )
-    full = _int(full, "head_dim")
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
-        raise ValueError(
-            f"`{key}` must be a number in (0, 1] in the model config; got {fraction!r}"
-        )
-    if int(full * fraction) != rope_part:
-        raise ValueError(
-            f"`{key}`={fraction!r} of `head_dim`={full} is {int(full * fraction)} features, "
-            f"but `qk_rope_head_dim` is {rope_part}: the model config disagrees on the "
-            "rotary width"
-        )
-    return rope_part
-
-
-def _rotary_dim(config: Any, inner: Mapping[str, Any], head_dim: int) -> int:
-    width = _get(config, "rotary_dim")
-    if width is not _MISSING and _get(config, "model_type") in ROTARY_DIM_MODEL_TYPES:
-        return _explicit_rotary_dim(config, inner, width, head_dim)
-    key, fraction = _setting(config, inner, ("partial_rotary_factor", "rotary_pct"))
-    if fraction is _MISSING:
+        if rotary_dim % 2 or rotary_dim > head_dim:
+            raise ValueError(
+                f"`rotary_dim`={rotary_dim} must be even and at most the head width {head_dim} "
+                "in the model config"
+            )
+        return rotary_dim
+    if fraction is None:
         return head_dim
-    if _get(config, "qk_rope_head_dim") is not _MISSING:
-        return _rope_part_width(config, key, fraction, head_dim)
     if (
         isinstance(fraction, bool)
         or not isinstance(fraction, (int, float))
@@ -613,6 +493,23 @@ def _rotary_dim(config: Any, inner: Mapping[str, Any], head_dim: int) -> int:
         raise ValueError(
             f"`{key}` must be a number in (0, 1] in the model config; got {fraction!r}"
         )
+    if _get(config, "qk_rope_head_dim") is not None:
+        # A latent-attention model (DeepSeek, Mistral 4, dots) rotates all of its rope part;
+        # the fraction is of the full head_dim (transformers builds the frequencies from
+        # int(head_dim * factor)), so the two must agree.
+        full = _int(config, "head_dim")
+        if full is None:
+            raise ValueError(
+                f"`{key}`={fraction!r} with `qk_rope_head_dim`={head_dim} needs `head_dim` "
+                "in the model config, the width the fraction is of"
+            )
+        if int(full * fraction) != head_dim:
+            raise ValueError(
+                f"`{key}`={fraction!r} of `head_dim`={full} is {int(full * fraction)} features, "
+                f"but `qk_rope_head_dim` is {head_dim}: the model config disagrees on the "
+                "rotary width"
+            )
+        return head_dim
     rotary_dim = int(head_dim * fraction)
     if rotary_dim <= 0 or rotary_dim % 2:
         raise ValueError(

@@ -10,7 +10,7 @@ import dataclasses
 
 from . import default
 from ._checks import Factor
-from ._types import FloatArray
+from ._types import FloatArray, Frequencies
 from .config import RopeScaling, register
 
 __all__ = ["Linear", "inv_freq"]
@@ -50,7 +50,5 @@ class Linear(RopeScaling):
     rope_type = "linear"
     factor: Factor
 
-    def _frequencies(
-        self, rotary_dim: int, base: float, seq_len: int | None
-    ) -> tuple[FloatArray, float]:
+    def _frequencies(self, rotary_dim: int, base: float, seq_len: int | None) -> Frequencies:
         return inv_freq(rotary_dim, base, factor=self.factor), 1.0

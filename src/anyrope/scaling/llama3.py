@@ -17,7 +17,7 @@ import numpy as np
 
 from . import default
 from ._checks import Factor
-from ._types import FloatArray
+from ._types import FloatArray, Frequencies
 from .config import RopeScaling, register
 
 __all__ = ["Llama3", "inv_freq"]
@@ -98,9 +98,7 @@ class Llama3(RopeScaling):
                 f"high_freq_factor={self.high_freq_factor!r}"
             )
 
-    def _frequencies(
-        self, rotary_dim: int, base: float, seq_len: int | None
-    ) -> tuple[FloatArray, float]:
+    def _frequencies(self, rotary_dim: int, base: float, seq_len: int | None) -> Frequencies:
         assert self.original_max_position_embeddings is not None
         freq = inv_freq(
             rotary_dim,

@@ -21,7 +21,7 @@ import numpy as np
 from .._hostmath import log
 from . import default
 from ._checks import Factor, Positive
-from ._types import FloatArray
+from ._types import FloatArray, Frequencies
 from .config import RopeScaling, register
 
 __all__ = ["LongRoPE", "attention_factor", "inv_freq", "select_factors", "uses_long_factors"]
@@ -197,9 +197,7 @@ class LongRoPE(RopeScaling):
                 f"{len(self.short_factor)}"
             )
 
-    def _frequencies(
-        self, rotary_dim: int, base: float, seq_len: int | None
-    ) -> tuple[FloatArray, float]:
+    def _frequencies(self, rotary_dim: int, base: float, seq_len: int | None) -> Frequencies:
         original = self.original_max_position_embeddings
         assert original is not None
         factors = select_factors(

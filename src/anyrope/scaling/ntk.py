@@ -12,7 +12,7 @@ import dataclasses
 from .._hostmath import power
 from . import default
 from ._checks import Factor
-from ._types import FloatArray
+from ._types import FloatArray, Frequencies
 from .config import RopeScaling, register
 
 __all__ = ["NTK", "inv_freq", "scaled_base"]
@@ -83,7 +83,5 @@ class NTK(RopeScaling):
         if rotary_dim <= 2:
             raise ValueError(f"rope_type={self.rope_type!r} needs rotary_dim > 2; got {rotary_dim}")
 
-    def _frequencies(
-        self, rotary_dim: int, base: float, seq_len: int | None
-    ) -> tuple[FloatArray, float]:
+    def _frequencies(self, rotary_dim: int, base: float, seq_len: int | None) -> Frequencies:
         return inv_freq(rotary_dim, base, factor=self.factor), 1.0

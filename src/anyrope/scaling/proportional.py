@@ -14,7 +14,7 @@ import dataclasses
 
 from . import default
 from ._checks import Factor
-from ._types import FloatArray
+from ._types import FloatArray, Frequencies
 from .config import RopeScaling, register
 
 __all__ = ["Proportional", "inv_freq"]
@@ -60,9 +60,7 @@ class Proportional(RopeScaling):
     partial_rotary_factor_sets_width = False
     factor: Factor | None = None
 
-    def _frequencies(
-        self, rotary_dim: int, base: float, seq_len: int | None
-    ) -> tuple[FloatArray, float]:
+    def _frequencies(self, rotary_dim: int, base: float, seq_len: int | None) -> Frequencies:
         fraction = 1.0 if self.partial_rotary_factor is None else self.partial_rotary_factor
         factor = 1.0 if self.factor is None else self.factor
         return inv_freq(rotary_dim, base, fraction=fraction, factor=factor), 1.0

@@ -28,7 +28,7 @@ import numpy as np
 from .._hostmath import log
 from . import default
 from ._checks import Factor, Positive
-from ._types import FloatArray
+from ._types import FloatArray, Frequencies
 from .config import RopeScaling, register
 
 __all__ = [
@@ -349,9 +349,7 @@ class YaRN(RopeScaling):
                 f"beta_fast={self.beta_fast!r}, beta_slow={self.beta_slow!r}"
             )
 
-    def _frequencies(
-        self, rotary_dim: int, base: float, seq_len: int | None
-    ) -> tuple[FloatArray, float]:
+    def _frequencies(self, rotary_dim: int, base: float, seq_len: int | None) -> Frequencies:
         assert self.original_max_position_embeddings is not None
         freq = inv_freq(
             rotary_dim,
