@@ -60,7 +60,7 @@ class Backend:
 
     def from_numpy(self, a: np.ndarray[Any, Any]) -> Array:
         """A copy of the NumPy array ``a`` (a float of :data:`DTYPES`, int32 or int64)."""
-        return self.from_bits(_host_bits(a), a.dtype.name)
+        return self.from_bits(a.view(UNSIGNED[a.dtype.itemsize]), a.dtype.name)
 
     def to_numpy(self, x: Array) -> np.ndarray[Any, Any]:
         """A NumPy copy of ``x``; bfloat16 comes back as float32 (exact)."""

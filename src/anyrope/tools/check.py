@@ -53,6 +53,27 @@ from ._backends import (
     numpy_dtype,
 )
 
+__all__ = [
+    "BASE",
+    "HALF_BOUND",
+    "PAIRINGS",
+    "REFERENCE_FILE",
+    "REGENERATE",
+    "ROTARY_DIM",
+    "SEED",
+    "SHAPE",
+    "Row",
+    "canonical_digest",
+    "checked_backends",
+    "compute_reference",
+    "format_rows",
+    "load_reference",
+    "make_inputs",
+    "run_check",
+    "unavailable_backends",
+    "write_reference",
+]
+
 SEED = 20250611
 SHAPE = (2, 24, 3, 64)
 ROTARY_DIM = 48
