@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ._benchmark import CASES, DTYPES, CaseResult, format_case, measure_case
-from ._stdout import EXIT_MISSING_PACKAGE, output_folder
+from ._benchmark import CASES, DTYPES, CaseResult, format_case, load_average, measure_case
+from ._stdout import EXIT_MISSING_PACKAGE, fail, output_folder
 
 
 class _Progress:
@@ -86,19 +86,9 @@ def _progress(cases: int, rounds: int) -> Iterator[_Progress]:
         yield _Progress(cases, rounds, bar)
 
 
-def _overloaded() -> str | None:
-    """Why timings taken now would mislead: a load average above the core count."""
-    cores = os.cpu_count()
-    if not hasattr(os, "getloadavg") or cores is None:
-        return None
-    load = os.getloadavg()[0]
-    if load <= cores:
-        return None
-    return (
-        f"the load average ({load:.2f}) exceeds the {cores} cores: other processes share "
-        "them, so the timings are slower and noisier than this machine's (torch.compile "
-        "most of all)"
-    )
+def _overloaded(*loads: float | None) -> bool:
+    """Whether timings taken under ``loads`` mislead: a load average above the cores."""
+    return max(load or 0.0 for load in loads) > (os.cpu_count() or 1)
 
 
 def _cpu_name() -> str:
@@ -194,8 +184,7 @@ def run(args: argparse.Namespace) -> int:
         cases = _choices(args.cases, tuple(CASES), "--cases")
         dtypes = _choices(args.dtypes, DTYPES, "--dtypes")
     except ValueError as error:
-        print(f"anyrope bench: error: {error}", file=sys.stderr)
-        return 2
+        return fail("bench", str(error))
     if "bfloat16" in dtypes and importlib.util.find_spec("ml_dtypes") is None:
         # NumPy has no bfloat16 of its own: the arrays are ml_dtypes'.
         dtypes = tuple(d for d in dtypes if d != "bfloat16")
@@ -205,9 +194,14 @@ def run(args: argparse.Namespace) -> int:
         )
         if not dtypes:
             return EXIT_MISSING_PACKAGE
-    overloaded = _overloaded()
-    if overloaded is not None:
-        print(f"anyrope bench: warning: {overloaded}", file=sys.stderr)
+    load, cores = load_average(), os.cpu_count() or 1
+    if _overloaded(load):
+        print(
+            f"anyrope bench: warning: the load average ({load:.2f}) exceeds the {cores} cores: "
+            "other processes share them, so the timings are slower and noisier than this "
+            "machine's (torch.compile most of all)",
+            file=sys.stderr,
+        )
     todo = [(case, dtype) for case in cases for dtype in dtypes]
     results = []
     with _progress(len(todo), args.repeats) as progress:
@@ -216,8 +210,7 @@ def run(args: argparse.Namespace) -> int:
                 case, dtype, args.repeats, progress.case(index, f"{case} {dtype}")
             )
             print(format_case(result), flush=True)
-            cores = os.cpu_count() or 1
-            if max(result.load_before or 0.0, result.load_after or 0.0) > cores:
+            if _overloaded(result.load_before, result.load_after):
                 print(f"  (the load average exceeded the {cores} cores: slower and noisier)")
             results.append(result)
 

@@ -17,8 +17,9 @@ from typing import Any
 from .. import __version__
 from ._backends import extra_backends, known_backends
 
-# Distribution name on PyPI -> module name, for the optional libraries.
-OPTIONAL = {
+LIBRARIES = {
+    "numpy": "numpy",
+    "array-api-compat": "array_api_compat",
     "torch": "torch",
     "cupy": "cupy",
     "jax": "jax",
@@ -27,40 +28,27 @@ OPTIONAL = {
     "ml_dtypes": "ml_dtypes",
     "numba": "numba",
 }
+"""Distribution name on PyPI -> module name, for every library anyrope can use."""
 
 
-def _version(distribution: str) -> str | None:
+def _version(distribution: str, module: str) -> str | None:
+    if importlib.util.find_spec(module) is None:
+        return None
+    if distribution == "cupy":  # CuPy's wheels are named per CUDA version (cupy-cuda12x)
+        try:
+            import cupy
+        except Exception as error:  # a broken install is reported, not raised
+            return f"installed, but import fails ({type(error).__name__})"
+        return str(cupy.__version__)
     try:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         return None
 
 
-def _cupy_version(module: str) -> str | None:
-    """CuPy's wheels are named per CUDA version (cupy-cuda12x); ask the module."""
-    if importlib.util.find_spec(module) is None:
-        return None
-    try:
-        import cupy
-    except Exception as error:  # a broken install is reported, not raised
-        return f"installed, but import fails ({type(error).__name__})"
-    return str(cupy.__version__)
-
-
 def libraries() -> dict[str, str | None]:
     """Installed version of every library anyrope can use (``None``: not installed)."""
-    found: dict[str, str | None] = {
-        "numpy": _version("numpy"),
-        "array-api-compat": _version("array-api-compat"),
-    }
-    for distribution, module in OPTIONAL.items():
-        if distribution == "cupy":
-            found[distribution] = _cupy_version(module)
-        elif importlib.util.find_spec(module) is None:
-            found[distribution] = None
-        else:
-            found[distribution] = _version(distribution)
-    return found
+    return {name: _version(name, module) for name, module in LIBRARIES.items()}
 
 
 def devices() -> list[str]:
@@ -92,49 +80,25 @@ def devices() -> list[str]:
 
 def fast_paths() -> list[dict[str, Any]]:
     """Each fast path, whether this machine can take it, and why not."""
-    torch_missing = importlib.util.find_spec("torch") is None
-    numba_missing = importlib.util.find_spec("numba") is None
-    paths = [
-        {
-            "path": "numba (compiled CPU kernel, NumPy and PyTorch CPU)",
-            "available": not numba_missing,
-            "reason": (
-                "numba is not installed (pip install numba)"
-                if numba_missing
-                else "numba is installed"
-            ),
-        },
-        {
-            "path": "blocked (cache-blocked CPU, NumPy)",
-            "available": True,
-            "reason": "always available with NumPy",
-        },
-        {
-            "path": "blocked (cache-blocked CPU, PyTorch)",
-            "available": not torch_missing,
-            "reason": "PyTorch is not installed" if torch_missing else "PyTorch CPU tensors",
-        },
-    ]
-    by_id = {b.id: b for b in known_backends()}
-    cupy_backend = by_id["cupy-cuda"]
-    torch_cuda = by_id["torch-cuda"]
-    kernel_reason = cupy_backend.unavailable
-    paths.append(
-        {
-            "path": "CUDA kernel (CuPy arrays)",
-            "available": kernel_reason is None,
-            "reason": kernel_reason or "CuPy with a CUDA device",
-        }
+    numba = importlib.util.find_spec("numba") is None
+    why_not = {b.id: b.unavailable for b in known_backends()}
+    cupy = why_not["cupy-cuda"]
+    paths = (
+        (
+            "numba (compiled CPU kernel, NumPy and PyTorch CPU)",
+            "numba is not installed (pip install numba)" if numba else None,
+            "numba is installed",
+        ),
+        ("blocked (cache-blocked CPU, NumPy)", None, "always available with NumPy"),
+        ("blocked (cache-blocked CPU, PyTorch)", why_not["torch-cpu"], "PyTorch CPU tensors"),
+        ("CUDA kernel (CuPy arrays)", cupy, "CuPy with a CUDA device"),
+        (
+            "CUDA kernel (PyTorch CUDA tensors, launched through CuPy)",
+            why_not["torch-cuda"] or cupy,
+            "PyTorch CUDA and CuPy with a CUDA device",
+        ),
     )
-    torch_reason = torch_cuda.unavailable or kernel_reason
-    paths.append(
-        {
-            "path": "CUDA kernel (PyTorch CUDA tensors, launched through CuPy)",
-            "available": torch_reason is None,
-            "reason": torch_reason or "PyTorch CUDA and CuPy with a CUDA device",
-        }
-    )
-    return paths
+    return [{"path": p, "available": no is None, "reason": no or yes} for p, no, yes in paths]
 
 
 def gather() -> dict[str, Any]:

@@ -9,8 +9,6 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["EXIT_BROKEN_PIPE", "EXIT_MISSING_PACKAGE", "output_folder", "quiet_on_broken_pipe"]
-
 # The exit status when stdout is a pipe whose reader has gone (``anyrope info | head``):
 # 141 = 128 + SIGPIPE, what a shell reports for ``cat`` or ``ls`` killed by SIGPIPE in the
 # same place, so ``set -o pipefail`` scripts see anyrope as they see coreutils. Python
@@ -50,6 +48,12 @@ def quiet_on_broken_pipe(run: Callable[[], int]) -> int:
     except BrokenPipeError:
         _point_stdout_at_devnull()
         return EXIT_BROKEN_PIPE
+    return code
+
+
+def fail(command: str, message: str, code: int = 2) -> int:
+    """Say ``anyrope COMMAND: error: MESSAGE`` on standard error; returns ``code``."""
+    print(f"anyrope {command}: error: {message}", file=sys.stderr)
     return code
 
 
