@@ -22,7 +22,7 @@ from typing import Any
 
 from .. import __version__
 from ._benchmark import CASES, DTYPES, CaseResult, format_case, load_average, measure_case
-from ._stdout import EXIT_MISSING_PACKAGE, fail, output_folder
+from ._stdout import EXIT_MISSING_PACKAGE, add_output, fail
 
 
 class _Progress:
@@ -39,8 +39,8 @@ class _Progress:
         """The callback of ``measure_case`` for case ``index`` (from 0) named ``name``."""
         head = f"case {index + 1} of {self.cases}"
         if self.bar is None:
-            elapsed = _clock(time.monotonic() - self.start)
-            print(f"{head}: {name} ({elapsed} elapsed)", file=sys.stderr, flush=True)
+            minutes, seconds = divmod(round(time.monotonic() - self.start), 60)
+            print(f"{head}: {name} ({minutes}:{seconds:02d} elapsed)", file=sys.stderr, flush=True)
             return lambda step: None
         first = index * self.steps
 
@@ -53,36 +53,24 @@ class _Progress:
         return step
 
 
-def _clock(seconds: float) -> str:
-    minutes, seconds = divmod(round(seconds), 60)
-    return f"{minutes}:{seconds:02d}"
-
-
 @contextlib.contextmanager
 def _progress(cases: int, rounds: int) -> Iterator[_Progress]:
     if importlib.util.find_spec("rich") is None:
         yield _Progress(cases, rounds, None)
         return
+    from rich import progress
     from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
 
     columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("elapsed"),
-        TimeElapsedColumn(),
-        TextColumn("left"),
-        TimeRemainingColumn(),
+        progress.TextColumn("{task.description}"),
+        progress.BarColumn(),
+        progress.MofNCompleteColumn(),
+        progress.TextColumn("elapsed"),
+        progress.TimeElapsedColumn(),
+        progress.TextColumn("left"),
+        progress.TimeRemainingColumn(),
     )
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+    with progress.Progress(*columns, console=Console(stderr=True), transient=True) as bar:
         yield _Progress(cases, rounds, bar)
 
 
@@ -250,20 +238,9 @@ def register(commands: Any) -> None:
         ),
     )
     parser.add_argument("--repeats", type=int, default=15, help="rounds (15)")
-    parser.add_argument(
-        "--cases",
-        default=",".join(CASES),
-        help=f"comma-separated cases (default all: {','.join(CASES)})",
-    )
-    parser.add_argument(
-        "--dtypes",
-        default=",".join(DTYPES),
-        help=f"comma-separated dtypes (default all: {','.join(DTYPES)})",
-    )
-    parser.add_argument(
-        "--output",
-        default=".",
-        type=output_folder,
-        help="folder for bench.json and bench.png, checked before any timing (.)",
-    )
+    for option, names in (("--cases", tuple(CASES)), ("--dtypes", DTYPES)):
+        every = ",".join(names)
+        said = f"comma-separated {option[2:]} (default all: {every})"
+        parser.add_argument(option, default=every, help=said)
+    add_output(parser, "folder for bench.json and bench.png, checked before any timing (.)")
     parser.set_defaults(run=run)

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..scaling import HFRopeConfig, RopeScaling, from_hf_config
 from ..scaling.hf import layer_types
-from ._stdout import EXIT_MISSING_PACKAGE, fail, output_folder
+from ._stdout import EXIT_MISSING_PACKAGE, add_output, fail
 
 
 def run(args: argparse.Namespace) -> int:
@@ -198,12 +198,9 @@ def register(commands: Any) -> None:
         ),
     )
     parser.add_argument("--config", required=True, help="path to a Hugging Face config.json")
-    parser.add_argument(
-        "--output",
-        default=".",
-        type=output_folder,
-        help="folder for frequencies.png (frequencies-LAYER_TYPE.png with --layer-type; "
-        "default: .)",
+    add_output(
+        parser,
+        "folder for frequencies.png (frequencies-LAYER_TYPE.png with --layer-type; default: .)",
     )
     parser.add_argument(
         "--layer-type",

@@ -57,7 +57,12 @@ def fail(command: str, message: str, code: int = 2) -> int:
     return code
 
 
-def output_folder(text: str) -> Path:
+def add_output(parser: argparse.ArgumentParser, help: str) -> None:
+    """Add ``--output``, the folder the subcommand writes its files into (default: .)."""
+    parser.add_argument("--output", default=".", type=_output_folder, help=help)
+
+
+def _output_folder(text: str) -> Path:
     """The ``--output`` folder, made now: argparse's ``type`` for the option, so that a
     path that cannot take the files fails with the usage and exit 2 before any work."""
     path = Path(text)

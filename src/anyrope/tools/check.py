@@ -27,7 +27,7 @@ import argparse
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass, fields
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -490,24 +490,10 @@ def format_rows(rows: Sequence[Row]) -> str:
     backend  device  dtype    pairing     path     reference  numpy  max ulp  status
     numpy    cpu     float32  half-split  blocked  yes        yes    0.250    ok
     """
-    header = (
-        "backend",
-        "device",
-        "dtype",
-        "pairing",
-        "path",
-        "reference",
-        "numpy",
-        "max ulp",
-        "status",
-    )
+    header = (*(f.name for f in fields(Row)[:5]), "reference", "numpy", "max ulp", "status")
     lines = [
         (
-            r.backend,
-            r.device,
-            r.dtype,
-            r.pairing,
-            r.path,
+            *astuple(r)[:5],
             "yes" if r.same_as_reference else "NO" if r.same_inputs else "NO (inputs)",
             "yes" if r.same_as_numpy else "NO",
             f"{r.max_ulp:.3f}" if r.max_ulp < 1e4 else f"{r.max_ulp:.2e}",
