@@ -196,10 +196,11 @@ def _torch_candidates(
     import torch
 
     on_device = [torch.from_numpy(a.astype(np.float64)).to(getattr(torch, dtype)) for a in arrays]
+    tq, tk = on_device[:2]
     expression = _hf_expression(torch.cat)
     found = [
         Candidate("torch eager", partial(expression, *on_device)),
-        Candidate("anyrope torch", partial(rope, *on_device[:2], positions)),
+        Candidate("anyrope torch", lambda: rope(tq, tk, positions)),
     ]
     # A fresh start for each case: Dynamo would otherwise count every case's shapes as
     # recompilations of one function and fall back to eager after eight.
