@@ -82,13 +82,6 @@ HALF_BOUND = 0.51
 PAIRINGS = ("half-split", "interleaved")
 REFERENCE_FILE = "_reference_bits.json"
 REGENERATE = f"python -m anyrope.check --write-reference src/anyrope/{REFERENCE_FILE}"
-_PARAMETERS = {
-    "seed": SEED,
-    "shape": list(SHAPE),
-    "layout": "bshd",
-    "rotary_dim": ROTARY_DIM,
-    "base": BASE,
-}
 
 
 @dataclass(frozen=True)
@@ -306,7 +299,7 @@ def compute_reference() -> dict[str, Any]:
         for pairing in PAIRINGS:
             y = _numpy_bits(bits, dtype, positions, pairing == "interleaved")
             outputs[f"{dtype} {pairing}"] = canonical_digest(y, dtype)
-    return {"regenerate": REGENERATE, **_PARAMETERS, "inputs": inputs, "outputs": outputs}
+    return {"regenerate": REGENERATE, **_parameters(), "inputs": inputs, "outputs": outputs}
 
 
 def load_reference() -> dict[str, Any]:
@@ -350,12 +343,24 @@ def write_reference(path: str | Path) -> None:
     Path(path).write_text(text, encoding="utf-8")
 
 
+def _parameters() -> dict[str, Any]:
+    """The settings of the check, as the reference file holds them."""
+    return {
+        "seed": SEED,
+        "shape": list(SHAPE),
+        "layout": "bshd",
+        "rotary_dim": ROTARY_DIM,
+        "base": BASE,
+    }
+
+
 def _check_parameters(reference: Mapping[str, Any]) -> None:
-    written = {name: reference.get(name) for name in _PARAMETERS}
-    if written != _PARAMETERS:
+    ours = _parameters()
+    written = {name: reference.get(name) for name in ours}
+    if written != ours:
         raise ValueError(
             f"`reference` was written for {_settings(written)}; this check uses "
-            f"{_settings(_PARAMETERS)}: regenerate it with `{REGENERATE}`"
+            f"{_settings(ours)}: regenerate it with `{REGENERATE}`"
         )
 
 
