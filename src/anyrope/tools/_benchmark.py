@@ -195,11 +195,11 @@ def _torch_candidates(
 ) -> list[Candidate]:
     import torch
 
-    on_device = [torch.from_numpy(a.astype(np.float64)).to(getattr(torch, dtype)) for a in arrays]
-    tq, tk = on_device[:2]
+    tensors = [torch.from_numpy(a.astype(np.float64)).to(getattr(torch, dtype)) for a in arrays]
+    tq, tk = tensors[:2]
     expression = _hf_expression(torch.cat)
     found = [
-        Candidate("torch eager", partial(expression, *on_device)),
+        Candidate("torch eager", partial(expression, *tensors)),
         Candidate("anyrope torch", lambda: rope(tq, tk, positions)),
     ]
     # A fresh start for each case: Dynamo would otherwise count every case's shapes as
@@ -207,11 +207,11 @@ def _torch_candidates(
     torch._dynamo.reset()
     try:
         compiled = torch.compile(expression, dynamic=False)
-        compiled(*on_device)
+        compiled(*tensors)
     except Exception as error:
         left_out["torch.compile"] = f"{type(error).__name__}: {str(error).splitlines()[0]}"
     else:
-        found.append(Candidate("torch.compile", partial(compiled, *on_device)))
+        found.append(Candidate("torch.compile", partial(compiled, *tensors)))
     return found
 
 
@@ -224,9 +224,9 @@ def _jax_candidates(
     if dtype == "float64" and not jax.config.read("jax_enable_x64"):
         left_out["jax.jit"] = "JAX computes float64 only with jax_enable_x64"
         return []
-    on_device = [jnp.asarray(a, dtype=getattr(jnp, dtype)) for a in arrays]
+    jax_arrays = [jnp.asarray(a, dtype=getattr(jnp, dtype)) for a in arrays]
     compiled = jax.jit(_hf_expression(jnp.concatenate))
-    return [Candidate("jax.jit", lambda: jax.block_until_ready(compiled(*on_device)))]
+    return [Candidate("jax.jit", lambda: jax.block_until_ready(compiled(*jax_arrays)))]
 
 
 def measure_case(

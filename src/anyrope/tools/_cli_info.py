@@ -51,24 +51,21 @@ def libraries() -> dict[str, str | None]:
     return {name: _version(name, module) for name, module in LIBRARIES.items()}
 
 
-def devices() -> list[str]:
-    """Accelerators the installed libraries can see, one line each."""
+def devices(why_not: dict[str, str | None]) -> list[str]:
+    """Accelerators the installed libraries can see, one line each (``why_not``: the
+    reason each backend, by id, is not usable, or ``None``)."""
     seen: list[str] = []
-    if importlib.util.find_spec("torch") is not None:
+    if why_not["torch-cuda"] is None:
         import torch
 
         seen.extend(
             f"torch cuda:{i}: {torch.cuda.get_device_name(i)}"
             for i in range(torch.cuda.device_count())
         )
-    if importlib.util.find_spec("cupy") is not None:
+    if why_not["cupy-cuda"] is None:
         import cupy
 
-        try:
-            count = cupy.cuda.runtime.getDeviceCount()
-        except cupy.cuda.runtime.CUDARuntimeError:
-            count = 0
-        for i in range(count):
+        for i in range(cupy.cuda.runtime.getDeviceCount()):
             name = cupy.cuda.runtime.getDeviceProperties(i)["name"]
             seen.append(f"cupy cuda:{i}: {name.decode() if isinstance(name, bytes) else name}")
     if importlib.util.find_spec("jax") is not None:
@@ -78,10 +75,10 @@ def devices() -> list[str]:
     return seen
 
 
-def fast_paths() -> list[dict[str, Any]]:
-    """Each fast path, whether this machine can take it, and why not."""
+def fast_paths(why_not: dict[str, str | None]) -> list[dict[str, Any]]:
+    """Each fast path, whether this machine can take it, and why not (``why_not``: as
+    :func:`devices` takes it)."""
     numba = importlib.util.find_spec("numba") is None
-    why_not = {b.id: b.unavailable for b in known_backends()}
     cupy = why_not["cupy-cuda"]
     paths = (
         (
@@ -103,17 +100,18 @@ def fast_paths() -> list[dict[str, Any]]:
 
 def gather() -> dict[str, Any]:
     """Everything ``info`` reports, as plain data."""
+    backends = [*known_backends(), *extra_backends()]
+    why_not = {b.id: b.unavailable for b in backends}
     return {
         "anyrope": __version__,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "libraries": libraries(),
         "backends": [
-            {"backend": b.id, "usable": b.unavailable is None, "reason": b.unavailable}
-            for b in (*known_backends(), *extra_backends())
+            {"backend": b, "usable": no is None, "reason": no} for b, no in why_not.items()
         ],
-        "devices": devices(),
-        "fast_paths": fast_paths(),
+        "devices": devices(why_not),
+        "fast_paths": fast_paths(why_not),
     }
 
 
