@@ -22,6 +22,7 @@ from typing import Any
 
 from .. import __version__
 from ._benchmark import CASES, DTYPES, CaseResult, format_case, load_average, measure_case
+from ._cli_info import installed_version
 from ._stdout import EXIT_MISSING_PACKAGE, add_output, fail
 
 
@@ -98,16 +99,14 @@ def machine() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "anyrope": __version__,
-        "numpy": importlib.metadata.version("numpy"),
     }
-    if importlib.util.find_spec("torch") is not None:
+    for library in ("numpy", "torch", "numba", "jax"):
+        if (version := installed_version(library, library)) is not None:
+            info[library] = version
+    if "torch" in info:
         import torch
 
-        info["torch"] = torch.__version__
         info["torch_threads"] = torch.get_num_threads()
-    for library in ("numba", "jax"):
-        if importlib.util.find_spec(library) is not None:
-            info[library] = importlib.metadata.version(library)
     return info
 
 

@@ -31,7 +31,8 @@ LIBRARIES = {
 """Distribution name on PyPI -> module name, for every library anyrope can use."""
 
 
-def _version(distribution: str, module: str) -> str | None:
+def installed_version(distribution: str, module: str) -> str | None:
+    """The version of ``distribution`` when its ``module`` can be imported, else ``None``."""
     if importlib.util.find_spec(module) is None:
         return None
     if distribution == "cupy":  # CuPy's wheels are named per CUDA version (cupy-cuda12x)
@@ -48,7 +49,7 @@ def _version(distribution: str, module: str) -> str | None:
 
 def libraries() -> dict[str, str | None]:
     """Installed version of every library anyrope can use (``None``: not installed)."""
-    return {name: _version(name, module) for name, module in LIBRARIES.items()}
+    return {name: installed_version(name, module) for name, module in LIBRARIES.items()}
 
 
 def devices(why_not: dict[str, str | None]) -> list[str]:
