@@ -204,14 +204,12 @@ def register(commands: Any) -> None:
     )
     parser.add_argument(
         "--layer-type",
-        default=None,
         help="the layer type to draw, for configs with RoPE settings per layer type "
         "(Gemma 3 and 4: full_attention, sliding_attention)",
     )
     parser.add_argument(
         "--seq-len",
         type=int,
-        default=None,
         help="sequence length for length-dependent methods (dynamic, longrope); "
         "default: max_position_embeddings",
     )
