@@ -28,6 +28,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import astuple, dataclass, fields
+from functools import partial
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -434,20 +435,16 @@ def run_check(
                 finite = np.isfinite(pair_magnitude(x64, ROTARY_DIM, interleaved))
                 oracle = np.where(finite, _oracle(x64, positions, interleaved), 0.0)
                 x_finite = np.where(finite, x64, 0.0)
+                ulps = partial(
+                    max_ulp_error, dtype=dtype, rotary_dim=ROTARY_DIM, interleaved=interleaved
+                )
                 for backend in (b for b in backends if dtype in b.dtype_names):
                     with backend.scope():
                         x = backend.from_bits(bits, dtype)
                         y = _rotate(x, backend.from_numpy(positions), interleaved)
                         got = canonical_digest(backend.to_bits(y), dtype)
                         values, path = np.where(finite, backend.to_numpy(y), 0.0), _path(x)
-                    error = max_ulp_error(
-                        values,
-                        oracle,
-                        x_finite,
-                        dtype=dtype,
-                        rotary_dim=ROTARY_DIM,
-                        interleaved=interleaved,
-                    )
+                    error = ulps(values, oracle, x_finite)
                     same = (same_inputs, same_inputs and got == want, got == here)
                     rows.append(
                         Row(backend.name, backend.device_label, dtype, pairing, path, *same, error)
