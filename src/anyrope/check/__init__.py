@@ -3,44 +3,5 @@
 ``anyrope.check`` is the public name of ``anyrope.tools.check``, which holds the code.
 """
 
-from ..tools.check import (
-    BASE,
-    HALF_BOUND,
-    PAIRINGS,
-    REFERENCE_FILE,
-    REGENERATE,
-    ROTARY_DIM,
-    SEED,
-    SHAPE,
-    Row,
-    canonical_digest,
-    checked_backends,
-    compute_reference,
-    format_rows,
-    load_reference,
-    make_inputs,
-    run_check,
-    unavailable_backends,
-    write_reference,
-)
-
-__all__ = [
-    "BASE",
-    "HALF_BOUND",
-    "PAIRINGS",
-    "REFERENCE_FILE",
-    "REGENERATE",
-    "ROTARY_DIM",
-    "SEED",
-    "SHAPE",
-    "Row",
-    "canonical_digest",
-    "checked_backends",
-    "compute_reference",
-    "format_rows",
-    "load_reference",
-    "make_inputs",
-    "run_check",
-    "unavailable_backends",
-    "write_reference",
-]
+from ..tools.check import *  # noqa: F403 - the names of its __all__, this module's own
+from ..tools.check import __all__ as __all__

@@ -11,20 +11,27 @@ from typing import Any
 
 import numpy as np
 
-# (explicit mantissa bits, smallest normal exponent) of each dtype.
-_FORMATS = {
-    "float16": (10, -14),
-    "bfloat16": (7, -126),
-    "float32": (23, -126),
-    "float64": (52, -1022),
+FORMATS: dict[str, tuple[int, int, type[np.unsignedinteger[Any]]]] = {
+    "float16": (5, 10, np.uint16),
+    "bfloat16": (8, 7, np.uint16),
+    "float32": (8, 23, np.uint32),
+    "float64": (11, 52, np.uint64),
 }
+"""(exponent bits, explicit significand bits, unsigned type of the bit pattern) of each dtype."""
 
 
 def ulp(magnitude: np.ndarray[Any, Any], dtype: str) -> np.ndarray[Any, Any]:
     """The spacing of ``dtype`` at ``magnitude`` (>= the subnormal spacing)."""
-    mantissa, emin = _FORMATS[dtype]
-    exponent = np.floor(np.log2(np.maximum(magnitude, 2.0**emin)))
-    return np.asarray(np.exp2(exponent - mantissa))
+    exponent_bits, significand_bits, _ = FORMATS[dtype]
+    smallest_normal = 2.0 ** (2 - 2 ** (exponent_bits - 1))
+    exponent = np.floor(np.log2(np.maximum(magnitude, smallest_normal)))
+    return np.asarray(np.exp2(exponent - significand_bits))
+
+
+def pair_indices(rotary_dim: int, interleaved: bool) -> tuple[Any, Any]:
+    """The indices of the first and the second element of each rotated pair."""
+    i = np.arange(rotary_dim // 2)
+    return (2 * i, 2 * i + 1) if interleaved else (i, i + rotary_dim // 2)
 
 
 def pair_magnitude(
@@ -32,9 +39,7 @@ def pair_magnitude(
 ) -> np.ndarray[Any, Any]:
     """``hypot(x0, x1)`` of each element's pair; the element itself past ``rotary_dim``."""
     x = np.asarray(x, dtype=np.float64)
-    half = rotary_dim // 2
-    i = np.arange(half)
-    first, second = (2 * i, 2 * i + 1) if interleaved else (i, i + half)
+    first, second = pair_indices(rotary_dim, interleaved)
     magnitude: np.ndarray[Any, Any] = np.abs(x)
     pair = np.hypot(x[..., first], x[..., second])
     magnitude[..., first] = pair

@@ -18,15 +18,10 @@ import numpy as np
 from .._namespace import Array, Namespace
 
 DTYPES = ("float16", "bfloat16", "float32", "float64")
-_BITS = {
-    "float16": np.uint16,
-    "bfloat16": np.uint16,
-    "float32": np.uint32,
-    "float64": np.uint64,
-    "int32": np.uint32,
-    "int64": np.uint64,
-}
-_SIGNED = {np.uint16: np.int16, np.uint32: np.int32, np.uint64: np.int64}
+UNSIGNED: dict[int, type[np.unsignedinteger[Any]]] = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+"""The unsigned type of each item size: the type of a bit pattern."""
+FLOATS = {np.uint16: np.float16, np.uint32: np.float32, np.uint64: np.float64}
+"""The float type of each bit pattern's type (bfloat16 aside)."""
 
 
 @dataclass(frozen=True)
@@ -59,21 +54,20 @@ class Backend:
 
     def dtype(self, name: str) -> Any:
         """The library's dtype object called ``name``."""
-        return getattr(self.xp, name) if name != "bfloat16" else _bfloat16(self.name, self.xp)
+        if name == "bfloat16" and self.name in ("numpy", "dask"):
+            return numpy_dtype(name)
+        return getattr(self.xp, name)
 
     def from_numpy(self, a: np.ndarray[Any, Any]) -> Array:
         """A copy of the NumPy array ``a`` (a float of :data:`DTYPES`, int32 or int64)."""
-        name = a.dtype.name
-        return self.from_bits(a.view(_BITS[name]), name)
+        return self.from_bits(a.view(UNSIGNED[a.dtype.itemsize]), a.dtype.name)
 
     def to_numpy(self, x: Array) -> np.ndarray[Any, Any]:
         """A NumPy copy of ``x``; bfloat16 comes back as float32 (exact)."""
         bits = self.to_bits(x)
         if bits.dtype == np.uint16 and "bfloat16" in str(x.dtype):
             return bfloat16_bits_to_float32(bits)
-        return bits.view(
-            {np.uint16: np.float16, np.uint32: np.float32, np.uint64: np.float64}[bits.dtype.type]
-        )
+        return bits.view(FLOATS[bits.dtype.type])
 
 
 def bfloat16_bits_to_float32(bits: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -100,37 +94,37 @@ def numpy_dtype(name: str) -> np.dtype[Any] | None:
     return bfloat16
 
 
-def _bfloat16(library: str, xp: Namespace) -> Any:
-    if library in ("numpy", "dask"):
-        return numpy_dtype("bfloat16")
-    return xp.bfloat16
+def _host_bits(a: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    return np.ascontiguousarray(a).view(UNSIGNED[a.dtype.itemsize])
+
+
+def _numpy_bits(x: Array) -> np.ndarray[Any, Any]:
+    return _host_bits(np.asarray(x))
+
+
+def _loader(module: str) -> Callable[[], Namespace]:
+    return lambda: importlib.import_module(module)
+
+
+def _missing(module: str, library: str) -> str | None:
+    return f"{library} is not installed" if importlib.util.find_spec(module) is None else None
+
+
+def _numpy_dtype_names() -> tuple[str, ...]:
+    """NumPy's floats: bfloat16 only with ml_dtypes."""
+    return tuple(d for d in DTYPES if numpy_dtype(d) is not None)
 
 
 def _numpy_backend() -> Backend:
-    import array_api_compat.numpy as xp
-
     def from_bits(bits: np.ndarray[Any, Any], name: str) -> Array:
         return bits.view(numpy_dtype(name) or name).copy()
 
-    names = DTYPES if numpy_dtype("bfloat16") is not None else ("float16", "float32", "float64")
-    return Backend(
-        "numpy", "cpu", None, lambda: xp, from_bits, lambda x: _host_bits(np.asarray(x)), names
-    )
-
-
-def _host_bits(a: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    return np.ascontiguousarray(a).view(
-        {2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize]
-    )
+    load = _loader("array_api_compat.numpy")
+    return Backend("numpy", "cpu", None, load, from_bits, _numpy_bits, _numpy_dtype_names())
 
 
 def _strict_backend() -> Backend:
-    missing = importlib.util.find_spec("array_api_strict") is None
-
-    def load() -> Namespace:
-        import array_api_strict
-
-        return array_api_strict
+    load = _loader("array_api_strict")
 
     def from_bits(bits: np.ndarray[Any, Any], name: str) -> Array:
         return load().asarray(bits.view(name).copy())
@@ -138,54 +132,36 @@ def _strict_backend() -> Backend:
     def to_bits(x: Array) -> np.ndarray[Any, Any]:
         return _host_bits(np.from_dlpack(x))
 
-    reason = "array-api-strict is not installed" if missing else None
+    reason = _missing("array_api_strict", "array-api-strict")
     return Backend(
         "array_api_strict", "cpu", reason, load, from_bits, to_bits, ("float32", "float64")
     )
 
 
-def _torch_backends() -> list[Backend]:
-    missing = importlib.util.find_spec("torch") is None
+def _torch_backend(device: str) -> Backend:
+    def from_bits(bits: np.ndarray[Any, Any], name: str) -> Array:
+        import torch
 
-    def load() -> Namespace:
-        import array_api_compat.torch as xp
+        signed = bits.view(f"int{8 * bits.itemsize}").copy()
+        return torch.from_numpy(signed).view(getattr(torch, name)).to(device)
 
-        return xp
+    def to_bits(x: Array) -> np.ndarray[Any, Any]:
+        import torch
 
-    def make(device: str) -> Backend:
-        def from_bits(bits: np.ndarray[Any, Any], name: str) -> Array:
-            import torch
+        signed = getattr(torch, f"int{8 * x.element_size()}")
+        return _host_bits(x.detach().contiguous().cpu().view(signed).numpy())
 
-            signed = torch.from_numpy(bits.view(_SIGNED[bits.dtype.type]).copy())
-            return signed.view(getattr(torch, name)).to(device)
+    reason = _missing("torch", "PyTorch")
+    if reason is None and device == "cuda":
+        import torch
 
-        def to_bits(x: Array) -> np.ndarray[Any, Any]:
-            import torch
-
-            itemsize = x.element_size()
-            signed = {2: torch.int16, 4: torch.int32, 8: torch.int64}[itemsize]
-            host: np.ndarray[Any, Any] = x.detach().contiguous().cpu().view(signed).numpy()
-            return host.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[itemsize])
-
-        reason = "PyTorch is not installed" if missing else None
-        if reason is None and device == "cuda":
-            import torch
-
-            if not torch.cuda.is_available():
-                reason = "no CUDA device for PyTorch"
-        return Backend("torch", device, reason, load, from_bits, to_bits, DTYPES)
-
-    return [make("cpu"), make("cuda")]
+        if not torch.cuda.is_available():
+            reason = "no CUDA device for PyTorch"
+    load = _loader("array_api_compat.torch")
+    return Backend("torch", device, reason, load, from_bits, to_bits, DTYPES)
 
 
 def _cupy_backend() -> Backend:
-    missing = importlib.util.find_spec("cupy") is None
-
-    def load() -> Namespace:
-        import array_api_compat.cupy as xp
-
-        return xp
-
     def from_bits(bits: np.ndarray[Any, Any], name: str) -> Array:
         import cupy
 
@@ -194,7 +170,7 @@ def _cupy_backend() -> Backend:
     def to_bits(x: Array) -> np.ndarray[Any, Any]:
         return _host_bits(x.get())
 
-    reason = "CuPy is not installed" if missing else None
+    reason = _missing("cupy", "CuPy")
     if reason is None:
         try:
             import cupy
@@ -203,30 +179,29 @@ def _cupy_backend() -> Backend:
                 reason = "no CUDA device for CuPy"
         except Exception as error:
             reason = f"no CUDA device for CuPy ({error})"
+    names = ("float16", "float32", "float64")
     return Backend(
-        "cupy", "cuda", reason, load, from_bits, to_bits, ("float16", "float32", "float64")
+        "cupy", "cuda", reason, _loader("array_api_compat.cupy"), from_bits, to_bits, names
     )
 
 
 def known_backends() -> list[Backend]:
     """Every backend anyrope knows, usable or not (see :attr:`Backend.unavailable`)."""
-    return [_numpy_backend(), _strict_backend(), *_torch_backends(), _cupy_backend()]
+    return [
+        _numpy_backend(),
+        _strict_backend(),
+        _torch_backend("cpu"),
+        _torch_backend("cuda"),
+        _cupy_backend(),
+    ]
 
 
 def _jax_backend() -> Backend:
-    missing = importlib.util.find_spec("jax") is None
-
-    def load() -> Namespace:
-        import jax.numpy as jnp
-
-        return jnp
+    load = _loader("jax.numpy")
 
     def from_bits(bits: np.ndarray[Any, Any], name: str) -> Array:
         jnp = load()
         return jnp.asarray(bits.view(getattr(jnp, name)))
-
-    def to_bits(x: Array) -> np.ndarray[Any, Any]:
-        return _host_bits(np.asarray(x))
 
     def x64() -> AbstractContextManager[Any]:
         import jax
@@ -236,21 +211,16 @@ def _jax_backend() -> Backend:
         scope: AbstractContextManager[Any] = jax.enable_x64(True)
         return scope
 
-    if missing:
-        return Backend("jax", "cpu", "JAX is not installed", load, from_bits, to_bits, DTYPES)
+    reason = _missing("jax", "JAX")
+    if reason is not None:
+        return Backend("jax", "cpu", reason, load, from_bits, _numpy_bits, DTYPES)
     import jax
 
-    return Backend("jax", jax.default_backend(), None, load, from_bits, to_bits, DTYPES, scope=x64)
+    device = jax.default_backend()
+    return Backend("jax", device, None, load, from_bits, _numpy_bits, DTYPES, scope=x64)
 
 
 def _dask_backend() -> Backend:
-    missing = importlib.util.find_spec("dask") is None
-
-    def load() -> Namespace:
-        import array_api_compat.dask.array as xp
-
-        return xp
-
     def from_bits(bits: np.ndarray[Any, Any], name: str) -> Array:
         import dask.array as da
 
@@ -260,11 +230,10 @@ def _dask_backend() -> Backend:
         return da.from_array(bits.view(numpy_dtype(name) or name).copy(), chunks=chunks)
 
     def to_bits(x: Array) -> np.ndarray[Any, Any]:
-        return _host_bits(np.asarray(x.compute()))
+        return _numpy_bits(x.compute())
 
-    reason = "dask is not installed" if missing else None
-    names = DTYPES if numpy_dtype("bfloat16") is not None else ("float16", "float32", "float64")
-    return Backend("dask", "cpu", reason, load, from_bits, to_bits, names)
+    load, reason = _loader("array_api_compat.dask.array"), _missing("dask", "dask")
+    return Backend("dask", "cpu", reason, load, from_bits, to_bits, _numpy_dtype_names())
 
 
 def extra_backends() -> list[Backend]:

@@ -27,6 +27,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -95,9 +96,6 @@ class Timing:
     gbytes_per_s: float
     calls: int
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class CaseResult:
@@ -114,33 +112,21 @@ class CaseResult:
     left_out: dict[str, str]
 
     def as_dict(self) -> dict[str, Any]:
-        result = asdict(self)
-        result["timings"] = [t.as_dict() for t in self.timings]
-        return result
+        return asdict(self)
 
 
 def median_ms(fn: Callable[[], object], repeats: int) -> float:
     """Median wall time of ``repeats`` calls of ``fn`` after one warm-up call, in ms."""
+    candidate = Candidate("", fn)
     fn()
-    times = []
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+        candidate.sample()
+    return statistics.median(candidate.samples) * 1e3
 
 
-def _load() -> float | None:
+def load_average() -> float | None:
     """The one-minute load average, where the system reports one."""
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-
-
-def _numpy_dtype(name: str) -> Any:
-    if name == "bfloat16":
-        import ml_dtypes
-
-        return ml_dtypes.bfloat16
-    return np.dtype(name)
 
 
 def _hf_tables(seq: int, offset: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
@@ -149,47 +135,6 @@ def _hf_tables(seq: int, offset: int) -> tuple[np.ndarray[Any, Any], np.ndarray[
     angles = np.arange(offset, offset + seq, dtype=np.float64)[:, None] * inv_freq
     wide = np.concatenate((angles, angles), axis=-1)[:, None, :]
     return np.cos(wide), np.sin(wide)
-
-
-def _candidates(
-    q: np.ndarray[Any, Any], k: np.ndarray[Any, Any], positions: int | None, dtype: str
-) -> tuple[list[Candidate], dict[str, str]]:
-    """The candidates for one case, and those left out with the reason."""
-    seq, half = q.shape[1], HEAD_DIM // 2
-    cos64, sin64 = _hf_tables(seq, positions or 0)
-    rope = RoPE(HEAD_DIM, base=BASE)
-    found: list[Candidate] = []
-    left_out: dict[str, str] = {}
-
-    def copy() -> object:
-        q_out, k_out = np.empty_like(q), np.empty_like(k)
-        np.copyto(q_out, q)
-        np.copyto(k_out, k)
-        return q_out, k_out
-
-    found.append(Candidate("copy", copy))
-    if dtype == "bfloat16":
-        left_out["numpy naive"] = "NumPy has no bfloat16 arithmetic of its own"
-    else:
-        cos, sin = cos64.astype(q.dtype), sin64.astype(q.dtype)
-
-        def rotate_half(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-            return np.concatenate((-x[..., half:], x[..., :half]), axis=-1)
-
-        def numpy_naive() -> object:
-            return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
-
-        found.append(Candidate("numpy naive", numpy_naive))
-    found.append(Candidate("anyrope numpy", lambda: rope(q, k, positions)))
-    if importlib.util.find_spec("torch") is None:
-        left_out["torch"] = "PyTorch is not installed"
-    else:
-        found.extend(_torch_candidates(q, k, cos64, sin64, positions, rope, dtype, left_out))
-    if importlib.util.find_spec("jax") is None:
-        left_out["jax.jit"] = "JAX is not installed"
-    else:
-        found.extend(_jax_candidates(q, k, cos64, sin64, dtype, left_out))
-    return found, left_out
 
 
 def _hf_expression(cat: Callable[..., Any]) -> Callable[..., Any]:
@@ -205,31 +150,56 @@ def _hf_expression(cat: Callable[..., Any]) -> Callable[..., Any]:
     return apply
 
 
-def _torch_candidates(  # noqa: PLR0917 - the case's arrays and settings
-    q: np.ndarray[Any, Any],
-    k: np.ndarray[Any, Any],
-    cos64: np.ndarray[Any, Any],
-    sin64: np.ndarray[Any, Any],
-    positions: int | None,
-    rope: RoPE,
+def _candidates(
+    q: np.ndarray[Any, Any], k: np.ndarray[Any, Any], positions: int | None, dtype: str
+) -> tuple[list[Candidate], dict[str, str]]:
+    """The candidates for one case, and those left out with the reason.
+
+    The peers get q, k and the float64 cos/sin tables converted to ``dtype``; the
+    tables are made ahead, as model code keeps them.
+    """
+    tables = _hf_tables(q.shape[1], positions or 0)
+    rope = RoPE(HEAD_DIM, base=BASE)
+    left_out: dict[str, str] = {}
+
+    def copy() -> object:
+        q_out, k_out = np.empty_like(q), np.empty_like(k)
+        np.copyto(q_out, q)
+        np.copyto(k_out, k)
+        return q_out, k_out
+
+    found = [Candidate("copy", copy)]
+    if dtype == "bfloat16":
+        left_out["numpy naive"] = "NumPy has no bfloat16 arithmetic of its own"
+    else:
+        arrays = (q, k, *(table.astype(q.dtype) for table in tables))
+        found.append(Candidate("numpy naive", partial(_hf_expression(np.concatenate), *arrays)))
+    found.append(Candidate("anyrope numpy", lambda: rope(q, k, positions)))
+    if importlib.util.find_spec("torch") is None:
+        left_out["torch"] = "PyTorch is not installed"
+    else:
+        found.extend(_torch_candidates((q, k, *tables), dtype, rope, positions, left_out))
+    if importlib.util.find_spec("jax") is None:
+        left_out["jax.jit"] = "JAX is not installed"
+    else:
+        found.extend(_jax_candidates((q, k, *tables), dtype, left_out))
+    return found, left_out
+
+
+def _torch_candidates(
+    arrays: tuple[np.ndarray[Any, Any], ...],
     dtype: str,
+    rope: RoPE,
+    positions: int | None,
     left_out: dict[str, str],
 ) -> list[Candidate]:
     import torch
 
-    torch_dtype = getattr(torch, dtype)
-
-    def tensor(a: np.ndarray[Any, Any]) -> Any:
-        if dtype == "bfloat16":
-            return torch.from_numpy(a.astype(np.float32)).to(torch_dtype)
-        return torch.from_numpy(a)
-
-    tq, tk = tensor(q), tensor(k)
-    tcos = torch.from_numpy(cos64).to(torch_dtype)
-    tsin = torch.from_numpy(sin64).to(torch_dtype)
+    tensors = [torch.from_numpy(a.astype(np.float64)).to(getattr(torch, dtype)) for a in arrays]
+    tq, tk = tensors[:2]
     expression = _hf_expression(torch.cat)
     found = [
-        Candidate("torch eager", lambda: expression(tq, tk, tcos, tsin)),
+        Candidate("torch eager", partial(expression, *tensors)),
         Candidate("anyrope torch", lambda: rope(tq, tk, positions)),
     ]
     # A fresh start for each case: Dynamo would otherwise count every case's shapes as
@@ -237,21 +207,16 @@ def _torch_candidates(  # noqa: PLR0917 - the case's arrays and settings
     torch._dynamo.reset()
     try:
         compiled = torch.compile(expression, dynamic=False)
-        compiled(tq, tk, tcos, tsin)
+        compiled(*tensors)
     except Exception as error:
         left_out["torch.compile"] = f"{type(error).__name__}: {str(error).splitlines()[0]}"
     else:
-        found.append(Candidate("torch.compile", lambda: compiled(tq, tk, tcos, tsin)))
+        found.append(Candidate("torch.compile", partial(compiled, *tensors)))
     return found
 
 
-def _jax_candidates(  # noqa: PLR0917 - the case's arrays and settings
-    q: np.ndarray[Any, Any],
-    k: np.ndarray[Any, Any],
-    cos64: np.ndarray[Any, Any],
-    sin64: np.ndarray[Any, Any],
-    dtype: str,
-    left_out: dict[str, str],
+def _jax_candidates(
+    arrays: tuple[np.ndarray[Any, Any], ...], dtype: str, left_out: dict[str, str]
 ) -> list[Candidate]:
     import jax
     import jax.numpy as jnp
@@ -259,15 +224,9 @@ def _jax_candidates(  # noqa: PLR0917 - the case's arrays and settings
     if dtype == "float64" and not jax.config.read("jax_enable_x64"):
         left_out["jax.jit"] = "JAX computes float64 only with jax_enable_x64"
         return []
-    jax_dtype = getattr(jnp, dtype)
-    jq, jk = jnp.asarray(q, dtype=jax_dtype), jnp.asarray(k, dtype=jax_dtype)
-    jcos, jsin = jnp.asarray(cos64, dtype=jax_dtype), jnp.asarray(sin64, dtype=jax_dtype)
-    compiled = jax.jit(_hf_expression(lambda parts, axis: jnp.concatenate(parts, axis=axis)))
-
-    def run() -> object:
-        return jax.block_until_ready(compiled(jq, jk, jcos, jsin))
-
-    return [Candidate("jax.jit", run)]
+    jax_arrays = [jnp.asarray(a, dtype=getattr(jnp, dtype)) for a in arrays]
+    compiled = jax.jit(_hf_expression(jnp.concatenate))
+    return [Candidate("jax.jit", lambda: jax.block_until_ready(compiled(*jax_arrays)))]
 
 
 def measure_case(
@@ -276,52 +235,34 @@ def measure_case(
     """Every candidate of one case, round-robin over ``rounds`` rounds."""
     batch, seq = CASES[case]
     rng = np.random.default_rng(0)
-    numpy_dtype = _numpy_dtype(dtype)
-    q = rng.standard_normal((batch, seq, Q_HEADS, HEAD_DIM), dtype=np.float32).astype(numpy_dtype)
-    k = rng.standard_normal((batch, seq, KV_HEADS, HEAD_DIM), dtype=np.float32).astype(numpy_dtype)
+    if dtype == "bfloat16":
+        import ml_dtypes  # noqa: F401 - NumPy knows the name "bfloat16" once it is imported
+    q = rng.standard_normal((batch, seq, Q_HEADS, HEAD_DIM), dtype=np.float32).astype(dtype)
+    k = rng.standard_normal((batch, seq, KV_HEADS, HEAD_DIM), dtype=np.float32).astype(dtype)
     positions = DECODE_POSITION if seq == 1 else None
-    if progress is not None:
-        progress(f"{case} {dtype}: warming up")
+    report = progress or (lambda text: None)
+    report(f"{case} {dtype}: warming up")
     candidates, left_out = _candidates(q, k, positions, dtype)
     for candidate in candidates:
         candidate.calibrate()
-    load_before = _load()
+    load_before = load_average()
     for index in range(rounds):
-        if progress is not None:
-            progress(f"{case} {dtype}: round {index + 1} of {rounds}")
+        report(f"{case} {dtype}: round {index + 1} of {rounds}")
         # A different candidate goes first in each round.
         shift = index % len(candidates)
         for candidate in candidates[shift:] + candidates[:shift]:
             candidate.sample()
-    load_after = _load()
+    load_after = load_average()
     copy_median = statistics.median(candidates[0].samples)
     moved = 2 * (q.nbytes + k.nbytes)
     timings = []
-    for candidate in candidates:
-        samples = sorted(candidate.samples)
-        median = statistics.median(samples)
-        q1, q3 = statistics.quantiles(samples, n=4)[::2] if len(samples) > 1 else (median, median)
-        timings.append(
-            Timing(
-                name=candidate.name,
-                median_ms=median * 1e3,
-                q1_ms=q1 * 1e3,
-                q3_ms=q3 * 1e3,
-                x_copy=median / copy_median,
-                gbytes_per_s=moved / median / 1e9,
-                calls=candidate.calls,
-            )
-        )
+    for c in candidates:
+        median = statistics.median(c.samples)
+        q1, q3 = statistics.quantiles(c.samples, n=4)[::2] if rounds > 1 else (median, median)
+        x_copy, speed = median / copy_median, moved / median / 1e9
+        timings.append(Timing(c.name, median * 1e3, q1 * 1e3, q3 * 1e3, x_copy, speed, c.calls))
     return CaseResult(
-        case=case,
-        dtype=dtype,
-        q_shape=tuple(q.shape),
-        k_shape=tuple(k.shape),
-        rounds=rounds,
-        load_before=load_before,
-        load_after=load_after,
-        timings=tuple(timings),
-        left_out=left_out,
+        case, dtype, q.shape, k.shape, rounds, load_before, load_after, tuple(timings), left_out
     )
 
 

@@ -75,16 +75,7 @@ def _numba_compiles_first() -> bool:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from .check import (
-        BASE,
-        HALF_BOUND,
-        REFERENCE_FILE,
-        ROTARY_DIM,
-        SHAPE,
-        format_rows,
-        run_check,
-        unavailable_backends,
-    )
+    from . import check
 
     if _numba_compiles_first():
         print(
@@ -93,24 +84,25 @@ def _check(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
-    rows = run_check()
-    print(f"anyrope {__version__}: x of shape {SHAPE}, rotary_dim={ROTARY_DIM}, base={BASE}")
+    rows = check.run_check()
+    settings = f"x of shape {check.SHAPE}, rotary_dim={check.ROTARY_DIM}, base={check.BASE}"
+    print(f"anyrope {__version__}: {settings}")
     print("inputs: positions 0 .. 2**31 - 1 and near 2**53; subnormals, +-0, +-inf, NaN")
-    print(f"reference: bits shipped in anyrope/{REFERENCE_FILE} (NaN payloads aside)")
-    print(format_rows(rows))
-    for name, reason in unavailable_backends():
+    print(f"reference: bits shipped in anyrope/{check.REFERENCE_FILE} (NaN payloads aside)")
+    print(check.format_rows(rows))
+    for name, reason in check.unavailable_backends():
         print(f"not checked: {name} ({reason})")
     failed = [r for r in rows if not r.ok]
     if failed:
         print(
             f"FAILED: {len(failed)} of {len(rows)} rows differ from the shipped reference or "
-            f"from NumPy here, or exceed {HALF_BOUND} ulp (half types)",
+            f"from NumPy here, or exceed {check.HALF_BOUND} ulp (half types)",
             file=sys.stderr,
         )
         return 1
     print(
         f"all {len(rows)} rows: the same bits as the shipped reference and as NumPy here; "
-        f"half types within {HALF_BOUND} ulp"
+        f"half types within {check.HALF_BOUND} ulp"
     )
     return 0
 

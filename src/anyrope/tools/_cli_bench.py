@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ._benchmark import CASES, DTYPES, CaseResult, format_case, measure_case
-from ._stdout import EXIT_MISSING_PACKAGE, output_folder
+from ._benchmark import CASES, DTYPES, CaseResult, format_case, load_average, measure_case
+from ._cli_info import installed_version
+from ._stdout import EXIT_MISSING_PACKAGE, add_output, fail
 
 
 class _Progress:
@@ -39,8 +40,8 @@ class _Progress:
         """The callback of ``measure_case`` for case ``index`` (from 0) named ``name``."""
         head = f"case {index + 1} of {self.cases}"
         if self.bar is None:
-            elapsed = _clock(time.monotonic() - self.start)
-            print(f"{head}: {name} ({elapsed} elapsed)", file=sys.stderr, flush=True)
+            minutes, seconds = divmod(round(time.monotonic() - self.start), 60)
+            print(f"{head}: {name} ({minutes}:{seconds:02d} elapsed)", file=sys.stderr, flush=True)
             return lambda step: None
         first = index * self.steps
 
@@ -53,52 +54,30 @@ class _Progress:
         return step
 
 
-def _clock(seconds: float) -> str:
-    minutes, seconds = divmod(round(seconds), 60)
-    return f"{minutes}:{seconds:02d}"
-
-
 @contextlib.contextmanager
 def _progress(cases: int, rounds: int) -> Iterator[_Progress]:
     if importlib.util.find_spec("rich") is None:
         yield _Progress(cases, rounds, None)
         return
+    from rich import progress
     from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
 
     columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("elapsed"),
-        TimeElapsedColumn(),
-        TextColumn("left"),
-        TimeRemainingColumn(),
+        progress.TextColumn("{task.description}"),
+        progress.BarColumn(),
+        progress.MofNCompleteColumn(),
+        progress.TextColumn("elapsed"),
+        progress.TimeElapsedColumn(),
+        progress.TextColumn("left"),
+        progress.TimeRemainingColumn(),
     )
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+    with progress.Progress(*columns, console=Console(stderr=True), transient=True) as bar:
         yield _Progress(cases, rounds, bar)
 
 
-def _overloaded() -> str | None:
-    """Why timings taken now would mislead: a load average above the core count."""
-    cores = os.cpu_count()
-    if not hasattr(os, "getloadavg") or cores is None:
-        return None
-    load = os.getloadavg()[0]
-    if load <= cores:
-        return None
-    return (
-        f"the load average ({load:.2f}) exceeds the {cores} cores: other processes share "
-        "them, so the timings are slower and noisier than this machine's (torch.compile "
-        "most of all)"
-    )
+def _overloaded(*loads: float | None) -> bool:
+    """Whether timings taken under ``loads`` mislead: a load average above the cores."""
+    return max(load or 0.0 for load in loads) > (os.cpu_count() or 1)
 
 
 def _cpu_name() -> str:
@@ -120,16 +99,14 @@ def machine() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "anyrope": __version__,
-        "numpy": importlib.metadata.version("numpy"),
     }
-    if importlib.util.find_spec("torch") is not None:
+    for library in ("numpy", "torch", "numba", "jax"):
+        if (version := installed_version(library, library)) is not None:
+            info[library] = version
+    if "torch" in info:
         import torch
 
-        info["torch"] = torch.__version__
         info["torch_threads"] = torch.get_num_threads()
-    for library in ("numba", "jax"):
-        if importlib.util.find_spec(library) is not None:
-            info[library] = importlib.metadata.version(library)
     return info
 
 
@@ -194,8 +171,7 @@ def run(args: argparse.Namespace) -> int:
         cases = _choices(args.cases, tuple(CASES), "--cases")
         dtypes = _choices(args.dtypes, DTYPES, "--dtypes")
     except ValueError as error:
-        print(f"anyrope bench: error: {error}", file=sys.stderr)
-        return 2
+        return fail("bench", str(error))
     if "bfloat16" in dtypes and importlib.util.find_spec("ml_dtypes") is None:
         # NumPy has no bfloat16 of its own: the arrays are ml_dtypes'.
         dtypes = tuple(d for d in dtypes if d != "bfloat16")
@@ -205,9 +181,14 @@ def run(args: argparse.Namespace) -> int:
         )
         if not dtypes:
             return EXIT_MISSING_PACKAGE
-    overloaded = _overloaded()
-    if overloaded is not None:
-        print(f"anyrope bench: warning: {overloaded}", file=sys.stderr)
+    load, cores = load_average(), os.cpu_count() or 1
+    if _overloaded(load):
+        print(
+            f"anyrope bench: warning: the load average ({load:.2f}) exceeds the {cores} cores: "
+            "other processes share them, so the timings are slower and noisier than this "
+            "machine's (torch.compile most of all)",
+            file=sys.stderr,
+        )
     todo = [(case, dtype) for case in cases for dtype in dtypes]
     results = []
     with _progress(len(todo), args.repeats) as progress:
@@ -216,8 +197,7 @@ def run(args: argparse.Namespace) -> int:
                 case, dtype, args.repeats, progress.case(index, f"{case} {dtype}")
             )
             print(format_case(result), flush=True)
-            cores = os.cpu_count() or 1
-            if max(result.load_before or 0.0, result.load_after or 0.0) > cores:
+            if _overloaded(result.load_before, result.load_after):
                 print(f"  (the load average exceeded the {cores} cores: slower and noisier)")
             results.append(result)
 
@@ -257,20 +237,9 @@ def register(commands: Any) -> None:
         ),
     )
     parser.add_argument("--repeats", type=int, default=15, help="rounds (15)")
-    parser.add_argument(
-        "--cases",
-        default=",".join(CASES),
-        help=f"comma-separated cases (default all: {','.join(CASES)})",
-    )
-    parser.add_argument(
-        "--dtypes",
-        default=",".join(DTYPES),
-        help=f"comma-separated dtypes (default all: {','.join(DTYPES)})",
-    )
-    parser.add_argument(
-        "--output",
-        default=".",
-        type=output_folder,
-        help="folder for bench.json and bench.png, checked before any timing (.)",
-    )
+    for option, names in (("--cases", tuple(CASES)), ("--dtypes", DTYPES)):
+        every = ",".join(names)
+        said = f"comma-separated {option[2:]} (default all: {every})"
+        parser.add_argument(option, default=every, help=said)
+    add_output(parser, "folder for bench.json and bench.png, checked before any timing (.)")
     parser.set_defaults(run=run)

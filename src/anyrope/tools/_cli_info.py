@@ -17,8 +17,9 @@ from typing import Any
 from .. import __version__
 from ._backends import extra_backends, known_backends
 
-# Distribution name on PyPI -> module name, for the optional libraries.
-OPTIONAL = {
+LIBRARIES = {
+    "numpy": "numpy",
+    "array-api-compat": "array_api_compat",
     "torch": "torch",
     "cupy": "cupy",
     "jax": "jax",
@@ -27,60 +28,45 @@ OPTIONAL = {
     "ml_dtypes": "ml_dtypes",
     "numba": "numba",
 }
+"""Distribution name on PyPI -> module name, for every library anyrope can use."""
 
 
-def _version(distribution: str) -> str | None:
+def installed_version(distribution: str, module: str) -> str | None:
+    """The version of ``distribution`` when its ``module`` can be imported, else ``None``."""
+    if importlib.util.find_spec(module) is None:
+        return None
+    if distribution == "cupy":  # CuPy's wheels are named per CUDA version (cupy-cuda12x)
+        try:
+            import cupy
+        except Exception as error:  # a broken install is reported, not raised
+            return f"installed, but import fails ({type(error).__name__})"
+        return str(cupy.__version__)
     try:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         return None
 
 
-def _cupy_version(module: str) -> str | None:
-    """CuPy's wheels are named per CUDA version (cupy-cuda12x); ask the module."""
-    if importlib.util.find_spec(module) is None:
-        return None
-    try:
-        import cupy
-    except Exception as error:  # a broken install is reported, not raised
-        return f"installed, but import fails ({type(error).__name__})"
-    return str(cupy.__version__)
-
-
 def libraries() -> dict[str, str | None]:
     """Installed version of every library anyrope can use (``None``: not installed)."""
-    found: dict[str, str | None] = {
-        "numpy": _version("numpy"),
-        "array-api-compat": _version("array-api-compat"),
-    }
-    for distribution, module in OPTIONAL.items():
-        if distribution == "cupy":
-            found[distribution] = _cupy_version(module)
-        elif importlib.util.find_spec(module) is None:
-            found[distribution] = None
-        else:
-            found[distribution] = _version(distribution)
-    return found
+    return {name: installed_version(name, module) for name, module in LIBRARIES.items()}
 
 
-def devices() -> list[str]:
-    """Accelerators the installed libraries can see, one line each."""
+def devices(why_not: dict[str, str | None]) -> list[str]:
+    """Accelerators the installed libraries can see, one line each (``why_not``: the
+    reason each backend, by id, is not usable, or ``None``)."""
     seen: list[str] = []
-    if importlib.util.find_spec("torch") is not None:
+    if why_not["torch-cuda"] is None:
         import torch
 
         seen.extend(
             f"torch cuda:{i}: {torch.cuda.get_device_name(i)}"
             for i in range(torch.cuda.device_count())
         )
-    if importlib.util.find_spec("cupy") is not None:
+    if why_not["cupy-cuda"] is None:
         import cupy
 
-        try:
-            count = cupy.cuda.runtime.getDeviceCount()
-        except cupy.cuda.runtime.CUDARuntimeError:
-            count = 0
-        for i in range(count):
+        for i in range(cupy.cuda.runtime.getDeviceCount()):
             name = cupy.cuda.runtime.getDeviceProperties(i)["name"]
             seen.append(f"cupy cuda:{i}: {name.decode() if isinstance(name, bytes) else name}")
     if importlib.util.find_spec("jax") is not None:
@@ -90,66 +76,43 @@ def devices() -> list[str]:
     return seen
 
 
-def fast_paths() -> list[dict[str, Any]]:
-    """Each fast path, whether this machine can take it, and why not."""
-    torch_missing = importlib.util.find_spec("torch") is None
-    numba_missing = importlib.util.find_spec("numba") is None
-    paths = [
-        {
-            "path": "numba (compiled CPU kernel, NumPy and PyTorch CPU)",
-            "available": not numba_missing,
-            "reason": (
-                "numba is not installed (pip install numba)"
-                if numba_missing
-                else "numba is installed"
-            ),
-        },
-        {
-            "path": "blocked (cache-blocked CPU, NumPy)",
-            "available": True,
-            "reason": "always available with NumPy",
-        },
-        {
-            "path": "blocked (cache-blocked CPU, PyTorch)",
-            "available": not torch_missing,
-            "reason": "PyTorch is not installed" if torch_missing else "PyTorch CPU tensors",
-        },
-    ]
-    by_id = {b.id: b for b in known_backends()}
-    cupy_backend = by_id["cupy-cuda"]
-    torch_cuda = by_id["torch-cuda"]
-    kernel_reason = cupy_backend.unavailable
-    paths.append(
-        {
-            "path": "CUDA kernel (CuPy arrays)",
-            "available": kernel_reason is None,
-            "reason": kernel_reason or "CuPy with a CUDA device",
-        }
+def fast_paths(why_not: dict[str, str | None]) -> list[dict[str, Any]]:
+    """Each fast path, whether this machine can take it, and why not (``why_not``: as
+    :func:`devices` takes it)."""
+    numba = importlib.util.find_spec("numba") is None
+    cupy = why_not["cupy-cuda"]
+    paths = (
+        (
+            "numba (compiled CPU kernel, NumPy and PyTorch CPU)",
+            "numba is not installed (pip install numba)" if numba else None,
+            "numba is installed",
+        ),
+        ("blocked (cache-blocked CPU, NumPy)", None, "always available with NumPy"),
+        ("blocked (cache-blocked CPU, PyTorch)", why_not["torch-cpu"], "PyTorch CPU tensors"),
+        ("CUDA kernel (CuPy arrays)", cupy, "CuPy with a CUDA device"),
+        (
+            "CUDA kernel (PyTorch CUDA tensors, launched through CuPy)",
+            why_not["torch-cuda"] or cupy,
+            "PyTorch CUDA and CuPy with a CUDA device",
+        ),
     )
-    torch_reason = torch_cuda.unavailable or kernel_reason
-    paths.append(
-        {
-            "path": "CUDA kernel (PyTorch CUDA tensors, launched through CuPy)",
-            "available": torch_reason is None,
-            "reason": torch_reason or "PyTorch CUDA and CuPy with a CUDA device",
-        }
-    )
-    return paths
+    return [{"path": p, "available": no is None, "reason": no or yes} for p, no, yes in paths]
 
 
 def gather() -> dict[str, Any]:
     """Everything ``info`` reports, as plain data."""
+    backends = [*known_backends(), *extra_backends()]
+    why_not = {b.id: b.unavailable for b in backends}
     return {
         "anyrope": __version__,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "libraries": libraries(),
         "backends": [
-            {"backend": b.id, "usable": b.unavailable is None, "reason": b.unavailable}
-            for b in (*known_backends(), *extra_backends())
+            {"backend": b, "usable": no is None, "reason": no} for b, no in why_not.items()
         ],
-        "devices": devices(),
-        "fast_paths": fast_paths(),
+        "devices": devices(why_not),
+        "fast_paths": fast_paths(why_not),
     }
 
 

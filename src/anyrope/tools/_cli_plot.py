@@ -11,9 +11,9 @@ every layer.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,44 +22,35 @@ import numpy as np
 
 from ..scaling import HFRopeConfig, RopeScaling, from_hf_config
 from ..scaling.hf import layer_types
-from ._stdout import EXIT_MISSING_PACKAGE, output_folder
-
-
-def _fail(message: str, code: int) -> int:
-    print(f"anyrope plot: error: {message}", file=sys.stderr)
-    return code
+from ._stdout import EXIT_MISSING_PACKAGE, add_output, fail
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         config = json.loads(Path(args.config).read_text())
     except OSError as error:
-        return _fail(f"cannot read --config {args.config}: {error.strerror}", 2)
+        return fail("plot", f"cannot read --config {args.config}: {error.strerror}")
     except json.JSONDecodeError as error:
-        return _fail(f"--config {args.config} is not valid JSON: {error}", 2)
+        return fail("plot", f"--config {args.config} is not valid JSON: {error}")
     try:
         kinds = layer_types(config) if isinstance(config, dict) else None
+        if kinds is None or args.layer_type is not None:
+            settings = from_hf_config(config, layer_type=args.layer_type)
     except (TypeError, ValueError) as error:
-        return _fail(f"--config {args.config}: {error}", 2)
+        return fail("plot", f"--config {args.config}: {error}")
     if kinds is not None and args.layer_type is None:
-        names = ", ".join(kinds)
-        return _fail(
+        return fail(
+            "plot",
             f"--config {args.config} gives RoPE settings per layer type; pass --layer-type, "
-            f"one of: {names}",
-            2,
+            f"one of: {', '.join(kinds)}",
         )
-    try:
-        settings = from_hf_config(config, layer_type=args.layer_type)
-    except (TypeError, ValueError) as error:
-        return _fail(f"--config {args.config}: {error}", 2)
     if args.seq_len is not None and args.seq_len <= 0:
-        return _fail(f"--seq-len must be positive; got {args.seq_len}", 2)
+        return fail("plot", f"--seq-len must be positive; got {args.seq_len}")
     try:
         import matplotlib
     except ImportError:
-        return _fail(
-            "plotting needs matplotlib: pip install matplotlib",
-            EXIT_MISSING_PACKAGE,
+        return fail(
+            "plot", "plotting needs matplotlib: pip install matplotlib", EXIT_MISSING_PACKAGE
         )
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -167,11 +158,8 @@ def _sections(scaling: RopeScaling, rotary: int) -> list[tuple[int, int, str]]:
         names = [f"axis {i}" for i in range(len(pairs))]
     else:
         names = ["temporal", "height", "width"][: len(pairs)]
-    spans, first = [], 0
-    for count, name in zip(pairs, names, strict=True):
-        spans.append((first, first + count, name))
-        first += count
-    return spans
+    stops = list(itertools.accumulate(pairs))
+    return list(zip([0, *stops[:-1]], stops, names, strict=True))
 
 
 def _contexts(settings: HFRopeConfig) -> list[tuple[int, str, str]]:
@@ -210,23 +198,18 @@ def register(commands: Any) -> None:
         ),
     )
     parser.add_argument("--config", required=True, help="path to a Hugging Face config.json")
-    parser.add_argument(
-        "--output",
-        default=".",
-        type=output_folder,
-        help="folder for frequencies.png (frequencies-LAYER_TYPE.png with --layer-type; "
-        "default: .)",
+    add_output(
+        parser,
+        "folder for frequencies.png (frequencies-LAYER_TYPE.png with --layer-type; default: .)",
     )
     parser.add_argument(
         "--layer-type",
-        default=None,
         help="the layer type to draw, for configs with RoPE settings per layer type "
         "(Gemma 3 and 4: full_attention, sliding_attention)",
     )
     parser.add_argument(
         "--seq-len",
         type=int,
-        default=None,
         help="sequence length for length-dependent methods (dynamic, longrope); "
         "default: max_position_embeddings",
     )

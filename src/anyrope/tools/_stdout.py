@@ -9,8 +9,6 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["EXIT_BROKEN_PIPE", "EXIT_MISSING_PACKAGE", "output_folder", "quiet_on_broken_pipe"]
-
 # The exit status when stdout is a pipe whose reader has gone (``anyrope info | head``):
 # 141 = 128 + SIGPIPE, what a shell reports for ``cat`` or ``ls`` killed by SIGPIPE in the
 # same place, so ``set -o pipefail`` scripts see anyrope as they see coreutils. Python
@@ -53,7 +51,18 @@ def quiet_on_broken_pipe(run: Callable[[], int]) -> int:
     return code
 
 
-def output_folder(text: str) -> Path:
+def fail(command: str, message: str, code: int = 2) -> int:
+    """Say ``anyrope COMMAND: error: MESSAGE`` on standard error; returns ``code``."""
+    print(f"anyrope {command}: error: {message}", file=sys.stderr)
+    return code
+
+
+def add_output(parser: argparse.ArgumentParser, help: str) -> None:
+    """Add ``--output``, the folder the subcommand writes its files into (default: .)."""
+    parser.add_argument("--output", default=".", type=_output_folder, help=help)
+
+
+def _output_folder(text: str) -> Path:
     """The ``--output`` folder, made now: argparse's ``type`` for the option, so that a
     path that cannot take the files fails with the usage and exit 2 before any work."""
     path = Path(text)

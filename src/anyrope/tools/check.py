@@ -27,7 +27,8 @@ import argparse
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass, fields
+from functools import partial
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -40,9 +41,11 @@ from .._functional import rotate
 from .._hostmath import sincos
 from .._paths.rotation import rotate_pair
 from .._rope import RoPE
-from ._accuracy import max_ulp_error, pair_magnitude
+from ._accuracy import FORMATS as _FORMATS
+from ._accuracy import max_ulp_error, pair_indices, pair_magnitude
 from ._backends import (
     DTYPES,
+    FLOATS,
     Backend,
     bfloat16_bits_to_float32,
     extra_backends,
@@ -50,6 +53,27 @@ from ._backends import (
     known_backends,
     numpy_dtype,
 )
+
+__all__ = [
+    "BASE",
+    "HALF_BOUND",
+    "PAIRINGS",
+    "REFERENCE_FILE",
+    "REGENERATE",
+    "ROTARY_DIM",
+    "SEED",
+    "SHAPE",
+    "Row",
+    "canonical_digest",
+    "checked_backends",
+    "compute_reference",
+    "format_rows",
+    "load_reference",
+    "make_inputs",
+    "run_check",
+    "unavailable_backends",
+    "write_reference",
+]
 
 SEED = 20250611
 SHAPE = (2, 24, 3, 64)
@@ -59,15 +83,6 @@ HALF_BOUND = 0.51
 PAIRINGS = ("half-split", "interleaved")
 REFERENCE_FILE = "_reference_bits.json"
 REGENERATE = f"python -m anyrope.check --write-reference src/anyrope/{REFERENCE_FILE}"
-
-# (exponent bits, explicit significand bits, unsigned type of the bit pattern).
-_FORMATS: dict[str, tuple[int, int, type[np.unsignedinteger[Any]]]] = {
-    "float16": (5, 10, np.uint16),
-    "bfloat16": (8, 7, np.uint16),
-    "float32": (8, 23, np.uint32),
-    "float64": (11, 52, np.uint64),
-}
-_WIDE = {np.uint16: np.float16, np.uint32: np.float32, np.uint64: np.float64}
 
 
 @dataclass(frozen=True)
@@ -175,7 +190,7 @@ def _values(bits: np.ndarray[Any, Any], dtype: str) -> np.ndarray[Any, Any]:
     """The float64 values of ``dtype`` bit patterns (exact)."""
     if dtype == "bfloat16":
         return bfloat16_bits_to_float32(bits).astype(np.float64)
-    return bits.view(_WIDE[bits.dtype.type]).astype(np.float64)
+    return bits.view(FLOATS[bits.dtype.type]).astype(np.float64)
 
 
 def _little_endian(a: np.ndarray[Any, Any]) -> bytes:
@@ -218,13 +233,17 @@ def _inputs_digest(bits: np.ndarray[Any, Any], positions: np.ndarray[Any, Any]) 
     return hashlib.sha256(_little_endian(bits) + _little_endian(positions)).hexdigest()
 
 
+def _rotate(x: Any, positions: Any, interleaved: bool) -> Any:
+    return rotate(x, positions, rotary_dim=ROTARY_DIM, base=BASE, interleaved=interleaved)
+
+
 def _numpy_bits(
     bits: np.ndarray[Any, Any], dtype: str, positions: np.ndarray[Any, Any], interleaved: bool
 ) -> np.ndarray[Any, Any]:
     """The NumPy result's bits (bfloat16 without ml_dtypes: float32 result, rounded once)."""
     native = numpy_dtype(dtype)
     x = bits.view(native) if native is not None else bfloat16_bits_to_float32(bits)
-    y = rotate(x, positions, rotary_dim=ROTARY_DIM, base=BASE, interleaved=interleaved)
+    y = _rotate(x, positions, interleaved)
     if native is None:
         return float32_to_bfloat16_bits(y)
     return np.ascontiguousarray(y).view(bits.dtype)
@@ -239,9 +258,7 @@ def _oracle(
     the oracle is the same on every machine; it is not the code under test, which rounds
     the tables to the table dtype and computes in the compute dtype.
     """
-    half = ROTARY_DIM // 2
-    i = np.arange(half)
-    first, second = (2 * i, 2 * i + 1) if interleaved else (i, i + half)
+    first, second = pair_indices(ROTARY_DIM, interleaved)
     s, c = sincos(positions[..., None].astype(np.float64) * default_inv_freq(ROTARY_DIM, BASE))
     s, c = s[..., None, :], c[..., None, :]
     x0, x1 = x[..., first], x[..., second]
@@ -283,16 +300,7 @@ def compute_reference() -> dict[str, Any]:
         for pairing in PAIRINGS:
             y = _numpy_bits(bits, dtype, positions, pairing == "interleaved")
             outputs[f"{dtype} {pairing}"] = canonical_digest(y, dtype)
-    return {
-        "regenerate": REGENERATE,
-        "seed": SEED,
-        "shape": list(SHAPE),
-        "layout": "bshd",
-        "rotary_dim": ROTARY_DIM,
-        "base": BASE,
-        "inputs": inputs,
-        "outputs": outputs,
-    }
+    return {"regenerate": REGENERATE, **_parameters(), "inputs": inputs, "outputs": outputs}
 
 
 def load_reference() -> dict[str, Any]:
@@ -336,20 +344,29 @@ def write_reference(path: str | Path) -> None:
     Path(path).write_text(text, encoding="utf-8")
 
 
+def _parameters() -> dict[str, Any]:
+    """The settings of the check, as the reference file holds them."""
+    return {
+        "seed": SEED,
+        "shape": list(SHAPE),
+        "layout": "bshd",
+        "rotary_dim": ROTARY_DIM,
+        "base": BASE,
+    }
+
+
 def _check_parameters(reference: Mapping[str, Any]) -> None:
-    written = (
-        reference["seed"],
-        tuple(reference["shape"]),
-        reference["rotary_dim"],
-        reference["base"],
-    )
-    if written != (SEED, SHAPE, ROTARY_DIM, BASE):
+    ours = _parameters()
+    written = {name: reference.get(name) for name in ours}
+    if written != ours:
         raise ValueError(
-            f"`reference` was written for seed={reference['seed']}, "
-            f"shape={tuple(reference['shape'])}, rotary_dim={reference['rotary_dim']}, "
-            f"base={reference['base']}; this check uses seed={SEED}, shape={SHAPE}, "
-            f"rotary_dim={ROTARY_DIM}, base={BASE}: regenerate it with `{REGENERATE}`"
+            f"`reference` was written for {_settings(written)}; this check uses "
+            f"{_settings(ours)}: regenerate it with `{REGENERATE}`"
         )
+
+
+def _settings(parameters: Mapping[str, Any]) -> str:
+    return ", ".join(f"{name}={value}" for name, value in parameters.items())
 
 
 def checked_backends() -> list[Backend]:
@@ -366,7 +383,11 @@ def checked_backends() -> list[Backend]:
     >>> checked_backends()[0].id
     'numpy-cpu'
     """
-    return [b for b in (*known_backends(), *extra_backends()) if b.unavailable is None]
+    return [b for b in _all_backends() if b.unavailable is None]
+
+
+def _all_backends() -> list[Backend]:
+    return [*known_backends(), *extra_backends()]
 
 
 def run_check(
@@ -410,44 +431,23 @@ def run_check(
                 interleaved = pairing == "interleaved"
                 want = reference["outputs"][f"{dtype} {pairing}"]
                 here = canonical_digest(_numpy_bits(bits, dtype, positions, interleaved), dtype)
-                oracle = _oracle(x64, positions, interleaved)
                 # Pairs with an infinity or NaN have no ulp error; their bits are checked.
                 finite = np.isfinite(pair_magnitude(x64, ROTARY_DIM, interleaved))
-                for backend in backends:
-                    if dtype not in backend.dtype_names:
-                        continue
+                oracle = np.where(finite, _oracle(x64, positions, interleaved), 0.0)
+                x_finite = np.where(finite, x64, 0.0)
+                ulps = partial(
+                    max_ulp_error, dtype=dtype, rotary_dim=ROTARY_DIM, interleaved=interleaved
+                )
+                for backend in (b for b in backends if dtype in b.dtype_names):
                     with backend.scope():
                         x = backend.from_bits(bits, dtype)
-                        y = rotate(
-                            x,
-                            backend.from_numpy(positions),
-                            rotary_dim=ROTARY_DIM,
-                            base=BASE,
-                            interleaved=interleaved,
-                        )
+                        y = _rotate(x, backend.from_numpy(positions), interleaved)
                         got = canonical_digest(backend.to_bits(y), dtype)
-                        values = backend.to_numpy(y)
-                        path = _path(x)
-                    error = max_ulp_error(
-                        np.where(finite, values, 0.0),
-                        np.where(finite, oracle, 0.0),
-                        np.where(finite, x64, 0.0),
-                        dtype=dtype,
-                        rotary_dim=ROTARY_DIM,
-                        interleaved=interleaved,
-                    )
+                        values, path = np.where(finite, backend.to_numpy(y), 0.0), _path(x)
+                    error = ulps(values, oracle, x_finite)
+                    same = (same_inputs, same_inputs and got == want, got == here)
                     rows.append(
-                        Row(
-                            backend.name,
-                            backend.device_label,
-                            dtype,
-                            pairing,
-                            path,
-                            same_inputs,
-                            same_inputs and got == want,
-                            got == here,
-                            error,
-                        )
+                        Row(backend.name, backend.device_label, dtype, pairing, path, *same, error)
                     )
     return rows
 
@@ -467,11 +467,7 @@ def unavailable_backends() -> list[tuple[str, str]]:
     >>> all(reason for _, reason in unavailable_backends())
     True
     """
-    return [
-        (b.id, b.unavailable)
-        for b in (*known_backends(), *extra_backends())
-        if b.unavailable is not None
-    ]
+    return [(b.id, b.unavailable) for b in _all_backends() if b.unavailable is not None]
 
 
 def format_rows(rows: Sequence[Row]) -> str:
@@ -496,24 +492,10 @@ def format_rows(rows: Sequence[Row]) -> str:
     backend  device  dtype    pairing     path     reference  numpy  max ulp  status
     numpy    cpu     float32  half-split  blocked  yes        yes    0.250    ok
     """
-    header = (
-        "backend",
-        "device",
-        "dtype",
-        "pairing",
-        "path",
-        "reference",
-        "numpy",
-        "max ulp",
-        "status",
-    )
+    header = (*(f.name for f in fields(Row)[:5]), "reference", "numpy", "max ulp", "status")
     lines = [
         (
-            r.backend,
-            r.device,
-            r.dtype,
-            r.pairing,
-            r.path,
+            *astuple(r)[:5],
             "yes" if r.same_as_reference else "NO" if r.same_inputs else "NO (inputs)",
             "yes" if r.same_as_numpy else "NO",
             f"{r.max_ulp:.3f}" if r.max_ulp < 1e4 else f"{r.max_ulp:.2e}",
