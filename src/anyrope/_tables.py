@@ -405,10 +405,12 @@ class TableCache:
         """The rows for ``where`` (not traced): cached tables when small enough, else
         tables built for just the positions asked for (an array is then replaced by the
         indices of its distinct values)."""
+        if self.covers(where):
+            # Arrays index rows from position 0: a seeded cache (first row elsewhere)
+            # covers a range only.
+            cos, sin = self.get(where.stop, xp, device, dtype)
+            return Rows(cos, sin, where.array, where.offset - self.first)
         if where.array is None:
-            if self.covers(where):
-                cos, sin = self.get(where.stop, xp, device, dtype)
-                return Rows(cos, sin, None, where.offset - self.first)
             window = self._window(where.offset, where.stop, where.seq, xp, device, dtype)
             if window is not None:
                 cos, sin, start = window
@@ -416,9 +418,6 @@ class TableCache:
             rows = np.arange(where.offset, where.stop, dtype=np.int64)
             cos, sin = self.build(rows, xp, device, dtype)
             return Rows(cos, sin, None, 0)
-        if self.covers(where):
-            cos, sin = self.get(where.stop, xp, device, dtype)
-            return Rows(cos, sin, where.array, 0)
         host = to_host(where.array).astype(np.int64)
         window = None
         if host.size:
