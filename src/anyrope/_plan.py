@@ -2,8 +2,10 @@
 
 :func:`make_plan` checks what the arrays of a :class:`~anyrope._call.Call` tell (its
 options were checked where it was made). A :class:`Plan` holds the arrays, where their axes
-are, the positions of each stream, the flags, the namespace and the tables to use;
-every path (:mod:`anyrope._paths`) reads a plan and nothing else.
+are, the positions of each stream, the flags and the namespace; once a path is chosen,
+:func:`with_tables` adds the tables it reads, as arrays fetched from the caches of
+:mod:`anyrope._tables` (the one place a call fetches tables). Every path
+(:mod:`anyrope._paths`) reads a plan and nothing else: no path calls back into a cache.
 """
 
 from __future__ import annotations

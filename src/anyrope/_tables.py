@@ -124,7 +124,9 @@ class Rows(NamedTuple):
 
     ``row_of is None``: the call's positions are the consecutive rows ``offset ..``;
     otherwise ``row_of`` (an int32 or int64 array of the caller's library, shape of the
-    positions) holds the row of each position.
+    positions) holds the row of each position. Also the record of the tables a plan
+    carries in every form (:data:`anyrope._plan.TABLE_FORMS`): those of every token have
+    ``row_of`` ``None`` and ``offset`` 0.
     """
 
     cos: Array
@@ -262,13 +264,16 @@ class TableCache:
         self.position = -1 if seed is None else self.first + seed[1]
         """The one position a seeded cache serves from its block (-1 when unseeded)."""
         self._tables: dict[tuple[str, str, np.dtype[Any]], tuple[Array, Array, int]] = {}
-        self._wide: dict[tuple[str, str, np.dtype[Any], bool], tuple[Array, Array, int]] = {}
+        # The lengths of a block share its lock and its wide tables.
+        self._wide: dict[tuple[str, str, np.dtype[Any], bool], tuple[Array, Array, int]] = (
+            {} if seed is None else seed[0]._wide
+        )
         self._windows: OrderedDict[tuple[str, str, np.dtype[Any], int], Window] = OrderedDict()
         self._reach = MIN_CACHED_ROWS
         """Rows of the largest tables from position 0 built so far (at least
         :data:`MIN_CACHED_ROWS`): calls that start within them grow them (see
         :meth:`covers`)."""
-        self._lock = lock()
+        self._lock = lock() if seed is None else seed[0]._lock
 
     @property
     def nbytes(self) -> int:
@@ -387,8 +392,6 @@ class TableCache:
         self, stop: int, xp: Namespace, device: Any, dtype: np.dtype[Any], interleaved: bool
     ) -> tuple[Array, Array]:
         """:func:`widen` of :meth:`get`, cached (a seeded cache: its block's)."""
-        if self.block is not None:
-            return self.block.wide(xp, device, dtype, interleaved)
         cos, sin = self.get(stop, xp, device, dtype)
         key = (xp.__name__, str(device), dtype, interleaved)
         rows = int(cos.shape[0])
@@ -517,7 +520,9 @@ class Ahead:
         """One past the last length of the block."""
         self.many, self.cos, self.sin, self.factor = many, cos, sin, factor
         self._tables: dict[tuple[str, str, np.dtype[Any]], tuple[Array, Array]] = {}
-        self._wide: dict[tuple[str, str, np.dtype[Any], bool], tuple[Array, Array]] = {}
+        self._wide: dict[tuple[str, str, np.dtype[Any], bool], tuple[Array, Array, int]] = {}
+        """Wide tables of its rows, made by the caches of its lengths
+        (:meth:`TableCache.get_wide`)."""
         self._lock = lock()
 
     def holds(self, stop: int) -> bool:
@@ -544,17 +549,6 @@ class Ahead:
 
         key = (xp.__name__, str(device), dtype)
         entry: tuple[Array, Array] = _memo(self._lock, self._tables, key, bool, rounded)
-        return entry
-
-    def wide(
-        self, xp: Namespace, device: Any, dtype: np.dtype[Any], interleaved: bool
-    ) -> tuple[Array, Array]:
-        """:func:`widen` of :meth:`tables`, kept."""
-        cos, sin = self.tables(xp, device, dtype)
-        key = (xp.__name__, str(device), dtype, interleaved)
-        entry: tuple[Array, Array] = _memo(
-            self._lock, self._wide, key, bool, lambda: widen(cos, sin, interleaved, xp)
-        )
         return entry
 
 
