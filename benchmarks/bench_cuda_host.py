@@ -132,7 +132,7 @@ def cpu_tensors_as_cuda() -> Iterator[list[Any]]:
 def cases(torch: Any) -> dict[str, Callable[[], object]]:
     from anyrope._call import make_call
     from anyrope._paths.cuda.dispatch import launch_on_device, rotate_raw
-    from anyrope._plan import make_plan
+    from anyrope._plan import make_plan, with_tables
 
     gen = torch.Generator().manual_seed(0)
     q = torch.randn(BATCH, 1, Q_HEADS, HEAD_DIM, generator=gen).to(torch.bfloat16)
@@ -156,6 +156,7 @@ def cases(torch: Any) -> dict[str, Callable[[], object]]:
         head_dim=HEAD_DIM,
         interleaved=False,
     )
+    plan = with_tables(plan, rope._source, "rows")
 
     inv_freq = 1.0 / (10000.0 ** (torch.arange(0, HEAD_DIM, 2, dtype=torch.float64) / HEAD_DIM))
     angles = torch.arange(TABLE_LEN, dtype=torch.float64)[:, None] * inv_freq

@@ -85,6 +85,7 @@ from .rotation import halves, rotate_pair
 
 NAME = "toy"
 CHECKS_POSITIONS = False
+TABLES = "placed"
 
 
 def rejects(plan: Plan) -> str | None:
@@ -94,7 +95,7 @@ def rejects(plan: Plan) -> str | None:
 
 
 def run(plan: Plan) -> tuple[Array, ...]:
-    cos, sin = plan.gathered_tables()
+    cos, sin, _, _ = plan.tables
     sin = -sin if plan.inverse else sin
     results = []
     for x in plan.arrays:

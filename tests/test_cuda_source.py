@@ -41,7 +41,7 @@ from anyrope._call import make_call
 from anyrope._paths.cuda import _module
 from anyrope._paths.cuda.dispatch import rotate_raw
 from anyrope._paths.cuda.geometry import Launch, Operand, plan_launches
-from anyrope._plan import Plan, make_plan
+from anyrope._plan import Plan, make_plan, with_tables
 from anyrope.tools._backends import numpy_dtype
 
 HARNESS = Path(__file__).parent / "cuda_harness" / "harness.cpp"
@@ -359,7 +359,7 @@ def _plan(
     inplace: bool = False,
 ) -> Plan:
     """The plan the pipeline makes for ``arrays``, as the CUDA path receives it."""
-    return make_plan(
+    plan = make_plan(
         rope._source,
         make_call(
             arrays,
@@ -375,6 +375,7 @@ def _plan(
         head_dim=rope.head_dim,
         interleaved=rope.interleaved,
     )
+    return with_tables(plan, rope._source, "rows")
 
 
 def _expected(x: np.ndarray, positions: object, **options: Any) -> np.ndarray:

@@ -149,23 +149,16 @@ def has_int64() -> bool:
     return bool(jax.config.jax_enable_x64)
 
 
-def gather_rows(cos: Array, sin: Array, positions: Array, capacity: int) -> tuple[Array, Array]:
-    """Rows ``positions`` of the concrete tables ``cos`` and ``sin``, gathered inside the
-    graph (shape ``positions.shape + (pairs,)``): no host read, no callback.
-
-    A position outside ``0 .. capacity-1`` gets a row of NaN, so that its rotated
-    features are NaN rather than silently wrong (the values are unknown while tracing).
-    """
+def take_filled(table: Array, rows: Array) -> Array:
+    """Rows ``rows`` of ``table``, NaN for rows past its end, sharded as ``rows`` are
+    (:func:`anyrope._tables.gather_rows`)."""
     import jax
     import jax.numpy as jnp
 
-    rows = jnp.where((positions >= 0) & (positions < capacity), positions, cos.shape[0])
     # Explicitly sharded positions (jax.sharding.AxisType.Explicit) shard the rows alike;
     # JAX asks for that sharding to be named.
     sharding = jax.typeof(rows).sharding
     out = None
     if any(axis is not None for axis in sharding.spec):
         out = jax.NamedSharding(sharding.mesh, jax.P(*sharding.spec, None))
-    return tuple(
-        t.at[rows].get(mode="fill", fill_value=jnp.nan, out_sharding=out) for t in (cos, sin)
-    )
+    return table.at[rows].get(mode="fill", fill_value=jnp.nan, out_sharding=out)

@@ -3,7 +3,8 @@
 ``rotate_each(sources, call, ...)`` is what :class:`anyrope.RoPE` calls with a checked
 :class:`~anyrope._call.Call`: :func:`anyrope._plan.make_plan` checks what its arrays
 tell, :func:`anyrope._paths.choose` picks the path ``impl`` names (or the first that
-takes the plan), and the path rotates. Arrays of a lazy library go to its path
+takes the plan), :func:`anyrope._plan.with_tables` puts the tables that path reads in the
+plan, and the path rotates. Arrays of a lazy library go to its path
 (:func:`anyrope._paths.lazy_path`), which calls :func:`rotate` on each block.
 """
 
@@ -20,7 +21,7 @@ from ._call import Call
 from ._namespace import Array, namespace_of
 from ._offsets import Offsets
 from ._paths import Path, choose, lazy_path
-from ._plan import Plan, make_plan
+from ._plan import Plan, make_plan, with_tables
 from ._tables import TableSource
 
 
@@ -34,13 +35,10 @@ def rotate(
     the values is checked again (the positions, and memory overlap in place).
     """
     arrays, positions = call.arrays, call.positions
-    key = None
-    if call.cu_seqlens is None:  # packed positions come from its values: planned anew
-        key = _geometry(arrays, positions, head_dim, interleaved, *call.options)
-    known, key = _known(source, key)
+    known, key = _kept(source, call, head_dim, interleaved)
     if known is not None:
         plan, path = known
-        return _run(path, plan.for_call(arrays, positions))
+        return _run(path, plan.for_call(arrays, positions), source)
     geometry: dict[str, Any] = {"head_dim": head_dim, "interleaved": interleaved}
     host = _jax_on_host(call)
     if host is not None:
@@ -62,14 +60,14 @@ def rotate(
     if all(full):
         if key is not None and len(plan.where) == 1:
             source.remember(key, (plan.template(), path))
-        return _run(path, plan)
+        return _run(path, plan, source)
     rotated = iter(())
     if any(full):
         subset = plan.with_arrays(
             tuple(x for x, f in zip(arrays, full, strict=True) if f),
             tuple(n for n, f in zip(call.names, full, strict=True) if f),
         )
-        rotated = iter(_run(path, subset))
+        rotated = iter(_run(path, subset, source))
     return tuple(
         next(rotated) if f else (x if call.inplace else plan.xp.asarray(x, copy=True))
         for x, f in zip(plan.arrays, full, strict=True)
@@ -121,10 +119,7 @@ def rotate_each(
         return lazy.rotate(rotate, sources, call, head_dim=head_dim, interleaved=interleaved)
     if sources[0] is sources[-1]:  # one array, or q and k of one RoPE
         return rotate(sources[0], call, head_dim=head_dim, interleaved=interleaved)
-    geometry = None
-    if call.cu_seqlens is None:
-        geometry = _geometry(call.arrays, call.positions, head_dim, interleaved, *call.options)
-    known, key = _known(sources[0], None if geometry is None else ("together", geometry))
+    known, key = _kept(sources[0], call, "together", head_dim, interleaved)
     if known is not None:
         known.for_call(call.arrays, call.positions)
     else:
@@ -142,37 +137,31 @@ def rotate_each(
     )
 
 
-def _run(path: Path, plan: Plan) -> tuple[Array, ...]:
-    return path.run(plan)
+def _run(path: Path, plan: Plan, source: TableSource) -> tuple[Array, ...]:
+    """``path`` run on ``plan`` with the tables it reads, fetched first."""
+    return path.run(with_tables(plan, source, path.TABLES))
 
 
-def _geometry(arrays: tuple[Array, ...], positions: object, *options: object) -> Hashable | None:
-    """What a plan depends on besides the values (options, and the shapes, strides, dtypes
-    and devices of the arrays): ``None`` when a call is not worth remembering (other
-    libraries, autograd, positions other than None, int or an array)."""
-    parts: list[object] = [*options]
-    for x in arrays:
-        part = _array_geometry(x)
-        if part is None:
-            return None
-        parts.append(part)
-    if positions is None or type(positions) is int:
-        parts.append(type(positions))
-    else:
-        part = _array_geometry(positions)
-        if part is None:
-            return None
-        parts.append(part)
-    return tuple(parts)
-
-
-def _known(source: TableSource, key: Hashable | None) -> tuple[Any, Hashable | None]:
-    """The plan (and path) kept for ``key``, and the key, ``None`` when it cannot be kept."""
-    if key is None:
+def _kept(source: TableSource, call: Call, *geometry: object) -> tuple[Any, Hashable | None]:
+    """The plan (and path) ``source`` keeps for calls of the geometry of ``call`` (and
+    ``geometry``), and its key: ``None`` when such a call is not worth remembering
+    (packed positions, which come from the values of ``cu_seqlens``; other libraries,
+    autograd, positions other than None, int or an array; an unhashable option, which
+    make_plan refuses)."""
+    if call.cu_seqlens is not None:
         return None, None
+    # What a plan depends on besides the values: the options, and the shapes, strides,
+    # dtypes and devices of the arrays and of the positions.
+    parts: list[object] = [*geometry, *call.options]
+    for x in (*call.arrays, call.positions):
+        part = type(x) if x is None or type(x) is int else _array_geometry(x)
+        if part is None:
+            return None, None
+        parts.append(part)
+    key = tuple(parts)
     try:
         return source.plans.get(key), key
-    except TypeError:  # an unhashable option: checked, and refused, by make_plan
+    except TypeError:
         return None, None
 
 

@@ -2,17 +2,20 @@
 
 :func:`make_plan` checks what the arrays of a :class:`~anyrope._call.Call` tell (its
 options were checked where it was made). A :class:`Plan` holds the arrays, where their axes
-are, the positions of each stream, the flags, the namespace and the tables to use;
-every path (:mod:`anyrope._paths`) reads a plan and nothing else.
+are, the positions of each stream, the flags and the namespace; once a path is chosen,
+:func:`with_tables` adds the tables it reads, as arrays fetched from the caches of
+:mod:`anyrope._tables` (the one place a call fetches tables). Every path
+(:mod:`anyrope._paths`) reads a plan and nothing else: no path calls back into a cache.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import array_api_compat
+import array_api_compat.numpy as numpy_xp
 import numpy as np
 
 from ._call import Call
@@ -32,8 +35,11 @@ from ._namespace import (
 )
 from ._packed import packed_positions
 from ._positions import Positions, known_positions, offset_positions, resolve_positions
-from ._tables import TableCache, TableSource
+from ._tables import Rows, TableCache, TableSource, widen
 from ._validation import describe
+
+NO_TABLES = Rows(None, None, None, 0)
+"""The tables of a plan before :func:`with_tables` gives it those of its path."""
 
 
 @dataclass(frozen=True)
@@ -41,8 +47,9 @@ class Plan:
     """One rotation, as plain data.
 
     ``where`` has one :class:`~anyrope._positions.Positions` per position stream (one,
-    or one per M-RoPE / axial section); ``tables`` are those of the frequencies for the
-    largest position. ``table_dtype`` is the NumPy dtype the tables are rounded to once.
+    or one per M-RoPE / axial section). ``table_dtype`` is the NumPy dtype the tables
+    are rounded to once. ``tables`` are those the path reads, in the form it asks for
+    (its ``TABLES``; see :func:`with_tables`), fetched before it runs.
     """
 
     arrays: tuple[Array, ...]
@@ -53,8 +60,8 @@ class Plan:
     device: Any
     axes: Axes
     where: tuple[Positions, ...]
-    source: TableSource
-    tables: TableCache
+    rotary_dim: int
+    """The number of leading features that rotate."""
     table_dtype: np.dtype[Any]
     interleaved: bool
     inverse: bool
@@ -70,65 +77,14 @@ class Plan:
     only a path that checks its values
     where it reads them (``CHECKS_POSITIONS``) takes the plan. The same for every call of
     one geometry (the library, type, device, dtype and shape of the positions decide it)."""
+    unread_bound: int | None = None
+    """The rows that positions left unread may index (``max_positions``)."""
+    tables: Rows = NO_TABLES
+    """The tables of the call's tokens, in the form its path reads (:data:`TABLE_FORMS`)."""
     memo: dict[str, Any] = field(default_factory=dict, compare=False)
     """What a path derived from the geometry of :attr:`arrays` (shapes, strides, dtype,
     layout and options), keyed by the path's name. The plans that :meth:`for_call` makes
     for later calls share it: the pipeline keeps one plan per such geometry."""
-
-    @property
-    def rotary_dim(self) -> int:
-        """The number of leading features that rotate (the source's)."""
-        return self.source.rotary_dim
-
-    def gathered_tables(self) -> tuple[Array, Array]:
-        """cos/sin for every token, shaped to broadcast against the inputs."""
-        cos, sin = self.source.gather(
-            self.where, self.tables, self.xp, self.device, self.table_dtype
-        )
-        return place_tables(cos, self.axes, self.xp), place_tables(sin, self.axes, self.xp)
-
-    def wide_tables(self, xp: Namespace, features: tuple[int, ...]) -> tuple[Array, Array]:
-        """:func:`~anyrope._tables.widen` of the tables, in ``xp`` (NumPy or torch, on the
-        host: the blocked path reads torch CPU tensors through NumPy), placed, with the
-        last axis reshaped to ``features``.
-
-        Consecutive positions that the cached tables cover are a slice of them, shaped
-        once: a decode step pays two reshapes and two slices.
-        """
-        (where, *more) = self.where
-        if not more and where.array is None and self.tables.covers(where):
-            cos, sin = self.tables.get_wide(
-                where.stop, xp, "cpu", self.table_dtype, self.interleaved
-            )
-            shape = range_table_shape(self.axes, cos.shape[0], features)
-            start = where.offset - self.tables.first
-            rows = slice(start, start + where.seq)
-            # The arrays' own reshape: both libraries have one, cheaper than xp.reshape.
-            return cos.reshape(shape)[rows, ...], sin.reshape(shape)[rows, ...]
-        layout = self.axes.layout
-        if (
-            not more
-            and isinstance(where.array, np.ndarray)
-            and layout != "sbhd"
-            and self.tables.covers(where)
-        ):
-            # Rows that NumPy positions (*batch', seq) name, a decode step's position_ids:
-            # two takes, shaped at once with a size-1 heads axis.
-            cos, sin = self.tables.get_wide(
-                where.stop, xp, "cpu", self.table_dtype, self.interleaved
-            )
-            *lead, seq = where.array.shape
-            shape = (*lead, *((seq, 1) if layout == "bshd" else (1, seq)), *features)
-            flat = where.array.reshape(-1)
-            return cos.take(flat, axis=0).reshape(shape), sin.take(flat, axis=0).reshape(shape)
-        cos, sin = self.source.gather_wide(
-            self.where, self.tables, xp, "cpu", self.table_dtype, self.interleaved
-        )
-        cos, sin = place_tables(cos, self.axes, xp), place_tables(sin, self.axes, xp)
-        return (
-            xp.reshape(cos, (*cos.shape[:-1], *features)),
-            xp.reshape(sin, (*sin.shape[:-1], *features)),
-        )
 
     def for_call(self, arrays: tuple[Array, ...], positions: object) -> Plan:
         """This plan for another call of the same geometry: new arrays and positions.
@@ -138,7 +94,7 @@ class Plan:
         the positions (range, and the frequencies they select), and for in-place calls
         the memory of the arrays.
         """
-        where, tables = self.where, self.tables
+        where = self.where
         if positions is not None:
             if type(positions) is int:
                 stream = offset_positions(positions, self.axes.seq)
@@ -148,24 +104,12 @@ class Plan:
                     self.xp,
                     self.axes.batch,
                     self.axes.seq,
-                    unread_bound=self.source.unread_bound if self.unread else None,
+                    unread_bound=self.unread_bound,
                 )
             where = (stream,)
-            if self.source.depends_on_length:
-                tables = self.source.for_length(stream.stop)
-                tables = tables.undoing() if self.undo else tables
         if self.inplace:
             _check_writable_again(arrays, self.names)
-        return self._replaced(arrays=arrays, where=where, tables=tables)
-
-    def with_host_positions(self, view: Callable[[Array], Array]) -> Plan:
-        """This plan with its position arrays replaced by ``view`` of them (NumPy views
-        of torch CPU tensors, for the CPU paths that index NumPy's tables)."""
-        where = tuple(
-            stream if stream.array is None else stream._replace(array=view(stream.array))
-            for stream in self.where
-        )
-        return self._replaced(where=where)
+        return self._replaced(arrays=arrays, where=where)
 
     def template(self) -> Plan:
         """This plan without the call's arrays (nor an array of positions), to be kept
@@ -222,7 +166,7 @@ def make_plan(source: TableSource, call: Call, *, head_dim: int, interleaved: bo
         from ._torch import requires_grad as torch_requires_grad
 
         requires_grad = torch_requires_grad(arrays)
-    tables = source.for_length(max(stream.stop for stream in where))
+    unread = any(stream.unread for stream in where)
     return Plan(
         arrays=arrays,
         names=names,
@@ -232,8 +176,7 @@ def make_plan(source: TableSource, call: Call, *, head_dim: int, interleaved: bo
         device=device_of(arrays[0]),
         axes=axes[0],
         where=where,
-        source=source,
-        tables=tables.undoing() if inverse else tables,
+        rotary_dim=source.rotary_dim,
         # Tables are rounded once to the compute dtype (numerical-contract.rst, "How every path
         # computes" 2): no cast on the device.
         table_dtype=table_dtype(xp, arrays[0].dtype),
@@ -242,7 +185,90 @@ def make_plan(source: TableSource, call: Call, *, head_dim: int, interleaved: bo
         undo=inverse,
         inplace=inplace,
         requires_grad=requires_grad,
-        unread=any(stream.unread for stream in where),
+        unread=unread,
+        unread_bound=source.unread_bound if unread else None,
+    )
+
+
+TABLE_FORMS = ("placed", "rows", "host rows", "host wide")
+"""The forms of tables a path may read (its ``TABLES``), each as :class:`~anyrope._tables.Rows`:
+
+``"placed"``
+    cos/sin of every token (``row_of`` ``None``, ``offset`` 0), in the plan's library and on
+    its device, shaped to broadcast against the inputs (a size-1 heads axis).
+``"rows"``
+    Tables indexed by row and what selects the rows of the call (one position stream).
+``"host rows"``
+    The same in NumPy, on the host (with NumPy views of torch CPU positions); several
+    streams give each token's row of their joined tables.
+``"host wide"``
+    :func:`~anyrope._tables.widen` of ``"placed"``, in NumPy: ``[c, c]`` and ``[-s, s]``.
+"""
+
+
+def with_tables(plan: Plan, source: TableSource, form: str) -> Plan:
+    """``plan`` with the tables its path reads (``form``, the path's ``TABLES``), fetched
+    from the caches of ``source``: the one place a call fetches tables, before its path runs.
+    """
+    cache = source.for_length(max(stream.stop for stream in plan.where))
+    cache = cache.undoing() if plan.undo else cache
+    xp, device, dtype, where = plan.xp, plan.device, plan.table_dtype, plan.where
+    if form.startswith("host"):
+        xp, device = numpy_xp, "cpu"
+        if plan.library == "torch":
+            from ._torch import positions_view
+
+            where = tuple(
+                s if s.array is None else s._replace(array=positions_view(s.array)) for s in where
+            )
+    one = where[0] if len(where) == 1 else None
+    if form.endswith("rows") and one is not None:
+        return plan._replaced(tables=cache.rows(one, xp, device, dtype))
+    axes = plan.axes
+    if (
+        form == "host wide"
+        and one is not None
+        and (one.array is None or axes.layout != "sbhd")
+        and cache.covers(one)
+    ):
+        return plan._replaced(tables=_kept_wide(plan, one, cache))
+    cos, sin = source.gather(where, cache, xp, device, dtype)
+    if form == "host rows":
+        # Several streams: each token reads its own row of the joined tables.
+        lead = (1,) * (len(axes.batch) + 2 - cos.ndim) + cos.shape[:-1]
+        index = np.arange(math.prod(lead)).reshape(lead)
+        width = cos.shape[-1]
+        return plan._replaced(tables=Rows(cos.reshape(-1, width), sin.reshape(-1, width), index, 0))
+    if form == "host wide":
+        cos, sin = widen(cos, sin, plan.interleaved, xp)
+    cos, sin = place_tables(cos, axes, xp), place_tables(sin, axes, xp)
+    if form == "host wide":
+        cos, sin = (xp.reshape(t, (*t.shape[:-1], *_pairing(plan))) for t in (cos, sin))
+    return plan._replaced(tables=Rows(cos, sin, None, 0))
+
+
+def _pairing(plan: Plan) -> tuple[int, int]:
+    """The last axis of wide tables, split into the two elements of each pair."""
+    r = plan.rotary_dim
+    return (r // 2, 2) if plan.interleaved else (2, r // 2)
+
+
+def _kept_wide(plan: Plan, one: Positions, cache: TableCache) -> Rows:
+    """The ``"host wide"`` tables of a call from those ``cache`` keeps: two slices, or two
+    takes of NumPy positions (a decode step's position_ids), and two reshapes by NumPy's
+    own methods (a decode step pays few calls)."""
+    cos, sin = cache.get_wide(one.stop, numpy_xp, "cpu", plan.table_dtype, plan.interleaved)
+    axes, features = plan.axes, _pairing(plan)
+    if one.array is None:
+        start = one.offset - cache.first
+        shape = range_table_shape(axes, cos.shape[0], features)
+        rows = slice(start, start + one.seq)
+        return Rows(cos.reshape(shape)[rows, ...], sin.reshape(shape)[rows, ...], None, 0)
+    *lead, seq = one.array.shape
+    shape = (*lead, *((seq, 1) if axes.layout == "bshd" else (1, seq)), *features)
+    flat = one.array.reshape(-1)
+    return Rows(
+        cos.take(flat, axis=0).reshape(shape), sin.take(flat, axis=0).reshape(shape), None, 0
     )
 
 

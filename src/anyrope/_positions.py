@@ -55,7 +55,7 @@ def resolve_positions(
     an int32 or int64 array on a GPU is left unread (``Positions.unread``) and may index
     that many table rows; so is an array whose values cannot be read on the host
     (traced, lazy or captured: :func:`host_readable`), gathered inside the graph
-    (:meth:`~anyrope._tables.TableCache.in_graph`).
+    (:func:`~anyrope._tables.gather_rows`).
     """
     # A symbolic dimension (Axes) is None: no int, no arange, without an array.
     if getattr(positions, "ndim", 0) == 0 and seq is None:

@@ -9,9 +9,10 @@ a table built directly for a few positions hold the same bits.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any, NamedTuple
 
 import array_api_compat
@@ -21,7 +22,7 @@ from ._amplitude import Amplitude
 from ._hostmath import FAST_REDUCTION_LIMIT, sincos
 from ._jax import outside_trace
 from ._mrope import join_sections
-from ._namespace import Array, Namespace, reshape_lead, to_host
+from ._namespace import Array, Namespace, device_of, reshape_lead, to_host
 from ._positions import Positions
 from ._threads import lock
 from ._validation import MAX_POSITION
@@ -88,26 +89,20 @@ def host_tables(
     rows = max(1, BLOCK_ENTRIES // max(inv_freq.size, 1))
     for start in range(0, flat.size, rows):
         block = slice(start, start + rows)
-        s, c = sincos(flat[block, None] * inv_freq)
-        if attention_factor != 1.0 and undo:
+        pair = sincos(flat[block, None] * inv_freq)
+        if attention_factor != 1.0:
             # The tables of inverse=True: cos/a and sin/a, one float64 division each.
-            s /= attention_factor
-            c /= attention_factor
-        elif attention_factor != 1.0:
-            s *= attention_factor
-            c *= attention_factor
-        if amplitude is None:
-            cos[block] = c
-            sin[block] = s
-            continue
-        scale = amplitude(flat[block])
+            by = np.true_divide if undo else np.multiply
+            for t in pair:
+                by(t, attention_factor, out=t)
         # Far from the center an xPos amplitude leaves the float range (inf or 0, as in
         # the peers' tables); cached rows beyond a call's positions may hold such values.
+        scale = None if amplitude is None else amplitude(flat[block])
         with np.errstate(over="ignore", invalid="ignore"):
-            s *= scale
-            c *= scale
-            cos[block] = c
-            sin[block] = s
+            for t, out in zip(pair, (sin, cos), strict=True):
+                if scale is not None:
+                    np.multiply(t, scale, out=t)
+                out[block] = t
     shape = (*positions.shape, inv_freq.size)
     return cos.reshape(shape), sin.reshape(shape)
 
@@ -129,7 +124,9 @@ class Rows(NamedTuple):
 
     ``row_of is None``: the call's positions are the consecutive rows ``offset ..``;
     otherwise ``row_of`` (an int32 or int64 array of the caller's library, shape of the
-    positions) holds the row of each position.
+    positions) holds the row of each position. Also the record of the tables a plan
+    carries in every form (:data:`anyrope._plan.TABLE_FORMS`): those of every token have
+    ``row_of`` ``None`` and ``offset`` 0.
     """
 
     cos: Array
@@ -147,20 +144,21 @@ def widen(cos: Array, sin: Array, interleaved: bool, xp: Namespace) -> tuple[Arr
     ``swap`` exchanges the two elements of each pair, gives the bits of the reference:
     ``x1 * (-s)`` is exactly ``-(x1 * s)`` and ``a + (-b)`` is exactly ``a - b``.
     """
-    if interleaved:
+    # Concrete tables stay concrete inside a jax.jit trace: the caches keep them.
+    with outside_trace(xp):
+        if not interleaved:
+            return xp.concat((cos, cos), axis=-1), xp.concat((-sin, sin), axis=-1)
         shape = (*cos.shape[:-1], 2 * cos.shape[-1])
         return (
             xp.reshape(xp.stack((cos, cos), axis=-1), shape),
             xp.reshape(xp.stack((-sin, sin), axis=-1), shape),
         )
-    return xp.concat((cos, cos), axis=-1), xp.concat((-sin, sin), axis=-1)
 
 
-def _pick(
-    cos: Array, sin: Array, *, offset: int, seq: int, index: Array | None, xp: Namespace
-) -> tuple[Array, Array]:
-    """Rows ``offset .. offset + seq - 1`` of the tables, or the rows ``index`` names
-    (then shaped ``index.shape + (width,)``)."""
+def pick(rows: Rows, seq: int, xp: Namespace) -> tuple[Array, Array]:
+    """The tables of each token that ``rows`` select: rows ``offset .. offset + seq - 1``
+    (shape ``(seq, width)``), or those ``row_of`` names (shape ``row_of.shape + (width,)``)."""
+    cos, sin, index, offset = rows
     if index is None:
         return cos[offset : offset + seq, ...], sin[offset : offset + seq, ...]
     flat = xp.reshape(index, (-1,))
@@ -168,6 +166,44 @@ def _pick(
     return xp.reshape(xp.take(cos, flat, axis=0), shape), xp.reshape(
         xp.take(sin, flat, axis=0), shape
     )
+
+
+def gather_rows(
+    cos: Array, sin: Array, positions: Array, bound: int, xp: Namespace
+) -> tuple[Array, Array]:
+    """Rows ``positions`` of the tables, gathered inside the graph (shape
+    ``positions.shape + (pairs,)``), for every library and graph (traced, lazy, captured,
+    exported): nothing reads the positions on the host, whatever their shape. A position
+    outside ``0 .. bound - 1`` gets a row of NaN, never a wrong rotation."""
+    inside = (positions >= 0) & (positions < bound)
+    if array_api_compat.is_jax_array(positions):
+        from ._jax import take_filled  # keeps the sharding of positions
+
+        rows = xp.where(inside, positions, cos.shape[0])
+        return take_filled(cos, rows), take_filled(sin, rows)
+    flat, inside = xp.reshape(positions, (-1,)), xp.reshape(inside, (-1, 1))
+    flat = xp.where(inside[:, 0], flat, xp.zeros_like(flat))
+    nan = xp.asarray(math.nan, dtype=cos.dtype, device=device_of(cos))
+    picked = (xp.where(inside, xp.take(t, flat, axis=0), nan) for t in (cos, sin))
+    pairs = (cos.shape[-1],)
+    cos, sin = (reshape_lead(t, positions, positions.ndim, pairs, xp) for t in picked)
+    return cos, sin
+
+
+def _memo(
+    lock: Any, store: dict[Any, Any], key: Any, fits: Callable[[Any], bool], make: Callable[[], Any]
+) -> Any:
+    """The entry of ``store`` at ``key`` if it ``fits``, else one made (under ``lock``,
+    once however many threads ask) and kept there; counted by :func:`generation`."""
+    global _generation  # noqa: PLW0603 - a process-wide count, read by generation()
+    entry = store.get(key)
+    if entry is None or not fits(entry):
+        with lock:
+            entry = store.get(key)
+            if entry is None or not fits(entry):
+                entry = store[key] = make()
+                _generation += 1
+    return entry
 
 
 def _held_bytes(*held: dict[Any, Any]) -> int:
@@ -228,13 +264,16 @@ class TableCache:
         self.position = -1 if seed is None else self.first + seed[1]
         """The one position a seeded cache serves from its block (-1 when unseeded)."""
         self._tables: dict[tuple[str, str, np.dtype[Any]], tuple[Array, Array, int]] = {}
-        self._wide: dict[tuple[str, str, np.dtype[Any], bool], tuple[Array, Array, int]] = {}
+        # The lengths of a block share its lock and its wide tables.
+        self._wide: dict[tuple[str, str, np.dtype[Any], bool], tuple[Array, Array, int]] = (
+            {} if seed is None else seed[0]._wide
+        )
         self._windows: OrderedDict[tuple[str, str, np.dtype[Any], int], Window] = OrderedDict()
         self._reach = MIN_CACHED_ROWS
         """Rows of the largest tables from position 0 built so far (at least
         :data:`MIN_CACHED_ROWS`): calls that start within them grow them (see
         :meth:`covers`)."""
-        self._lock = lock()
+        self._lock = lock() if seed is None else seed[0]._lock
 
     @property
     def nbytes(self) -> int:
@@ -302,21 +341,11 @@ class TableCache:
             return where.array is not None or where.offset <= self._reach
         return where.array is None and where.offset == self.position and where.seq == 1
 
-    def build(
-        self, positions: np.ndarray[Any, Any], xp: Namespace, device: Any, dtype: np.dtype[Any]
-    ) -> tuple[Array, Array]:
-        """Tables for exactly ``positions`` (host integers), moved to ``device``."""
+    def host(self, positions: np.ndarray[Any, Any], dtype: np.dtype[Any]) -> tuple[FloatArray, ...]:
+        """Host tables for exactly ``positions`` (host integers), in ``dtype``."""
         seed = self._seed
-        if seed is not None and positions.size and (positions == self.position).all():
-            # The row computed ahead (TableSource._block), for every position asked.
-            shape = (*positions.shape, self.inv_freq.size)
-            block, row = seed
-            cos, sin = block.cos[row].astype(dtype), block.sin[row].astype(dtype)
-            if positions.size > 1:
-                cos, sin = np.broadcast_to(cos, shape).copy(), np.broadcast_to(sin, shape).copy()
-            cos, sin = cos.reshape(shape), sin.reshape(shape)
-        else:
-            cos, sin = host_tables(
+        if seed is None or not positions.size or (positions != self.position).any():
+            return host_tables(
                 self.inv_freq,
                 positions,
                 attention_factor=self.attention_factor,
@@ -324,6 +353,17 @@ class TableCache:
                 amplitude=self.amplitude,
                 undo=self.undo,
             )
+        # The row computed ahead (TableSource._block), for every position asked.
+        shape = (*positions.shape, self.inv_freq.size)
+        block, row = seed
+        cos, sin = block.cos[row].astype(dtype), block.sin[row].astype(dtype)
+        return np.broadcast_to(cos, shape).copy(), np.broadcast_to(sin, shape).copy()
+
+    def build(
+        self, positions: np.ndarray[Any, Any], xp: Namespace, device: Any, dtype: np.dtype[Any]
+    ) -> tuple[Array, Array]:
+        """:meth:`host` tables moved to ``device``."""
+        cos, sin = self.host(positions, dtype)
         # Concrete even inside a jax.jit trace: the caches keep these past the trace.
         with outside_trace(xp):
             return xp.asarray(cos, device=device), xp.asarray(sin, device=device)
@@ -334,66 +374,46 @@ class TableCache:
         """Tables covering at least positions :attr:`first` ``.. stop-1`` on ``device``
         (a seeded cache: its block's tables, of which it serves row ``stop - 1 - first``).
         """
-        global _generation  # noqa: PLW0603 - a process-wide count, read by generation()
         if self.block is not None:
             return self.block.tables(xp, device, dtype)
+
+        def grown() -> tuple[Array, Array, int]:
+            size = max(MIN_CACHED_ROWS, self.capacity, 1 << max(stop - 1, 0).bit_length())
+            if size > self.capacity and size * self.inv_freq.size > MAX_CACHED_ENTRIES:
+                size = max(stop, self.capacity)
+            self._reach = max(self._reach, size)
+            return (*self.build(np.arange(size, dtype=np.int64), xp, device, dtype), size)
+
         key = (xp.__name__, str(device), dtype)
-        entry = self._tables.get(key)
-        if entry is not None and entry[2] >= stop:
-            return entry[0], entry[1]
-        with self._lock:
-            entry = self._tables.get(key)
-            if entry is None or entry[2] < stop:
-                size = max(MIN_CACHED_ROWS, self.capacity, 1 << max(stop - 1, 0).bit_length())
-                if size > self.capacity and size * self.inv_freq.size > MAX_CACHED_ENTRIES:
-                    size = max(stop, self.capacity)
-                cos, sin = self.build(np.arange(size, dtype=np.int64), xp, device, dtype)
-                entry = (cos, sin, size)
-                self._tables[key] = entry
-                self._reach = max(self._reach, size)
-                _generation += 1
-        return entry[0], entry[1]
+        cos, sin, _ = _memo(self._lock, self._tables, key, lambda e: e[2] >= stop, grown)
+        return cos, sin
 
     def get_wide(
         self, stop: int, xp: Namespace, device: Any, dtype: np.dtype[Any], interleaved: bool
     ) -> tuple[Array, Array]:
         """:func:`widen` of :meth:`get`, cached (a seeded cache: its block's)."""
-        global _generation  # noqa: PLW0603 - a process-wide count, read by generation()
-        if self.block is not None:
-            return self.block.wide(xp, device, dtype, interleaved)
-        key = (xp.__name__, str(device), dtype, interleaved)
-        entry = self._wide.get(key)
-        if entry is not None and entry[2] >= stop:
-            return entry[0], entry[1]
         cos, sin = self.get(stop, xp, device, dtype)
-        with self._lock:
-            entry = self._wide.get(key)
-            if entry is None or entry[2] < stop:
-                with outside_trace(xp):
-                    entry = (*widen(cos, sin, interleaved, xp), int(cos.shape[0]))
-                self._wide[key] = entry
-                _generation += 1
-        return entry[0], entry[1]
-
-    def gather_wide(
-        self, where: Positions, xp: Namespace, device: Any, dtype: np.dtype[Any], interleaved: bool
-    ) -> tuple[Array, Array]:
-        """:func:`widen` of :meth:`gather`, from cached wide tables when they cover it."""
-        if not self.covers(where):
-            return widen(*self.gather(where, xp, device, dtype), interleaved, xp)
-        cos, sin = self.get_wide(where.stop, xp, device, dtype, interleaved)
-        return _pick(
-            cos, sin, offset=where.offset - self.first, seq=where.seq, index=where.array, xp=xp
+        key = (xp.__name__, str(device), dtype, interleaved)
+        rows = int(cos.shape[0])
+        wide = _memo(
+            self._lock,
+            self._wide,
+            key,
+            lambda e: e[2] >= rows,
+            lambda: (*widen(cos, sin, interleaved, xp), rows),
         )
+        return wide[0], wide[1]
 
     def rows(self, where: Positions, xp: Namespace, device: Any, dtype: np.dtype[Any]) -> Rows:
         """The rows for ``where`` (not traced): cached tables when small enough, else
         tables built for just the positions asked for (an array is then replaced by the
         indices of its distinct values)."""
+        if self.covers(where):
+            # Arrays index rows from position 0: a seeded cache (first row elsewhere)
+            # covers a range only.
+            cos, sin = self.get(where.stop, xp, device, dtype)
+            return Rows(cos, sin, where.array, where.offset - self.first)
         if where.array is None:
-            if self.covers(where):
-                cos, sin = self.get(where.stop, xp, device, dtype)
-                return Rows(cos, sin, None, where.offset - self.first)
             window = self._window(where.offset, where.stop, where.seq, xp, device, dtype)
             if window is not None:
                 cos, sin, start = window
@@ -401,9 +421,6 @@ class TableCache:
             rows = np.arange(where.offset, where.stop, dtype=np.int64)
             cos, sin = self.build(rows, xp, device, dtype)
             return Rows(cos, sin, None, 0)
-        if self.covers(where):
-            cos, sin = self.get(where.stop, xp, device, dtype)
-            return Rows(cos, sin, where.array, 0)
         host = to_host(where.array).astype(np.int64)
         window = None
         if host.size:
@@ -466,72 +483,22 @@ class TableCache:
     def gather(
         self, where: Positions, xp: Namespace, device: Any, dtype: np.dtype[Any]
     ) -> tuple[Array, Array]:
-        """cos/sin of shape ``(*batch', seq, pairs)`` (``(seq, pairs)`` for a range)."""
+        """cos/sin of shape ``(*batch', seq, pairs)`` (``(seq, pairs)`` for a range).
+
+        Positions left unread are gathered inside the graph from the tables of a
+        capacity (:func:`gather_rows`); traced positions without one get their tables from
+        a host callback when the compiled function runs."""
         if where.unread:
-            return self.in_graph(where.array, where.stop, xp, device, dtype)
-        if where.traced:
-            return self._traced(where.array, dtype)
-        rows = self.rows(where, xp, device, dtype)
-        return _pick(
-            rows.cos, rows.sin, offset=rows.offset, seq=where.seq, index=rows.row_of, xp=xp
-        )
+            cos, sin = self.get(where.stop, xp, device, dtype)
+            return gather_rows(cos, sin, where.array, where.stop, xp)
+        if where.traced and where.array is not None:
+            from ._jax import host_callback
 
-    def in_graph(
-        self, positions: Array, rows: int, xp: Namespace, device: Any, dtype: np.dtype[Any]
-    ) -> tuple[Array, Array]:
-        """The rows ``positions`` name of the tables of positions ``0 .. rows - 1``,
-        gathered with array-API operations: nothing reads the positions on the host, so
-        this works on traced, lazy and captured arrays, whatever their shape. A position
-        outside the tables gives a row of NaN (never a wrong rotation)."""
-        cos, sin = self.get(rows, xp, device, dtype)
-        if array_api_compat.is_jax_array(positions):
-            from ._jax import gather_rows  # keeps the sharding of positions
-
-            return gather_rows(cos, sin, positions, rows)
-        flat = xp.reshape(positions, (-1,))
-        inside = (flat >= 0) & (flat < rows)
-        flat = xp.where(inside, flat, xp.zeros_like(flat))
-        nan = xp.asarray(math.nan, dtype=cos.dtype, device=device)
-        picked = (xp.where(inside[:, None], xp.take(t, flat, axis=0), nan) for t in (cos, sin))
-        pairs = (cos.shape[-1],)
-        cos, sin = (reshape_lead(t, positions, positions.ndim, pairs, xp) for t in picked)
-        return cos, sin
-
-    def _traced(self, positions: Array, dtype: np.dtype[Any]) -> tuple[Array, Array]:
-        from ._jax import host_callback
-
-        def build(host: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], ...]:
-            return host_tables(
-                self.inv_freq,
-                host,
-                attention_factor=self.attention_factor,
-                dtype=dtype,
-                amplitude=self.amplitude,
-                undo=self.undo,
+            shape = (*where.array.shape, self.inv_freq.size)
+            return host_callback(
+                functools.partial(self.host, dtype=dtype), where.array, shape, dtype
             )
-
-        return host_callback(build, positions, (*positions.shape, self.inv_freq.size), dtype)
-
-    def __getstate__(self) -> dict[str, Any]:
-        # Tables live on devices and the lock does not pickle: a copy rebuilds both.
-        return {
-            "inv_freq": self.inv_freq,
-            "attention_factor": self.attention_factor,
-            "seed": self._seed,
-            "amplitude": self.amplitude,
-            "undo": self.undo,
-            "capacity": self.capacity,
-        }
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(  # type: ignore[misc]
-            state["inv_freq"],
-            state["attention_factor"],
-            seed=state["seed"],
-            amplitude=state["amplitude"],
-            undo=state["undo"],
-            capacity=state["capacity"],
-        )
+        return pick(self.rows(where, xp, device, dtype), where.seq, xp)
 
 
 class Ahead:
@@ -553,7 +520,9 @@ class Ahead:
         """One past the last length of the block."""
         self.many, self.cos, self.sin, self.factor = many, cos, sin, factor
         self._tables: dict[tuple[str, str, np.dtype[Any]], tuple[Array, Array]] = {}
-        self._wide: dict[tuple[str, str, np.dtype[Any], bool], tuple[Array, Array]] = {}
+        self._wide: dict[tuple[str, str, np.dtype[Any], bool], tuple[Array, Array, int]] = {}
+        """Wide tables of its rows, made by the caches of its lengths
+        (:meth:`TableCache.get_wide`)."""
         self._lock = lock()
 
     def holds(self, stop: int) -> bool:
@@ -572,41 +541,15 @@ class Ahead:
 
     def tables(self, xp: Namespace, device: Any, dtype: np.dtype[Any]) -> tuple[Array, Array]:
         """The rows rounded once to ``dtype`` (the bits of :func:`host_tables`), on ``device``."""
-        global _generation  # noqa: PLW0603 - a process-wide count, read by generation()
+
+        def rounded() -> tuple[Array, Array]:
+            with outside_trace(xp):
+                cos, sin = self.cos.astype(dtype), self.sin.astype(dtype)
+                return xp.asarray(cos, device=device), xp.asarray(sin, device=device)
+
         key = (xp.__name__, str(device), dtype)
-        entry = self._tables.get(key)
-        if entry is None:
-            with self._lock:
-                entry = self._tables.get(key)
-                if entry is None:
-                    cos, sin = self.cos.astype(dtype), self.sin.astype(dtype)
-                    with outside_trace(xp):
-                        entry = (xp.asarray(cos, device=device), xp.asarray(sin, device=device))
-                    self._tables[key] = entry
-                    _generation += 1
+        entry: tuple[Array, Array] = _memo(self._lock, self._tables, key, bool, rounded)
         return entry
-
-    def wide(
-        self, xp: Namespace, device: Any, dtype: np.dtype[Any], interleaved: bool
-    ) -> tuple[Array, Array]:
-        """:func:`widen` of :meth:`tables`, kept."""
-        global _generation  # noqa: PLW0603 - a process-wide count, read by generation()
-        key = (xp.__name__, str(device), dtype, interleaved)
-        entry = self._wide.get(key)
-        if entry is None:
-            cos, sin = self.tables(xp, device, dtype)
-            with self._lock:
-                entry = self._wide.get(key)
-                if entry is None:
-                    with outside_trace(xp):
-                        entry = widen(cos, sin, interleaved, xp)
-                    self._wide[key] = entry
-                    _generation += 1
-        return entry
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # The host rows only: tables live on devices and the lock does not pickle.
-        return (Ahead, (self.start, self.many, self.cos, self.sin, self.factor))
 
 
 class TableSource:
@@ -777,20 +720,6 @@ class TableSource:
         assert self.sections is not None
         parts = [cache.gather(stream, xp, device, dtype) for stream in where]
         return join_sections(parts, self.sections, xp, interleaved=self.scaling.mrope_interleaved)
-
-    def gather_wide(  # noqa: PLR0917 - gather's arguments and the pairing
-        self,
-        where: tuple[Positions, ...],
-        cache: TableCache,
-        xp: Namespace,
-        device: Any,
-        dtype: np.dtype[Any],
-        interleaved: bool,
-    ) -> tuple[Array, Array]:
-        """:func:`widen` of :meth:`gather` (cached for one stream)."""
-        if len(where) == 1:
-            return cache.gather_wide(where[0], xp, device, dtype, interleaved)
-        return widen(*self.gather(where, cache, xp, device, dtype), interleaved, xp)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled as its settings; see shared_source.

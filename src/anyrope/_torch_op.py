@@ -29,12 +29,10 @@ import sys
 import weakref
 from typing import Any, NamedTuple
 
-import numpy as np
-
 from . import _slices, _threads
 from ._amplitude import Amplitude
 from ._call import Call
-from ._namespace import Array
+from ._namespace import Array, table_dtype
 from ._offsets import Offsets
 from ._qkv import join_qkv, split_qkv
 from ._tables import TableSource
@@ -293,11 +291,11 @@ def _gathered(
     from torch.utils._python_dispatch import _disable_current_modes
 
     from ._paths.rotation import rotate_pairs
+    from ._tables import gather_rows
 
     capacity = source.max_positions
     assert capacity, "_gathers(source) is checked first"
     x = arrays[0]
-    dtype = np.dtype(np.float64 if x.dtype == torch.float64 else np.float32)
     cache = source.default.undoing() if inverse else source.default
     # The cached tables, built outside the tracer: constants of the graph. numba refuses
     # to load its typing (the host math's first use in a process) while math.pow is
@@ -305,7 +303,7 @@ def _gathered(
     swapped, math.pow = math.pow, _POW
     try:
         with _disable_current_modes():
-            cos, sin = cache.get(capacity, xp, x.device, dtype)
+            cos, sin = cache.get(capacity, xp, x.device, table_dtype(xp, x.dtype))
     finally:
         math.pow = swapped
     steps = torch.arange(x.shape[{"bshd": -3, "bhsd": -2, "sbhd": 0}[layout]], device=x.device)
@@ -315,12 +313,7 @@ def _gathered(
         where = values[..., None] + steps
     else:
         where = values + steps if values.ndim == 0 else values
-    inside = ((where >= 0) & (where < capacity))[..., None]
-    where = torch.where(inside[..., 0], where, 0)
-    c, s = (
-        _placed(torch.where(inside, table[where], torch.nan), layout, x.ndim)
-        for table in (cos, sin)
-    )
+    c, s = (_placed(t, layout, x.ndim) for t in gather_rows(cos, sin, where, capacity, xp))
     rotary_dim = source.rotary_dim
     return [
         rotate_pairs(

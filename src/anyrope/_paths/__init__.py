@@ -27,6 +27,9 @@ class Path(Protocol):
     """Whether :meth:`run` checks the values of a position array where it reads them, so
     a plan may reach it with positions left unread on a GPU (``Plan.unread``); otherwise
     the pipeline reads and checks them first."""
+    TABLES: str
+    """The form of the tables :meth:`run` reads in ``plan.tables`` (one of
+    :data:`anyrope._plan.TABLE_FORMS`), fetched before it runs."""
 
     def rejects(self, plan: Plan, /) -> str | None:
         """Why it cannot take ``plan`` (a phrase that follows "`impl`='NAME'"), or ``None``."""

@@ -23,7 +23,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import array_api_compat
-import array_api_compat.numpy as numpy_xp
 import numpy as np
 
 from .. import _threads
@@ -34,6 +33,7 @@ from .rotation import halves
 
 NAME = "blocked"
 CHECKS_POSITIONS = False
+TABLES = "host wide"
 
 BLOCK_ELEMENTS = 1 << 17
 """Elements per block: each worker's two float32 scratch buffers (512 KiB each) and the
@@ -96,12 +96,10 @@ def _run(plan: Plan) -> tuple[Array, ...]:
     # shaped to broadcast against the input split likewise.
     split = (r // 2, 2) if interleaved else (2, r // 2)
     if torch:
-        from .._torch import bump_versions, numpy_view, positions_view
+        from .._torch import bump_versions, numpy_view
 
-        if any(stream.array is not None for stream in plan.where):
-            plan = plan.with_host_positions(positions_view)
     # Slicing and indexing NumPy's tables cost less than torch's; torch then views them.
-    pairs = plan.wide_tables(numpy_xp, split)
+    pairs = plan.tables[:2]
     if torch_ops:
         import torch as torch_module
 

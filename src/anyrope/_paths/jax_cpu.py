@@ -17,6 +17,7 @@ NAME = "jax"
 
 CHECKS_POSITIONS = True
 """Traced positions are gathered in the graph (NaN rows out of range), never read."""
+TABLES = "placed"
 
 
 def rejects(plan: Plan) -> str | None:
@@ -34,7 +35,7 @@ def rejects(plan: Plan) -> str | None:
 
 def run(plan: Plan) -> tuple[Array, ...]:
     """Each array rotated by one FFI call, with the tables gathered in the graph."""
-    cos, sin = plan.gathered_tables()
+    cos, sin, _, _ = plan.tables
     heads = -3 if plan.axes.layout == "bhsd" else -2
     return tuple(
         rotate_in_graph(

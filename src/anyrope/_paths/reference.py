@@ -16,8 +16,9 @@ NAME = "array_api"
 
 CHECKS_POSITIONS = True
 """Positions left unread are gathered with array-API operations, NaN rows out of range
-(:meth:`~anyrope._tables.TableCache.in_graph`): no host read, so traced, lazy and
+(:func:`~anyrope._tables.gather_rows`): no host read, so traced, lazy and
 captured calls take this path."""
+TABLES = "placed"
 
 
 def rejects(plan: Plan) -> str | None:
@@ -28,7 +29,7 @@ def rejects(plan: Plan) -> str | None:
 def run(plan: Plan) -> tuple[Array, ...]:
     """Rotate with standard functions only; in place, the result is then written back."""
     xp = plan.xp
-    cos, sin = plan.gathered_tables()
+    cos, sin, _, _ = plan.tables
     results = []
     # inf * 0 is NaN and a huge pair may overflow: IEEE results the contract keeps
     # (numerical-contract.rst, "What is identical, and what is not"), not something to warn about on

@@ -19,6 +19,7 @@ from . import dispatch
 
 NAME = "cuda"
 CHECKS_POSITIONS = True
+TABLES = "rows"
 """The kernel checks the values of a position array as it reads them (a position the
 tables do not hold gives NaN): the host need not read them, which would wait for the
 device."""

@@ -16,15 +16,13 @@ import ctypes
 import functools
 import operator
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import array_api_compat
 
 from ... import _threads
 from ..._namespace import Array, Namespace
 from ..._plan import Plan
-from ..._positions import Positions
-from ..._tables import Rows, TableCache, generation
 from .geometry import Launch, LaunchTemplate, Operand, launch_templates
 
 __all__ = ["Launcher", "hold_cupy_tables", "launch_on_device", "rotate_raw"]
@@ -60,7 +58,8 @@ def rotate_raw(
     """
     xp, where = plan.xp, plan.where[0]
     operand, address = _accessors(arrays[0])
-    rows, cos, sin, table_rows = _tables(plan, where, address)
+    rows = plan.tables
+    cos, sin, table_rows = address(rows.cos), address(rows.sin), int(rows.cos.shape[0])
     positions = rows.row_of  # int32 or int64 (see anyrope._positions)
     outputs = arrays if inplace else _empty_like(arrays, xp)
     io = [p for x, y in zip(arrays, outputs, strict=True) for p in (address(x), address(y))]
@@ -203,52 +202,6 @@ def _accessors(first: Array) -> tuple[Callable[[Array], Operand], Callable[[Arra
     if type(first).__module__.startswith("torch"):
         return _torch_operand, type(first).data_ptr
     return _operand, _address
-
-
-def _tables(
-    plan: Plan, where: Positions, address: Callable[[Array], int]
-) -> tuple[Rows, int, int, int]:
-    """The rows of the call's tables, the addresses of cos and sin and their row count.
-
-    Tables indexed by position (those a table cache keeps, not the rows of a window or
-    of distinct positions) are remembered in the plan's memo until a table is built
-    anywhere (:func:`anyrope._tables.generation`): a later call of the geometry that
-    stays within them skips the lookup. The memo may keep a table the cache has since
-    replaced alive until then.
-    """
-    tables, memo = plan.tables, plan.memo
-    seen: _SeenTables | None = memo.get(_TABLES)
-    if (
-        seen is not None
-        and seen.generation == generation()
-        and seen.tables is tables
-        and where.stop <= seen.rows
-    ):
-        rows = Rows(seen.cos, seen.sin, where.array, 0 if where.array is not None else where.offset)
-        return rows, seen.cos_ptr, seen.sin_ptr, seen.rows
-    built = generation()
-    rows = tables.rows(where, plan.xp, plan.device, plan.table_dtype)
-    cos_ptr, sin_ptr, table_rows = address(rows.cos), address(rows.sin), int(rows.cos.shape[0])
-    by_position = rows.offset == where.offset if where.array is None else rows.row_of is where.array
-    if tables.block is None and by_position:
-        memo[_TABLES] = _SeenTables(built, tables, rows.cos, rows.sin, cos_ptr, sin_ptr, table_rows)
-    return rows, cos_ptr, sin_ptr, table_rows
-
-
-_TABLES = "cuda tables"
-"""The key of the remembered tables in :attr:`anyrope._plan.Plan.memo`."""
-
-
-class _SeenTables(NamedTuple):
-    """Tables a call of a geometry read, for the next (see :func:`_tables`)."""
-
-    generation: int
-    tables: TableCache
-    cos: Array
-    sin: Array
-    cos_ptr: int
-    sin_ptr: int
-    rows: int
 
 
 def _geometry(op: Operand, x: Array) -> tuple[object, ...]:

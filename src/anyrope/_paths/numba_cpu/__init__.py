@@ -18,17 +18,17 @@ import importlib.util
 import itertools
 from typing import Any
 
-import array_api_compat.numpy as numpy_xp
 import numpy as np
 
 from ... import _threads
 from ..._cpu_memory import STORAGE_DTYPES, empty_like
 from ..._namespace import Array
 from ..._plan import Plan
-from ..._torch import bump_versions, numpy_view, positions_view
+from ..._torch import bump_versions, numpy_view
 
 NAME = "numba"
 CHECKS_POSITIONS = False
+TABLES = "host rows"
 
 PARALLEL_ELEMENTS = 1 << 21
 """Inputs of more rotated elements than this are split between threads; below it, a
@@ -144,40 +144,18 @@ def _tables(plan: Plan) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], int
     (numerical-contract.rst, "How every path computes" 4, The inverse).
     """
     axes = plan.axes
-    lead = len(axes.batch) + 2
-    (where, *more) = plan.where
-    if not more and where.array is None:
-        rows = plan.tables.rows(where, numpy_xp, "cpu", plan.table_dtype)
-        cos, sin, first = rows.cos, rows.sin, rows.offset
+    cos, sin, index, first = plan.tables
+    if index is None:
         if plan.inverse:
             # Only the rows this call reads, not the whole cached table.
-            used = slice(first, first + where.seq)
+            used = slice(first, first + plan.where[0].seq)
             cos, sin, first = cos[used], -sin[used], 0
-        return cos, sin, first, _seq_strides(axes.layout, lead)
-    if not more:
-        # One stream of positions: its rows taken by NumPy, with no call through the
-        # caller's library (a decode step with position_ids pays two takes).
-        rows = plan.tables.rows(where, numpy_xp, "cpu", plan.table_dtype)
-        index = rows.row_of
-        if not isinstance(index, np.ndarray):
-            index = positions_view(index)  # the caller's torch positions, where cached rows serve
-        flat = index.reshape(-1)
-        cos, sin = rows.cos.take(flat, axis=0), rows.sin.take(flat, axis=0)
-        return cos, (-sin if plan.inverse else sin), 0, _index_strides(index.shape, axes.layout)
-    cos, sin = plan.gathered_tables()
-    if plan.library == "torch":
-        # Tables gathered for this call, ours alone: NumPy arrays that keep them alive.
-        cos, sin = cos.contiguous().numpy(), sin.contiguous().numpy()
-    cos, sin = np.ascontiguousarray(cos), np.ascontiguousarray(sin)
-    row_bytes = cos.strides[-1] * cos.shape[-1]
-    # The placed tables broadcast against the inputs: size-1 axes read the same rows.
-    shape = cos.shape[:-1]
-    strides = (0,) * (lead - len(shape)) + tuple(
-        0 if n == 1 else s // row_bytes for n, s in zip(shape, cos.strides[:-1], strict=True)
-    )
-    width = cos.shape[-1]
-    cos, sin = cos.reshape(-1, width), sin.reshape(-1, width)
-    return cos, (-sin if plan.inverse else sin), 0, strides
+        return cos, sin, first, _seq_strides(axes.layout, len(axes.batch) + 2)
+    # The rows of each token, taken by NumPy with no call through the caller's library
+    # (a decode step with position_ids pays two takes).
+    flat = index.reshape(-1)
+    cos, sin = cos.take(flat, axis=0), sin.take(flat, axis=0)
+    return cos, (-sin if plan.inverse else sin), 0, _index_strides(index.shape, axes.layout)
 
 
 def _storage_view(x: Array, plan: Plan) -> np.ndarray[Any, Any]:
