@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import operator
+import struct
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -230,8 +231,11 @@ def _torch_empty_like() -> tuple[Callable[..., Array], Any]:
     return torch.empty_like, torch.contiguous_format
 
 
-# cuLaunchKernel's `extra` keys: the parameter buffer, its size, the end of the list.
+# cuLaunchKernel's `extra` list (the parameter buffer's key and address, its size's key
+# and address, the end), then the size, then the buffer: one bytearray per launch.
+_EXTRA = struct.Struct("<6Q")
 _BUFFER_POINTER, _BUFFER_SIZE, _END = 1, 2, 0
+_SIZE_AT = 40
 
 
 def launch_on_device(
@@ -264,19 +268,16 @@ def launch_on_device(
                 interleaved=launch.interleaved,
                 wide_index=launch.wide_index,
             )
-            params = ctypes.create_string_buffer(launch.params, len(launch.params))
-            size = ctypes.c_size_t(len(launch.params))
-            extra = (ctypes.c_void_p * 5)(
-                _BUFFER_POINTER,
-                ctypes.addressof(params),
-                _BUFFER_SIZE,
-                ctypes.addressof(size),
-                _END,
+            extra = bytearray(_EXTRA.size) + launch.params
+            at = ctypes.addressof(ctypes.c_char.from_buffer(extra))
+            _EXTRA.pack_into(
+                extra,
+                0,
+                *(_BUFFER_POINTER, at + _EXTRA.size, _BUFFER_SIZE, at + _SIZE_AT, _END),
+                len(launch.params),
             )
             # The driver copies the parameters before it returns.
-            launch_kernel(
-                function, *launch.grid, *launch.block, 0, stream_ptr, 0, ctypes.addressof(extra)
-            )
+            launch_kernel(function, *launch.grid, *launch.block, 0, stream_ptr, 0, at)
     if torch_stream is not None:
         # torch's caching allocator keeps a block until the streams it was recorded on
         # have passed this point (under graph capture too).
