@@ -146,11 +146,10 @@ class Call(NamedTuple):
         return Call(arrays, self.names if names is None else names, *self[2:])
 
 
-def make_call(
+def make_call(  # noqa: PLR0917 - the options in the order of the public signatures
     arrays: tuple[Array, ...],
     names: tuple[str, ...],
     positions: object,
-    *,
     layout: str,
     inverse: bool,
     inplace: bool,
@@ -159,7 +158,10 @@ def make_call(
     cu_seqlens: Array | None,
 ) -> Call:
     """The checked :class:`Call` of these arguments (the flags must be bools: a cached plan
-    would take 1 for True; ``cu_seqlens`` needs ``layout="thd"``)."""
+    would take 1 for True; ``cu_seqlens`` needs ``layout="thd"``).
+
+    The options come in the order of the public signatures, which pass them by position.
+    """
     check_bool(inverse, "inverse")
     check_bool(inplace, "inplace")
     if cu_seqlens is not None and layout != "thd":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import numbers
 from collections.abc import Mapping
 from typing import Any
@@ -411,15 +412,7 @@ class RoPE:
         True
         """
         call = make_call(
-            (q, k),
-            ("q", "k"),
-            positions,
-            layout=layout,
-            inverse=inverse,
-            inplace=inplace,
-            impl=impl,
-            xp=xp,
-            cu_seqlens=cu_seqlens,
+            (q, k), ("q", "k"), positions, layout, inverse, inplace, impl, xp, cu_seqlens
         )
         q2, k2 = self._rotate(call, BOTH)
         return q2, k2
@@ -461,17 +454,7 @@ class RoPE:
                [ 0.5403023 ,  0.84147096],
                [-0.41614684,  0.9092974 ]], dtype=float32)
         """
-        call = make_call(
-            (x,),
-            ("x",),
-            positions,
-            layout=layout,
-            inverse=inverse,
-            inplace=inplace,
-            impl=impl,
-            xp=xp,
-            cu_seqlens=cu_seqlens,
-        )
+        call = make_call((x,), ("x",), positions, layout, inverse, inplace, impl, xp, cu_seqlens)
         (y,) = self._rotate(call, QUERIES)
         return y
 
@@ -530,35 +513,10 @@ class RoPE:
         >>> rope.rotate_qkv(grouped, num_heads_q=4).shape   # 4 query, 1 key, 1 value head
         (2, 4, 6, 8)
         """
-        if xp is not None:  # a namespace of another library is named for `qkv`, not its views
-            namespace_of(qkv, xp=xp, argument="qkv")
-        # In place, q and k as one view: one call's overhead. Not for xPos, which scales
-        # them apart, nor for the op that torch.compile traces, which takes q and k.
-        qk = None
-        one_source = self._sources[0] is self._sources[1]
-        if inplace is True and one_source and not torch_op.compiling(qkv):
-            qk = joint_qk(qkv, layout, num_heads_q)
         call = make_call(
-            (qkv,) if qk is None else (qk,),
-            ("qkv",),
-            positions,
-            layout=layout,
-            inverse=inverse,
-            inplace=inplace,
-            impl=impl,
-            xp=xp,
-            cu_seqlens=cu_seqlens,
+            (qkv,), ("qkv",), positions, layout, inverse, inplace, impl, xp, cu_seqlens
         )
-        if qk is not None:
-            self._rotate(call, QUERIES)
-            return qkv
-        if torch_op.compiling(qkv):
-            return torch_op.rotate_qkv(self._target(call, BOTH), call, num_heads_q)
-        fused = split_qkv(qkv, layout, num_heads_q)
-        q, k = self._rotate(call.on((fused.q, fused.k), ("q", "k")), BOTH)
-        if inplace:
-            return qkv
-        return join_qkv(fused, q, k, namespace_of(qkv, xp=xp, argument="qkv"))
+        return self._rotate_qkv(call, num_heads_q)
 
     @shared_docs
     def path(
@@ -607,17 +565,7 @@ class RoPE:
             # The call rotates a view from start_index on: name the path that view takes.
             start = self.start_index if x.shape[-1] == self.head_dim else 0
             x = x[..., start:]
-        call = make_call(
-            (x,),
-            ("x",),
-            positions,
-            layout=layout,
-            inverse=False,
-            inplace=inplace,
-            impl=impl,
-            xp=xp,
-            cu_seqlens=cu_seqlens,
-        )
+        call = make_call((x,), ("x",), positions, layout, False, inplace, impl, xp, cu_seqlens)
         return _pipeline.path_name(
             self._source, call, head_dim=self.head_dim - start, interleaved=self.interleaved
         )
@@ -636,21 +584,37 @@ class RoPE:
         # The inverse of a scaled rotation a R(theta) is R(-theta) / a: the pipeline's
         # inverse with the other side's tables (xPos: amplitude 1 / a).
         sources = (self._sources[::-1] if call.inverse else self._sources)[sides]
+        rotate = functools.partial(_pipeline.rotate_each, sources, interleaved=self.interleaved)
         start = self.start_index
         if not start or not all(map(array_api_compat.is_array_api_obj, call.arrays)):
-            return self._rotate_whole(sources, call, self.head_dim)
+            return rotate(call, head_dim=self.head_dim)
         # The features from start_index on, as views; those before are kept.
         whole = call.arrays
         tails = _slices.tails(whole, call.names, self.head_dim, start)
-        rotated = self._rotate_whole(sources, call.on(tails), self.head_dim - start)
+        rotated = rotate(call.on(tails), head_dim=self.head_dim - start)
         if call.inplace:
             return whole
         return _slices.rejoin(whole, rotated, start, namespace_of(*whole, xp=call.xp))
 
-    def _rotate_whole(
-        self, sources: tuple[TableSource, ...], call: Call, head_dim: int
-    ) -> tuple[Array, ...]:
-        return _pipeline.rotate_each(sources, call, head_dim=head_dim, interleaved=self.interleaved)
+    def _rotate_qkv(self, call: Call, num_heads_q: int | None) -> Array:
+        """Rotate the fused array of ``call`` (see :meth:`rotate_qkv`)."""
+        qkv = call.arrays[0]
+        if call.xp is not None:  # a namespace of another library is named for `qkv`, not its views
+            namespace_of(qkv, xp=call.xp, argument="qkv")
+        if torch_op.compiling(qkv):  # the op that torch.compile traces takes q and k
+            return torch_op.rotate_qkv(self._target(call, BOTH), call, num_heads_q)
+        # In place, q and k as one view: one call's overhead. Not for xPos, which scales
+        # them apart.
+        if call.inplace and self._sources[0] is self._sources[1]:
+            qk = joint_qk(qkv, call.layout, num_heads_q)
+            if qk is not None:
+                self._rotate(call.on((qk,)), QUERIES)
+                return qkv
+        fused = split_qkv(qkv, call.layout, num_heads_q)
+        q, k = self._rotate(call.on((fused.q, fused.k), ("q", "k")), BOTH)
+        if call.inplace:
+            return qkv
+        return join_qkv(fused, q, k, namespace_of(qkv, xp=call.xp, argument="qkv"))
 
     def tables(
         self,

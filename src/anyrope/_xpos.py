@@ -213,17 +213,7 @@ class XPos(RoPE):
         >>> np.linalg.norm(y[:, 0], axis=-1)             # zeta_0 = 2/7 to the power m
         array([1.        , 0.28571429, 0.08163265])
         """
-        call = make_call(
-            (x,),
-            ("x",),
-            positions,
-            layout=layout,
-            inverse=inverse,
-            inplace=inplace,
-            impl=impl,
-            xp=xp,
-            cu_seqlens=cu_seqlens,
-        )
+        call = make_call((x,), ("x",), positions, layout, inverse, inplace, impl, xp, cu_seqlens)
         (y,) = self._rotate(call, QUERIES)
         return y
 
@@ -265,17 +255,7 @@ class XPos(RoPE):
         >>> np.linalg.norm(y[:, 0], axis=-1)             # (7/2) to the power m
         array([ 1.  ,  3.5 , 12.25])
         """
-        call = make_call(
-            (x,),
-            ("x",),
-            positions,
-            layout=layout,
-            inverse=inverse,
-            inplace=inplace,
-            impl=impl,
-            xp=xp,
-            cu_seqlens=cu_seqlens,
-        )
+        call = make_call((x,), ("x",), positions, layout, inverse, inplace, impl, xp, cu_seqlens)
         (y,) = self._rotate(call, KEYS)
         return y
 
