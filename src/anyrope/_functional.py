@@ -373,4 +373,4 @@ def rotate_qkv(
     """
     call = make_call((qkv,), ("qkv",), positions, layout, inverse, inplace, impl, xp, cu_seqlens)
     settings = (rotary_dim, base, interleaved, max_position_embeddings, start_index, scaling)
-    return _rotate(call, settings, num_heads_q)  # type: ignore[no-any-return]
+    return _rotate(call, settings, num_heads_q)

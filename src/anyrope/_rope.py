@@ -101,12 +101,13 @@ class RoPE:
         max_positions: int | None = None,
     ) -> None:
         self.head_dim = check_head_dim(head_dim)
-        self.start_index = check_int(start_index, "start_index")
-        if not 0 <= self.start_index < self.head_dim:
-            raise ValueError(
-                f"`start_index` must be at least 0 and below head_dim={self.head_dim}; "
-                f"got {self.start_index}"
-            )
+        self.start_index = check_int(
+            start_index,
+            "start_index",
+            0,
+            self.head_dim,
+            f"at least 0 and below head_dim={head_dim}",
+        )
         width = self.head_dim - self.start_index
         self.rotary_dim = width if rotary_dim is None else check_rotary_dim(rotary_dim, head_dim)
         if self.rotary_dim > width:
@@ -116,21 +117,18 @@ class RoPE:
             )
         self.base = check_base(base)
         self.interleaved = check_bool(interleaved, "interleaved")
-        if max_position_embeddings is not None:
-            check_int(max_position_embeddings, "max_position_embeddings")
         self.scaling = parse_rope_scaling(scaling, max_position_embeddings=max_position_embeddings)
         self._check_scaling()
         self.max_position_embeddings = self.scaling.max_position_embeddings
         self.softmax_scale = self.scaling.softmax_scale
         self.axial = self.scaling.rope_type == "axial"
         self.sections = self.scaling.sections(self.rotary_dim)
-        self.max_positions = None
+        self.max_positions = max_positions
         if max_positions is not None:
-            self.max_positions = check_int(max_positions, "max_positions")
-            if not 0 < self.max_positions <= MAX_POSITION:
-                raise ValueError(
-                    f"`max_positions` must be at least 1 and at most 2**53; got {max_positions}"
-                )
+            bounds = "at least 1 and at most 2**53"
+            self.max_positions = check_int(
+                max_positions, "max_positions", 1, MAX_POSITION + 1, bounds
+            )
         # The tables of queries, then of keys: one source for both but in xPos. The keys
         # name the table sources to the torch custom op that torch.compile traces.
         sources, keys = zip(
@@ -263,19 +261,14 @@ class RoPE:
         >>> {name: (rope.base, rope.scaling.rope_type) for name, rope in ropes.items()}
         {'sliding_attention': (10000.0, 'default'), 'full_attention': (1000000.0, 'linear')}
         """
-        ropes: dict[str, RoPE | None] = {}
-        made: dict[Any, RoPE] = {}
-        for name, settings in from_hf_config_layers(config).items():
-            if settings is None:
-                ropes[name] = None
-                continue
-            # Layer types with the same settings share one RoPE (and its tables).
-            if settings not in made:
-                made[settings] = RoPE(
-                    settings.head_dim, **settings.kwargs(), max_positions=max_positions
-                )
-            ropes[name] = made[settings]
-        return ropes
+        layers = from_hf_config_layers(config)
+        # Layer types with the same settings share one RoPE (and its tables).
+        made = {
+            settings: RoPE(settings.head_dim, **settings.kwargs(), max_positions=max_positions)
+            for settings in set(layers.values())
+            if settings is not None
+        }
+        return {name: made.get(settings) for name, settings in layers.items()}  # type: ignore[arg-type]
 
     def frequencies(self, seq_len: int | None = None) -> tuple[FloatArray, float]:
         """Return ``(inv_freq, attention_factor)`` for a sequence of ``seq_len`` positions.
@@ -343,33 +336,34 @@ class RoPE:
         for source in self._sources:
             source.clear()
 
+    _SETTINGS: tuple[str, ...] = (
+        "rotary_dim",
+        "base",
+        "interleaved",
+        "start_index",
+        "max_positions",
+        "scaling",
+    )
+    """The keywords that rebuild this object after ``head_dim``, in the order of its repr."""
+
     def __reduce__(self) -> tuple[Any, ...]:
         # Rebuilt from its settings: the frequencies are recomputed (the same bits) and
         # the tables, which live on devices, are rebuilt where they are needed.
-        return (
-            _restore,
-            (
-                type(self),
-                self.head_dim,
-                self.rotary_dim,
-                self.base,
-                self.interleaved,
-                self.scaling,
-                self.start_index,
-                self.max_positions,
-            ),
-        )
+        return (_restore, (type(self), self.head_dim, self._settings()))
+
+    def _settings(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self._SETTINGS}
 
     def __repr__(self) -> str:
-        extra = f", start_index={self.start_index}" if self.start_index else ""
-        if self.max_positions is not None:
-            extra += f", max_positions={self.max_positions}"
-        if self.scaling != RopeScaling(max_position_embeddings=self.max_position_embeddings):
-            extra += f", scaling={self.scaling!r}"
-        return (
-            f"RoPE(head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, "
-            f"base={self.base!r}, interleaved={self.interleaved}{extra})"
+        # Every setting but those at their default from start_index on.
+        default = RopeScaling(max_position_embeddings=self.max_position_embeddings)
+        defaults = {"start_index": 0, "max_positions": None, "scaling": default}
+        shown = (
+            f"{name}={value!r}"
+            for name, value in self._settings().items()
+            if name not in defaults or value != defaults[name]
         )
+        return f"{type(self).__name__}(head_dim={self.head_dim}, {', '.join(shown)})"
 
     @shared_docs
     def __call__(
@@ -710,22 +704,5 @@ BOTH, QUERIES, KEYS = slice(0, 2), slice(0, 1), slice(1, 2)
 """The sides (queries, keys) of the arrays of ``rope(q, k)``, of ``rotate`` and of keys."""
 
 
-def _restore(  # noqa: PLR0917 - the arguments __reduce__ gives, in order
-    cls: type[RoPE],
-    head_dim: int,
-    rotary_dim: int,
-    base: float,
-    interleaved: bool,
-    scaling: RopeScaling,
-    start_index: int = 0,
-    max_positions: int | None = None,
-) -> RoPE:
-    return cls(
-        head_dim,
-        rotary_dim=rotary_dim,
-        base=base,
-        interleaved=interleaved,
-        scaling=scaling,
-        start_index=start_index,
-        max_positions=max_positions,
-    )
+def _restore(cls: type[RoPE], head_dim: int, settings: dict[str, Any]) -> RoPE:
+    return cls(head_dim, **settings)
