@@ -123,26 +123,19 @@ class RoPE:
         self.softmax_scale = self.scaling.softmax_scale
         self.axial = self.scaling.rope_type == "axial"
         self.sections = self.scaling.sections(self.rotary_dim)
-        self.max_positions = max_positions
         if max_positions is not None:
             bounds = "at least 1 and at most 2**53"
-            self.max_positions = check_int(
-                max_positions, "max_positions", 1, MAX_POSITION + 1, bounds
-            )
+            max_positions = check_int(max_positions, "max_positions", 1, MAX_POSITION + 1, bounds)
+        self.max_positions = max_positions
         # The tables of queries, then of keys: one source for both but in xPos. The keys
         # name the table sources to the torch custom op that torch.compile traces.
-        sources, keys = zip(
-            *(
-                torch_op.table_source(
-                    self.scaling, self.rotary_dim, self.base, self.max_positions, amplitude
-                )
-                for amplitude in self._amplitudes()
-            ),
-            strict=True,
-        )
-        self._source: TableSource = sources[0]
-        self._sources: tuple[TableSource, ...] = (sources[0], sources[-1])
-        self._op_keys: tuple[int, ...] = (keys[0], keys[-1])
+        made = [
+            torch_op.table_source(self.scaling, self.rotary_dim, self.base, self.max_positions, a)
+            for a in self._amplitudes()
+        ]
+        self._source: TableSource = made[0][0]
+        self._sources: tuple[TableSource, ...] = (made[0][0], made[-1][0])
+        self._op_keys: tuple[int, ...] = (made[0][1], made[-1][1])
         self.inv_freq = self._source.default.inv_freq
         self.attention_factor = self._source.default.attention_factor
 
@@ -165,8 +158,7 @@ class RoPE:
                     "partial_rotary_factor chooses how many pairs turn); got "
                     f"`rotary_dim`={self.rotary_dim} for head_dim={self.head_dim}"
                 )
-            fraction = None
-        if fraction is not None and int(self.head_dim * fraction) != self.rotary_dim:
+        elif fraction is not None and int(self.head_dim * fraction) != self.rotary_dim:
             raise ValueError(
                 f"`scaling` has partial_rotary_factor={fraction!r}, which gives rotary_dim="
                 f"{int(self.head_dim * fraction)} for head_dim={self.head_dim}; got "
@@ -653,27 +645,25 @@ class RoPE:
         >>> float(sin[1, 0]) == float(np.sin(1.0))
         True
         """
+        # The position streams of M-RoPE (an array) and axial RoPE, if any.
+        sections = self.sections if self.axial or hasattr(positions, "shape") else None
         if not isinstance(positions, bool) and isinstance(positions, numbers.Integral):
-            count = check_int(positions, "positions")
-            if count < 0:
-                raise ValueError(f"`positions` count must be non-negative; got {count}")
-            host = np.arange(count, dtype=np.int64)
-            if xp is None:
-                xp = namespace_of(np.empty(0), argument="positions")
-            check_namespace(xp)
-        else:
-            xp = namespace_of(positions, xp=xp, argument="positions")
-            if not xp.isdtype(positions.dtype, "integral"):  # type: ignore[attr-defined]
-                raise TypeError(f"`positions` must have an integer dtype; got {positions.dtype}")  # type: ignore[attr-defined]
-            if is_traced(positions):
-                raise TypeError(
-                    "`positions` of RoPE.tables must be concrete, as the tables are built on "
-                    "the host when it is called, and jax.jit traces it; close over a concrete "
-                    "array, or pass the traced positions to rotate or __call__ instead"
-                )
-            if device is None:
-                device = device_of(positions)
-            host = to_host(positions)
+            bounds = "a count from 0 to 2**53"
+            count = check_int(positions, "positions", 0, MAX_POSITION + 1, bounds)
+            if xp is not None:
+                check_namespace(xp)
+            positions = (np if xp is None else xp).arange(count)
+        xp = namespace_of(positions, xp=xp, argument="positions")
+        if not xp.isdtype(positions.dtype, "integral"):  # type: ignore[attr-defined]
+            raise TypeError(f"`positions` must have an integer dtype; got {positions.dtype}")  # type: ignore[attr-defined]
+        if is_traced(positions):
+            raise TypeError(
+                "`positions` of RoPE.tables must be concrete, as the tables are built on "
+                "the host when it is called, and jax.jit traces it; close over a concrete "
+                "array, or pass the traced positions to rotate or __call__ instead"
+            )
+        device = device_of(positions) if device is None else device
+        host = to_host(positions)
         if not is_real_floating(xp, dtype):
             raise TypeError(
                 f"`dtype` must be a real floating dtype of {library_name(xp)}; got {dtype!r}"
@@ -685,15 +675,15 @@ class RoPE:
             )
         host = host.astype(np.int64)
         cache = self._source.for_length(int(host.max()) + 1 if host.size else 0)
-        if self.sections is None or not (self.axial or hasattr(positions, "shape")):
+        if sections is None:
             cos, sin = cache.build(host, xp, device, np.dtype(np.float64))
         else:
             cos, sin = _mrope.join_sections(
                 [
                     cache.build(stream, xp, device, np.dtype(np.float64))
-                    for stream in _mrope.split_host_streams(host, self.sections, axial=self.axial)
+                    for stream in _mrope.split_host_streams(host, sections, axial=self.axial)
                 ],
-                self.sections,
+                sections,
                 xp,
                 interleaved=self.scaling.mrope_interleaved,
             )
