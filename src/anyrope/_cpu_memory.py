@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import mmap
 import sys
 from typing import Any
@@ -47,11 +48,6 @@ def empty_like(x: Any) -> Any:
     return out
 
 
-_libc_handle: Any = None
-
-
+@functools.cache  # loaded once, on first use
 def _libc() -> Any:
-    global _libc_handle  # noqa: PLW0603 - loaded once, on first use
-    if _libc_handle is None:
-        _libc_handle = ctypes.CDLL(None, use_errno=True)
-    return _libc_handle
+    return ctypes.CDLL(None, use_errno=True)

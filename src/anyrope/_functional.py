@@ -86,19 +86,12 @@ def cache_nbytes() -> int:
         return sum(rope.cache_nbytes() for rope in held.values())
 
 
-SETTINGS = (
-    "rotary_dim",
-    "base",
-    "interleaved",
-    "max_position_embeddings",
-    "start_index",
-    "scaling",
-)
-"""The keywords of :class:`RoPE` that a functional call passes, in the order of its settings."""
+# The keywords of RoPE that a functional call passes, in the order of its settings.
+_NAMES = ("rotary_dim", "base", "interleaved", "max_position_embeddings", "start_index", "scaling")
 
 
 def _rope(x: Array, name: str, settings: tuple[Any, ...]) -> RoPE:
-    """The cached :class:`RoPE` of ``settings`` (the arguments :data:`SETTINGS`) for an
+    """The cached :class:`RoPE` of ``settings`` (the arguments :data:`_NAMES`) for an
     input whose last axis is the head dimension."""
     shape = getattr(x, "shape", None)
     head_dim = int(shape[-1]) if shape else 0
@@ -120,7 +113,7 @@ def _rope(x: Array, name: str, settings: tuple[Any, ...]) -> RoPE:
             f"the last axis of `{name}` (head_dim) must have a positive even length; "
             f"got {describe(x)}"
         )
-    rope = RoPE(head_dim, **dict(zip(SETTINGS, settings, strict=True)))
+    rope = RoPE(head_dim, **dict(zip(_NAMES, settings, strict=True)))
     if key:
         with _lock:
             rope = _ropes.setdefault(key, rope)

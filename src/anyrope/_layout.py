@@ -33,7 +33,7 @@ def axes_of(x: Array, layout: str, argument: str = "x") -> Axes:
     if len(shape) < 3:
         raise ValueError(
             f"`{argument}` must have at least 3 axes for layout={layout!r} "
-            f"({_AXES_TEXT[layout]}); got {describe(x)}"
+            f"({', '.join(_AXES[axis] for axis in layout)}); got {describe(x)}"
         )
     if layout == "bshd":
         *batch, seq, heads, dim = shape
@@ -52,11 +52,8 @@ def heads_axis(layout: str) -> int:
     return -3 if layout == "bhsd" else -2
 
 
-_AXES_TEXT = {
-    "bshd": "*batch, seq, heads, head_dim",
-    "bhsd": "*batch, heads, seq, head_dim",
-    "sbhd": "seq, *batch, heads, head_dim",
-}
+_AXES = {"b": "*batch", "s": "seq", "h": "heads", "d": "head_dim"}
+"""The axes that the letters of a layout name."""
 
 
 def range_table_shape(axes: Axes, rows: int, features: tuple[int, ...]) -> tuple[int, ...]:

@@ -6,6 +6,7 @@ Nothing here imports torch, cupy or jax: libraries are recognised through
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import array_api_compat
@@ -95,20 +96,14 @@ def dtype_name(dtype: Any) -> str:
     """Readable dtype name across libraries: ``torch.bfloat16`` -> ``"bfloat16"``."""
     # Kept by type and dtype (NumPy's float64 dtype equals Python's float): a decode step
     # asks for a few names, and str() of a torch dtype costs more than a lookup.
-    key = (type(dtype), dtype)
     try:
-        return _DTYPE_NAMES[key]
-    except KeyError:
-        name = _DTYPE_NAMES[key] = _name_of(dtype)
-        return name
+        return _name_of(dtype.__class__, dtype)
     except TypeError:  # an unhashable dtype object
-        return _name_of(dtype)
+        return _name_of.__wrapped__(dtype.__class__, dtype)
 
 
-_DTYPE_NAMES: dict[tuple[type, Any], str] = {}
-
-
-def _name_of(dtype: Any) -> str:
+@functools.cache
+def _name_of(kind: type, dtype: Any) -> str:
     if isinstance(dtype, type):
         return dtype.__name__
     return str(getattr(dtype, "name", dtype)).rsplit(".", 1)[-1]

@@ -101,13 +101,8 @@ class RoPE:
         max_positions: int | None = None,
     ) -> None:
         self.head_dim = check_head_dim(head_dim)
-        self.start_index = check_int(
-            start_index,
-            "start_index",
-            0,
-            self.head_dim,
-            f"at least 0 and below head_dim={head_dim}",
-        )
+        bounds = f"at least 0 and below head_dim={head_dim}"
+        self.start_index = check_int(start_index, "start_index", 0, self.head_dim, bounds)
         width = self.head_dim - self.start_index
         self.rotary_dim = width if rotary_dim is None else check_rotary_dim(rotary_dim, head_dim)
         if self.rotary_dim > width:
@@ -328,15 +323,9 @@ class RoPE:
         for source in self._sources:
             source.clear()
 
-    _SETTINGS: tuple[str, ...] = (
-        "rotary_dim",
-        "base",
-        "interleaved",
-        "start_index",
-        "max_positions",
-        "scaling",
-    )
-    """The keywords that rebuild this object after ``head_dim``, in the order of its repr."""
+    # The keywords that rebuild this object after head_dim, in the order of its repr.
+    _KEYWORDS: tuple[str, ...]
+    _KEYWORDS = ("rotary_dim", "base", "interleaved", "start_index", "max_positions", "scaling")
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Rebuilt from its settings: the frequencies are recomputed (the same bits) and
@@ -344,7 +333,7 @@ class RoPE:
         return (_restore, (type(self), self.head_dim, self._settings()))
 
     def _settings(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self._SETTINGS}
+        return {name: getattr(self, name) for name in self._KEYWORDS}
 
     def __repr__(self) -> str:
         # Every setting but those at their default from start_index on.

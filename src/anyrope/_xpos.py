@@ -123,7 +123,7 @@ class XPos(RoPE):
             Amplitude(self.rotary_dim, self.scale_base, self.center, sign) for sign in (1, -1)
         )
 
-    _SETTINGS = ("scale_base", "center", *RoPE._SETTINGS[:-1])  # no scaling
+    _KEYWORDS = ("scale_base", "center", *RoPE._KEYWORDS[:-1])  # no scaling
 
     def rotate(self, x: Array, positions: object = None, **options: Any) -> Array:
         """Refused: queries and keys are scaled apart; see :meth:`rotate_queries`.
