@@ -177,8 +177,8 @@ def _entries(doc: str | None) -> dict[str, str]:
     return {entry.split(" : ")[0]: entry.strip() for entry in re.split(r"\n(?=\w)", section)}
 
 
+#: The entries of the shared parameters, by name, read from this module's docstring.
 SHARED = _entries(__doc__)
-"""The entries of the shared parameters, by name, read from this module's docstring."""
 
 _Documented = TypeVar("_Documented")
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+#: The NumPy dtype through which the CPU paths see each input dtype's memory.
 STORAGE_DTYPES: dict[str, type[np.generic]] = {
     "float32": np.float32,
     "float64": np.float64,
@@ -19,12 +20,11 @@ STORAGE_DTYPES: dict[str, type[np.generic]] = {
     "float16": np.uint16,
     "bfloat16": np.int16,
 }
-"""The NumPy dtype through which the CPU paths see each input dtype's memory."""
 
+#: Outputs from this size on ask Linux for transparent huge pages, as NumPy does for its own
+#: arrays: the first touch of a fresh tensor's 4 KiB pages cost more than the rotation itself
+#: (19 ms against 4 ms to fill 64 MiB on the development machine).
 HUGE_PAGE_BYTES = 4 << 20
-"""Outputs from this size on ask Linux for transparent huge pages, as NumPy does for its
-own arrays: the first touch of a fresh tensor's 4 KiB pages cost more than the rotation
-itself (19 ms against 4 ms to fill 64 MiB on the development machine)."""
 
 _MADV_HUGEPAGE = 14
 

@@ -19,20 +19,20 @@ from ._rope import RoPE
 from ._validation import describe
 from .scaling import RopeScaling, parse_rope_scaling
 
+#: Bytes of cos/sin tables that :func:`rotate` and :func:`rotate_qk` keep between calls, over all
+#: the settings they have seen; the least recently used settings go first.
 CACHE_BYTES = 256 * 2**20
-"""Bytes of cos/sin tables that :func:`rotate` and :func:`rotate_qk` keep between calls,
-over all the settings they have seen; the least recently used settings go first."""
 
+#: Settings (head_dim, rotary_dim, base, interleaved, scaling) kept at most.
 CACHE_ENTRIES = 64
-"""Settings (head_dim, rotary_dim, base, interleaved, scaling) kept at most."""
 
+#: The RoPE of each setting, by the arguments as given (with their types, so that 1 is not True: a
+#: call repeating known settings skips their checks, which they passed the first time), least
+#: recently used first.
 _ropes: OrderedDict[tuple[Any, ...], RoPE] = OrderedDict()
-"""The RoPE of each setting, by the arguments as given (with their types, so that 1 is not
-True: a call repeating known settings skips their checks, which they passed the first
-time), least recently used first."""
+#: The RoPEs that code compiled by torch.compile calls, by their op key: kept for the life of the
+#: process (the compiled code names their tables by key), their tables freed by clear_cache.
 _pinned: dict[int, RoPE] = {}
-"""The RoPEs that code compiled by torch.compile calls, by their op key: kept for the life of the
-process (the compiled code names their tables by key), their tables freed by clear_cache."""
 _lock = _threads.lock()
 _measured = -1
 
@@ -306,8 +306,6 @@ def rotate_qk(
     >>> bool(np.isclose(s2, s3))
     True
     """
-    if not hasattr(q, "shape") or not hasattr(k, "shape"):
-        namespace_of(q, k, argument=("q", "k"))
     call = make_call((q, k), ("q", "k"), positions, layout, inverse, inplace, impl, xp, cu_seqlens)
     settings = (rotary_dim, base, interleaved, max_position_embeddings, start_index, scaling)
     q2, k2 = _rotate(call, settings)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._namespace import Array, Namespace
-from ._validation import check_layout, describe
+from ._validation import LAYOUTS, check_layout, describe
 
 
 @dataclass(frozen=True)
@@ -47,13 +47,13 @@ def axes_of(x: Array, layout: str, argument: str = "x") -> Axes:
 def heads_axis(layout: str) -> int:
     """The heads axis of ``layout``, counted from the end (head_dim is -1); a packed
     ``"thd"`` input, ``(total_tokens, heads, head_dim)``, has it where ``"bshd"`` does."""
-    if layout != "thd":
-        check_layout(layout)
+    if layout not in (*LAYOUTS, "thd"):
+        check_layout(layout)  # raises, naming the layouts
     return -3 if layout == "bhsd" else -2
 
 
+#: The axes that the letters of a layout name.
 _AXES = {"b": "*batch", "s": "seq", "h": "heads", "d": "head_dim"}
-"""The axes that the letters of a layout name."""
 
 
 def range_table_shape(axes: Axes, rows: int, features: tuple[int, ...]) -> tuple[int, ...]:

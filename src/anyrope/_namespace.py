@@ -12,14 +12,14 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
+#: An array of any array-API library (kept loose: there is no common static type).
 Array = Any
-"""An array of any array-API library (kept loose: there is no common static type)."""
 
+#: An array-API namespace module.
 Namespace = Any
-"""An array-API namespace module."""
 
+#: The dtypes anyrope rotates (numerical-contract.rst, "What is identical, and what is not").
 FLOATING = ("float16", "bfloat16", "float32", "float64")
-"""The dtypes anyrope rotates (numerical-contract.rst, "What is identical, and what is not")."""
 
 
 def namespace_of(

@@ -583,7 +583,8 @@ class RoPE:
         if call.inplace and self._sources[0] is self._sources[1]:
             qk = joint_qk(qkv, call.layout, num_heads_q)
             if qk is not None:
-                self._rotate(call.on((qk,)), QUERIES)
+                # Built here rather than by call.on: a frame less at each decode step.
+                self._rotate(Call((qk,), *call[1:]), QUERIES)
                 return qkv
         fused = split_qkv(qkv, call.layout, num_heads_q)
         q, k = self._rotate(call.on((fused.q, fused.k), ("q", "k")), BOTH)
@@ -679,8 +680,8 @@ class RoPE:
         return xp.astype(cos, dtype), xp.astype(sin, dtype)
 
 
+#: The sides (queries, keys) of the arrays of ``rope(q, k)``, of ``rotate`` and of keys.
 BOTH, QUERIES, KEYS = slice(0, 2), slice(0, 1), slice(1, 2)
-"""The sides (queries, keys) of the arrays of ``rope(q, k)``, of ``rotate`` and of keys."""
 
 
 def _restore(cls: type[RoPE], head_dim: int, settings: dict[str, Any]) -> RoPE:

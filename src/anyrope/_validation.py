@@ -11,8 +11,8 @@ import numbers
 from typing import Any
 
 LAYOUTS = ("bshd", "bhsd", "sbhd")
+#: Positions must stay below this bound: float64 represents every integer up to it.
 MAX_POSITION = 2**53
-"""Positions must stay below this bound: float64 represents every integer up to it."""
 
 
 def check_bool(value: object, name: str) -> bool:

@@ -10,8 +10,8 @@ from ._namespace import Array, Namespace
 from ._rope import KEYS, QUERIES, RoPE
 from ._validation import MAX_POSITION, check_int
 
+#: ``scale_base`` stays below this: the exponent's denominator of the host power.
 MAX_SCALE_BASE = 2**40
-"""``scale_base`` stays below this: the exponent's denominator of the host power."""
 
 
 @shared_docs
