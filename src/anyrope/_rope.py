@@ -535,12 +535,11 @@ class RoPE:
         >>> rope.path(x, impl="blocked"), rope.path(x, impl="array_api")
         ('blocked', 'array_api')
         """
-        start = 0
-        if self.start_index and array_api_compat.is_array_api_obj(x) and x.shape:
-            # The call rotates a view from start_index on: name the path that view takes.
-            start = self.start_index if x.shape[-1] == self.head_dim else 0
-            x = x[..., start:]
         call = make_call((x,), ("x",), positions, layout, False, inplace, impl, xp, cu_seqlens)
+        # The call rotates the features from start_index on: name the path their view takes.
+        start = self.start_index if array_api_compat.is_array_api_obj(x) else 0
+        if start:
+            call = call.on(_slices.tails(call.arrays, call.names, self.head_dim, start))
         return _pipeline.path_name(
             self._source, call, head_dim=self.head_dim - start, interleaved=self.interleaved
         )
