@@ -21,7 +21,7 @@ import numpy as np
 from ._jax import is_traced
 from ._namespace import Array, Namespace, device_of, to_host
 from ._offsets import Offsets
-from ._positions import check_integer_array, offset_positions
+from ._positions import check_integer_array
 from ._validation import MAX_POSITION, describe
 
 
@@ -98,7 +98,10 @@ def _offsets(offsets: object, count: int, xp: Namespace, x: Array) -> np.ndarray
         check_integer_array(offsets, "positions", xp, x)
         offsets = int(to_host(offsets))
     if isinstance(offsets, numbers.Integral):
-        offset_positions(int(offsets), 0)  # checks the offset
+        if int(offsets) < 0:
+            raise ValueError(f"`positions` offset must be non-negative; got {int(offsets)}")
+        if int(offsets) >= MAX_POSITION:
+            raise ValueError(f"`positions` offset must be below 2**53; got {int(offsets)}")
         return np.full(count, int(offsets), dtype=np.int64)
     host = _host_integers(offsets, "positions", xp, x)
     if host.shape != (count,):
