@@ -146,11 +146,10 @@ class Call(NamedTuple):
         return Call(arrays, self.names if names is None else names, *self[2:])
 
 
-def make_call(
+def make_call(  # noqa: PLR0917 - the options in the order of the public signatures
     arrays: tuple[Array, ...],
     names: tuple[str, ...],
     positions: object,
-    *,
     layout: str,
     inverse: bool,
     inplace: bool,
@@ -159,7 +158,10 @@ def make_call(
     cu_seqlens: Array | None,
 ) -> Call:
     """The checked :class:`Call` of these arguments (the flags must be bools: a cached plan
-    would take 1 for True; ``cu_seqlens`` needs ``layout="thd"``)."""
+    would take 1 for True; ``cu_seqlens`` needs ``layout="thd"``).
+
+    The options come in the order of the public signatures, which pass them by position.
+    """
     check_bool(inverse, "inverse")
     check_bool(inplace, "inplace")
     if cu_seqlens is not None and layout != "thd":
@@ -175,8 +177,8 @@ def _entries(doc: str | None) -> dict[str, str]:
     return {entry.split(" : ")[0]: entry.strip() for entry in re.split(r"\n(?=\w)", section)}
 
 
+#: The entries of the shared parameters, by name, read from this module's docstring.
 SHARED = _entries(__doc__)
-"""The entries of the shared parameters, by name, read from this module's docstring."""
 
 _Documented = TypeVar("_Documented")
 

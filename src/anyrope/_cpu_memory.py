@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import mmap
 import sys
 from typing import Any
 
 import numpy as np
 
+#: The NumPy dtype through which the CPU paths see each input dtype's memory.
 STORAGE_DTYPES: dict[str, type[np.generic]] = {
     "float32": np.float32,
     "float64": np.float64,
@@ -18,12 +20,11 @@ STORAGE_DTYPES: dict[str, type[np.generic]] = {
     "float16": np.uint16,
     "bfloat16": np.int16,
 }
-"""The NumPy dtype through which the CPU paths see each input dtype's memory."""
 
+#: Outputs from this size on ask Linux for transparent huge pages, as NumPy does for its own
+#: arrays: the first touch of a fresh tensor's 4 KiB pages cost more than the rotation itself
+#: (19 ms against 4 ms to fill 64 MiB on the development machine).
 HUGE_PAGE_BYTES = 4 << 20
-"""Outputs from this size on ask Linux for transparent huge pages, as NumPy does for its
-own arrays: the first touch of a fresh tensor's 4 KiB pages cost more than the rotation
-itself (19 ms against 4 ms to fill 64 MiB on the development machine)."""
 
 _MADV_HUGEPAGE = 14
 
@@ -47,11 +48,6 @@ def empty_like(x: Any) -> Any:
     return out
 
 
-_libc_handle: Any = None
-
-
+@functools.cache  # loaded once, on first use
 def _libc() -> Any:
-    global _libc_handle  # noqa: PLW0603 - loaded once, on first use
-    if _libc_handle is None:
-        _libc_handle = ctypes.CDLL(None, use_errno=True)
-    return _libc_handle
+    return ctypes.CDLL(None, use_errno=True)

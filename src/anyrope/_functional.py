@@ -15,24 +15,24 @@ from . import _tables, _threads
 from . import _torch_op as torch_op
 from ._call import Call, make_call, shared_docs
 from ._namespace import Array, Namespace, namespace_of
-from ._rope import BOTH, QUERIES, RoPE
+from ._rope import RoPE
 from ._validation import describe
 from .scaling import RopeScaling, parse_rope_scaling
 
+#: Bytes of cos/sin tables that :func:`rotate` and :func:`rotate_qk` keep between calls, over all
+#: the settings they have seen; the least recently used settings go first.
 CACHE_BYTES = 256 * 2**20
-"""Bytes of cos/sin tables that :func:`rotate` and :func:`rotate_qk` keep between calls,
-over all the settings they have seen; the least recently used settings go first."""
 
+#: Settings (head_dim, rotary_dim, base, interleaved, scaling) kept at most.
 CACHE_ENTRIES = 64
-"""Settings (head_dim, rotary_dim, base, interleaved, scaling) kept at most."""
 
+#: The RoPE of each setting, by the arguments as given (with their types, so that 1 is not True: a
+#: call repeating known settings skips their checks, which they passed the first time), least
+#: recently used first.
 _ropes: OrderedDict[tuple[Any, ...], RoPE] = OrderedDict()
-"""The RoPE of each setting, by the arguments as given (with their types, so that 1 is not
-True: a call repeating known settings skips their checks, which they passed the first
-time), least recently used first."""
+#: The RoPEs that code compiled by torch.compile calls, by their op key: kept for the life of the
+#: process (the compiled code names their tables by key), their tables freed by clear_cache.
 _pinned: dict[int, RoPE] = {}
-"""The RoPEs that code compiled by torch.compile calls, by their op key: kept for the life of the
-process (the compiled code names their tables by key), their tables freed by clear_cache."""
 _lock = _threads.lock()
 _measured = -1
 
@@ -86,15 +86,18 @@ def cache_nbytes() -> int:
         return sum(rope.cache_nbytes() for rope in held.values())
 
 
+# The keywords of RoPE that a functional call passes, in the order of its settings.
+_NAMES = ("rotary_dim", "base", "interleaved", "max_position_embeddings", "start_index", "scaling")
+
+
 def _rope(x: Array, name: str, settings: tuple[Any, ...]) -> RoPE:
-    """The cached :class:`RoPE` of ``settings`` for an input whose last axis is the head
-    dimension; ``settings`` are the arguments ``rotary_dim`` to ``start_index``."""
-    rotary_dim, base, interleaved, scaling, max_position_embeddings, start_index = settings
+    """The cached :class:`RoPE` of ``settings`` (the arguments :data:`_NAMES`) for an
+    input whose last axis is the head dimension."""
     shape = getattr(x, "shape", None)
     head_dim = int(shape[-1]) if shape else 0
-    if isinstance(scaling, Mapping):  # a dict may change after the call: parsed each time
-        scaling = parse_rope_scaling(scaling, max_position_embeddings=max_position_embeddings)
-        settings = (rotary_dim, base, interleaved, scaling, max_position_embeddings, start_index)
+    if isinstance(settings[-1], Mapping):  # a dict may change after the call: parsed each time
+        scaling = parse_rope_scaling(settings[-1], max_position_embeddings=settings[3])
+        settings = (*settings[:-1], scaling)
     key = (head_dim, *settings, *map(type, settings))
     try:
         rope = _ropes.get(key)
@@ -110,15 +113,7 @@ def _rope(x: Array, name: str, settings: tuple[Any, ...]) -> RoPE:
             f"the last axis of `{name}` (head_dim) must have a positive even length; "
             f"got {describe(x)}"
         )
-    rope = RoPE(
-        head_dim,
-        rotary_dim=rotary_dim,
-        base=base,
-        interleaved=interleaved,
-        scaling=scaling,
-        max_position_embeddings=max_position_embeddings,
-        start_index=start_index,
-    )
+    rope = RoPE(head_dim, **dict(zip(_NAMES, settings, strict=True)))
     if key:
         with _lock:
             rope = _ropes.setdefault(key, rope)
@@ -135,15 +130,7 @@ def _compiled_target(call: Call, settings: tuple[Any, ...]) -> torch_op.Target |
     # constant it is, guarded, which int() would leave symbolic.
     head_dim = operator.index(x.shape[-1]) if x.ndim else 0
     # With dynamic=True, Dynamo makes numbers symbolic (defaults such as `base` too).
-    rotary_dim, base, interleaved, scaling, max_position_embeddings, start_index = settings
-    settings = (
-        torch_op.concrete(rotary_dim),
-        torch_op.concrete(base),
-        interleaved,
-        scaling,
-        torch_op.concrete(max_position_embeddings),
-        torch_op.concrete(start_index),
-    )
+    settings = (*map(torch_op.concrete, settings[:-1]), settings[-1])
     key, *geometry = _compiled_rope(head_dim, x.dtype, call.names[0], *settings)
     return torch_op.Target((key,), *geometry)  # one key: the source of every array
 
@@ -190,13 +177,20 @@ def _keep_within_bounds() -> None:
             evicted.clear_cache()
 
 
-def _rotate(call: Call, settings: tuple[Any, ...]) -> tuple[Array, ...]:
-    """Rotate the arrays of ``call`` (x, or q and k) with the RoPE of ``settings``."""
+def _rotate(call: Call, settings: tuple[Any, ...], num_heads_q: int | None = None) -> Any:
+    """Rotate the arrays of ``call`` (x, q and k, or a fused qkv) with the RoPE of
+    ``settings``: a tuple of arrays, one array for a fused qkv."""
+    qkv = call.names == ("qkv",)
     target = _compiled_target(call, settings)
     if target is not None:
-        return torch_op.rotate(target, call)
-    sides = BOTH if len(call.arrays) == 2 else QUERIES
-    rotated = _rope(call.arrays[0], call.names[0], settings)._rotate(call, sides)
+        return (
+            torch_op.rotate_qkv(target, call, num_heads_q) if qkv else torch_op.rotate(target, call)
+        )
+    rope = _rope(call.arrays[0], call.names[0], settings)
+    if qkv:
+        rotated = rope._rotate_qkv(call, num_heads_q)
+    else:
+        rotated = rope._rotate(call, slice(0, len(call.arrays)))
     _keep_within_bounds()
     return rotated
 
@@ -254,18 +248,8 @@ def rotate(
     >>> bool(np.allclose(anyrope.rotate(y, inverse=True), x, atol=1e-6))
     True
     """
-    call = make_call(
-        (x,),
-        ("x",),
-        positions,
-        layout=layout,
-        inverse=inverse,
-        inplace=inplace,
-        impl=impl,
-        xp=xp,
-        cu_seqlens=cu_seqlens,
-    )
-    settings = (rotary_dim, base, interleaved, scaling, max_position_embeddings, start_index)
+    call = make_call((x,), ("x",), positions, layout, inverse, inplace, impl, xp, cu_seqlens)
+    settings = (rotary_dim, base, interleaved, max_position_embeddings, start_index, scaling)
     (y,) = _rotate(call, settings)
     return y
 
@@ -322,20 +306,8 @@ def rotate_qk(
     >>> bool(np.isclose(s2, s3))
     True
     """
-    if not hasattr(q, "shape") or not hasattr(k, "shape"):
-        namespace_of(q, k, argument=("q", "k"))
-    call = make_call(
-        (q, k),
-        ("q", "k"),
-        positions,
-        layout=layout,
-        inverse=inverse,
-        inplace=inplace,
-        impl=impl,
-        xp=xp,
-        cu_seqlens=cu_seqlens,
-    )
-    settings = (rotary_dim, base, interleaved, scaling, max_position_embeddings, start_index)
+    call = make_call((q, k), ("q", "k"), positions, layout, inverse, inplace, impl, xp, cu_seqlens)
+    settings = (rotary_dim, base, interleaved, max_position_embeddings, start_index, scaling)
     q2, k2 = _rotate(call, settings)
     return q2, k2
 
@@ -390,31 +362,6 @@ def rotate_qkv(
     >>> bool((out[:, :, 1] == k2).all() and (out[:, :, 2] == qkv[:, :, 2]).all())
     True
     """
-    call = make_call(
-        (qkv,),
-        ("qkv",),
-        positions,
-        layout=layout,
-        inverse=inverse,
-        inplace=inplace,
-        impl=impl,
-        xp=xp,
-        cu_seqlens=cu_seqlens,
-    )
-    settings = (rotary_dim, base, interleaved, scaling, max_position_embeddings, start_index)
-    target = _compiled_target(call, settings)
-    if target is not None:
-        return torch_op.rotate_qkv(target, call, num_heads_q)
-    y = _rope(qkv, "qkv", settings).rotate_qkv(
-        qkv,
-        positions,
-        num_heads_q=num_heads_q,
-        layout=layout,
-        inverse=inverse,
-        inplace=inplace,
-        impl=impl,
-        xp=xp,
-        cu_seqlens=cu_seqlens,
-    )
-    _keep_within_bounds()
-    return y
+    call = make_call((qkv,), ("qkv",), positions, layout, inverse, inplace, impl, xp, cu_seqlens)
+    settings = (rotary_dim, base, interleaved, max_position_embeddings, start_index, scaling)
+    return _rotate(call, settings, num_heads_q)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._namespace import Array, Namespace
-from ._validation import check_layout, describe
+from ._validation import LAYOUTS, check_layout, describe
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ def axes_of(x: Array, layout: str, argument: str = "x") -> Axes:
     if len(shape) < 3:
         raise ValueError(
             f"`{argument}` must have at least 3 axes for layout={layout!r} "
-            f"({_AXES_TEXT[layout]}); got {describe(x)}"
+            f"({', '.join(_AXES[axis] for axis in layout)}); got {describe(x)}"
         )
     if layout == "bshd":
         *batch, seq, heads, dim = shape
@@ -47,16 +47,13 @@ def axes_of(x: Array, layout: str, argument: str = "x") -> Axes:
 def heads_axis(layout: str) -> int:
     """The heads axis of ``layout``, counted from the end (head_dim is -1); a packed
     ``"thd"`` input, ``(total_tokens, heads, head_dim)``, has it where ``"bshd"`` does."""
-    if layout != "thd":
-        check_layout(layout)
+    if layout not in (*LAYOUTS, "thd"):
+        check_layout(layout)  # raises, naming the layouts
     return -3 if layout == "bhsd" else -2
 
 
-_AXES_TEXT = {
-    "bshd": "*batch, seq, heads, head_dim",
-    "bhsd": "*batch, heads, seq, head_dim",
-    "sbhd": "seq, *batch, heads, head_dim",
-}
+#: The axes that the letters of a layout name.
+_AXES = {"b": "*batch", "s": "seq", "h": "heads", "d": "head_dim"}
 
 
 def range_table_shape(axes: Axes, rows: int, features: tuple[int, ...]) -> tuple[int, ...]:

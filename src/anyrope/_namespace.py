@@ -6,19 +6,20 @@ Nothing here imports torch, cupy or jax: libraries are recognised through
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import array_api_compat
 import numpy as np
 
+#: An array of any array-API library (kept loose: there is no common static type).
 Array = Any
-"""An array of any array-API library (kept loose: there is no common static type)."""
 
+#: An array-API namespace module.
 Namespace = Any
-"""An array-API namespace module."""
 
+#: The dtypes anyrope rotates (numerical-contract.rst, "What is identical, and what is not").
 FLOATING = ("float16", "bfloat16", "float32", "float64")
-"""The dtypes anyrope rotates (numerical-contract.rst, "What is identical, and what is not")."""
 
 
 def namespace_of(
@@ -32,7 +33,8 @@ def namespace_of(
     """
     names = (argument,) * len(arrays) if isinstance(argument, str) else argument
     for array, name in zip(arrays, names, strict=True):
-        if not _is_array(array):
+        plain = (bool, int, float, complex, str, bytes, list, tuple, dict, type(None))
+        if isinstance(array, plain) or not array_api_compat.is_array_api_obj(array):
             raise TypeError(
                 f"`{name}` must be an array of an array-API library "
                 f"(NumPy, PyTorch, CuPy, JAX, ...); got {type(array).__name__}"
@@ -44,7 +46,10 @@ def namespace_of(
     except TypeError as error:
         raise TypeError(
             f"{_listed(names)} must come from one array library; got "
-            + _listed([f"`{n}` from {_library_of(a)}" for a, n in zip(arrays, names, strict=True)])
+            + _listed(
+                f"`{n}` from {library_name(array_api_compat.array_namespace(a))}"
+                for a, n in zip(arrays, names, strict=True)
+            )
         ) from error
     if xp is None:
         return inferred
@@ -57,11 +62,6 @@ def namespace_of(
             f"pass a namespace of {library}, or xp=None to infer it"
         )
     return xp
-
-
-def _library_of(array: Array) -> str:
-    """The library an array comes from, as :func:`library_name` names it."""
-    return library_name(array_api_compat.array_namespace(array))
 
 
 def _listed(items: Any) -> str:
@@ -77,12 +77,6 @@ def check_namespace(xp: object) -> None:
             "`xp` must be an array-API namespace such as array_api_compat.numpy or "
             f"array_api_strict, or None to infer it; got {xp!r} of type {type(xp).__name__}"
         )
-
-
-def _is_array(obj: object) -> bool:
-    if isinstance(obj, (bool, int, float, complex, str, bytes, list, tuple, dict)) or obj is None:
-        return False
-    return array_api_compat.is_array_api_obj(obj)
 
 
 def library_name(xp: Namespace) -> str:
@@ -102,36 +96,26 @@ def dtype_name(dtype: Any) -> str:
     """Readable dtype name across libraries: ``torch.bfloat16`` -> ``"bfloat16"``."""
     # Kept by type and dtype (NumPy's float64 dtype equals Python's float): a decode step
     # asks for a few names, and str() of a torch dtype costs more than a lookup.
-    key = (type(dtype), dtype)
     try:
-        return _DTYPE_NAMES[key]
-    except KeyError:
-        name = _DTYPE_NAMES[key] = _name_of(dtype)
-        return name
+        return _name_of(dtype.__class__, dtype)
     except TypeError:  # an unhashable dtype object
-        return _name_of(dtype)
+        return _name_of.__wrapped__(dtype.__class__, dtype)
 
 
-_DTYPE_NAMES: dict[tuple[type, Any], str] = {}
-
-
-def _name_of(dtype: Any) -> str:
+@functools.cache
+def _name_of(kind: type, dtype: Any) -> str:
     if isinstance(dtype, type):
         return dtype.__name__
     return str(getattr(dtype, "name", dtype)).rsplit(".", 1)[-1]
 
 
-def is_bfloat16(dtype: Any) -> bool:
-    """True for bfloat16 in any library (torch, JAX, NumPy with ml_dtypes)."""
-    return dtype_name(dtype) == "bfloat16"
-
-
 def is_real_floating(xp: Namespace, dtype: Any) -> bool:
     """True for float16, bfloat16, float32 and float64 (bfloat16 is outside the standard)."""
     # By name: NumPy's longdouble is "real floating" too, but nothing here computes in it.
-    if dtype_name(dtype) not in FLOATING:
+    name = dtype_name(dtype)
+    if name not in FLOATING:
         return False
-    if is_bfloat16(dtype):
+    if name == "bfloat16":
         return True
     try:
         return bool(xp.isdtype(dtype, "real floating"))
@@ -139,15 +123,10 @@ def is_real_floating(xp: Namespace, dtype: Any) -> bool:
         return False
 
 
-def is_half(xp: Namespace, dtype: Any) -> bool:
-    """True for 16-bit floating dtypes, which are computed in float32 (numerical-contract.rst, "How
-    every path computes" 3)."""
-    return dtype_name(dtype) in ("float16", "bfloat16")
-
-
 def compute_dtype(xp: Namespace, dtype: Any) -> Any:
-    """The dtype the rotation is computed in: float32 for half types, else ``dtype``."""
-    return xp.float32 if is_half(xp, dtype) else dtype
+    """The dtype the rotation is computed in: float32 for 16-bit floating dtypes
+    (numerical-contract.rst, "How every path computes" 3), else ``dtype``."""
+    return xp.float32 if dtype_name(dtype) in ("float16", "bfloat16") else dtype
 
 
 def table_dtype(xp: Namespace, dtype: Any) -> np.dtype[Any]:

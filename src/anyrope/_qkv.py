@@ -29,8 +29,8 @@ class FusedQKV(NamedTuple):
     q: Array
     k: Array
     v: Array
+    #: The stacked axis of length 3, or the heads axis of a grouped array (negative).
     axis: int
-    """The stacked axis of length 3, or the heads axis of a grouped array (negative)."""
     stacked: bool
 
 
@@ -51,7 +51,8 @@ def joint_qk(qkv: Array, layout: str, num_heads_q: int | None) -> Array | None:
     shows its strides (NumPy, PyTorch, CuPy).
     """
     axis, bounds, stacked = _locate(qkv, layout, num_heads_q)
-    qk = _take(qkv, axis, 0, bounds[2], squeeze=False)
+    # The q and k heads as one slice, indexed here: a frame less at each decode step.
+    qk = qkv[(Ellipsis, slice(0, bounds[2])) + (slice(None),) * (-axis - 1)]
     if not stacked:
         return qk
     stride = getattr(qk, "stride", None)  # torch's, in elements

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import numbers
 from collections.abc import Mapping
 from typing import Any
@@ -100,12 +101,8 @@ class RoPE:
         max_positions: int | None = None,
     ) -> None:
         self.head_dim = check_head_dim(head_dim)
-        self.start_index = check_int(start_index, "start_index")
-        if not 0 <= self.start_index < self.head_dim:
-            raise ValueError(
-                f"`start_index` must be at least 0 and below head_dim={self.head_dim}; "
-                f"got {self.start_index}"
-            )
+        bounds = f"at least 0 and below head_dim={head_dim}"
+        self.start_index = check_int(start_index, "start_index", 0, self.head_dim, bounds)
         width = self.head_dim - self.start_index
         self.rotary_dim = width if rotary_dim is None else check_rotary_dim(rotary_dim, head_dim)
         if self.rotary_dim > width:
@@ -115,35 +112,25 @@ class RoPE:
             )
         self.base = check_base(base)
         self.interleaved = check_bool(interleaved, "interleaved")
-        if max_position_embeddings is not None:
-            check_int(max_position_embeddings, "max_position_embeddings")
         self.scaling = parse_rope_scaling(scaling, max_position_embeddings=max_position_embeddings)
         self._check_scaling()
         self.max_position_embeddings = self.scaling.max_position_embeddings
         self.softmax_scale = self.scaling.softmax_scale
         self.axial = self.scaling.rope_type == "axial"
         self.sections = self.scaling.sections(self.rotary_dim)
-        self.max_positions = None
         if max_positions is not None:
-            self.max_positions = check_int(max_positions, "max_positions")
-            if not 0 < self.max_positions <= MAX_POSITION:
-                raise ValueError(
-                    f"`max_positions` must be at least 1 and at most 2**53; got {max_positions}"
-                )
+            bounds = "at least 1 and at most 2**53"
+            max_positions = check_int(max_positions, "max_positions", 1, MAX_POSITION + 1, bounds)
+        self.max_positions = max_positions
         # The tables of queries, then of keys: one source for both but in xPos. The keys
         # name the table sources to the torch custom op that torch.compile traces.
-        sources, keys = zip(
-            *(
-                torch_op.table_source(
-                    self.scaling, self.rotary_dim, self.base, self.max_positions, amplitude
-                )
-                for amplitude in self._amplitudes()
-            ),
-            strict=True,
-        )
-        self._source: TableSource = sources[0]
-        self._sources: tuple[TableSource, ...] = (sources[0], sources[-1])
-        self._op_keys: tuple[int, ...] = (keys[0], keys[-1])
+        made = [
+            torch_op.table_source(self.scaling, self.rotary_dim, self.base, self.max_positions, a)
+            for a in self._amplitudes()
+        ]
+        self._source: TableSource = made[0][0]
+        self._sources: tuple[TableSource, ...] = (made[0][0], made[-1][0])
+        self._op_keys: tuple[int, ...] = (made[0][1], made[-1][1])
         self.inv_freq = self._source.default.inv_freq
         self.attention_factor = self._source.default.attention_factor
 
@@ -166,8 +153,7 @@ class RoPE:
                     "partial_rotary_factor chooses how many pairs turn); got "
                     f"`rotary_dim`={self.rotary_dim} for head_dim={self.head_dim}"
                 )
-            fraction = None
-        if fraction is not None and int(self.head_dim * fraction) != self.rotary_dim:
+        elif fraction is not None and int(self.head_dim * fraction) != self.rotary_dim:
             raise ValueError(
                 f"`scaling` has partial_rotary_factor={fraction!r}, which gives rotary_dim="
                 f"{int(self.head_dim * fraction)} for head_dim={self.head_dim}; got "
@@ -262,19 +248,14 @@ class RoPE:
         >>> {name: (rope.base, rope.scaling.rope_type) for name, rope in ropes.items()}
         {'sliding_attention': (10000.0, 'default'), 'full_attention': (1000000.0, 'linear')}
         """
-        ropes: dict[str, RoPE | None] = {}
-        made: dict[Any, RoPE] = {}
-        for name, settings in from_hf_config_layers(config).items():
-            if settings is None:
-                ropes[name] = None
-                continue
-            # Layer types with the same settings share one RoPE (and its tables).
-            if settings not in made:
-                made[settings] = RoPE(
-                    settings.head_dim, **settings.kwargs(), max_positions=max_positions
-                )
-            ropes[name] = made[settings]
-        return ropes
+        layers = from_hf_config_layers(config)
+        # Layer types with the same settings share one RoPE (and its tables).
+        made = {
+            settings: RoPE(settings.head_dim, **settings.kwargs(), max_positions=max_positions)
+            for settings in set(layers.values())
+            if settings is not None
+        }
+        return {name: made.get(settings) for name, settings in layers.items()}  # type: ignore[arg-type]
 
     def frequencies(self, seq_len: int | None = None) -> tuple[FloatArray, float]:
         """Return ``(inv_freq, attention_factor)`` for a sequence of ``seq_len`` positions.
@@ -342,33 +323,28 @@ class RoPE:
         for source in self._sources:
             source.clear()
 
+    # The keywords that rebuild this object after head_dim, in the order of its repr.
+    _KEYWORDS: tuple[str, ...]
+    _KEYWORDS = ("rotary_dim", "base", "interleaved", "start_index", "max_positions", "scaling")
+
     def __reduce__(self) -> tuple[Any, ...]:
         # Rebuilt from its settings: the frequencies are recomputed (the same bits) and
         # the tables, which live on devices, are rebuilt where they are needed.
-        return (
-            _restore,
-            (
-                type(self),
-                self.head_dim,
-                self.rotary_dim,
-                self.base,
-                self.interleaved,
-                self.scaling,
-                self.start_index,
-                self.max_positions,
-            ),
-        )
+        return (_restore, (type(self), self.head_dim, self._settings()))
+
+    def _settings(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self._KEYWORDS}
 
     def __repr__(self) -> str:
-        extra = f", start_index={self.start_index}" if self.start_index else ""
-        if self.max_positions is not None:
-            extra += f", max_positions={self.max_positions}"
-        if self.scaling != RopeScaling(max_position_embeddings=self.max_position_embeddings):
-            extra += f", scaling={self.scaling!r}"
-        return (
-            f"RoPE(head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, "
-            f"base={self.base!r}, interleaved={self.interleaved}{extra})"
+        # Every setting but those at their default from start_index on.
+        default = RopeScaling(max_position_embeddings=self.max_position_embeddings)
+        defaults = {"start_index": 0, "max_positions": None, "scaling": default}
+        shown = (
+            f"{name}={value!r}"
+            for name, value in self._settings().items()
+            if name not in defaults or value != defaults[name]
         )
+        return f"{type(self).__name__}(head_dim={self.head_dim}, {', '.join(shown)})"
 
     @shared_docs
     def __call__(
@@ -411,15 +387,7 @@ class RoPE:
         True
         """
         call = make_call(
-            (q, k),
-            ("q", "k"),
-            positions,
-            layout=layout,
-            inverse=inverse,
-            inplace=inplace,
-            impl=impl,
-            xp=xp,
-            cu_seqlens=cu_seqlens,
+            (q, k), ("q", "k"), positions, layout, inverse, inplace, impl, xp, cu_seqlens
         )
         q2, k2 = self._rotate(call, BOTH)
         return q2, k2
@@ -461,17 +429,7 @@ class RoPE:
                [ 0.5403023 ,  0.84147096],
                [-0.41614684,  0.9092974 ]], dtype=float32)
         """
-        call = make_call(
-            (x,),
-            ("x",),
-            positions,
-            layout=layout,
-            inverse=inverse,
-            inplace=inplace,
-            impl=impl,
-            xp=xp,
-            cu_seqlens=cu_seqlens,
-        )
+        call = make_call((x,), ("x",), positions, layout, inverse, inplace, impl, xp, cu_seqlens)
         (y,) = self._rotate(call, QUERIES)
         return y
 
@@ -530,35 +488,10 @@ class RoPE:
         >>> rope.rotate_qkv(grouped, num_heads_q=4).shape   # 4 query, 1 key, 1 value head
         (2, 4, 6, 8)
         """
-        if xp is not None:  # a namespace of another library is named for `qkv`, not its views
-            namespace_of(qkv, xp=xp, argument="qkv")
-        # In place, q and k as one view: one call's overhead. Not for xPos, which scales
-        # them apart, nor for the op that torch.compile traces, which takes q and k.
-        qk = None
-        one_source = self._sources[0] is self._sources[1]
-        if inplace is True and one_source and not torch_op.compiling(qkv):
-            qk = joint_qk(qkv, layout, num_heads_q)
         call = make_call(
-            (qkv,) if qk is None else (qk,),
-            ("qkv",),
-            positions,
-            layout=layout,
-            inverse=inverse,
-            inplace=inplace,
-            impl=impl,
-            xp=xp,
-            cu_seqlens=cu_seqlens,
+            (qkv,), ("qkv",), positions, layout, inverse, inplace, impl, xp, cu_seqlens
         )
-        if qk is not None:
-            self._rotate(call, QUERIES)
-            return qkv
-        if torch_op.compiling(qkv):
-            return torch_op.rotate_qkv(self._target(call, BOTH), call, num_heads_q)
-        fused = split_qkv(qkv, layout, num_heads_q)
-        q, k = self._rotate(call.on((fused.q, fused.k), ("q", "k")), BOTH)
-        if inplace:
-            return qkv
-        return join_qkv(fused, q, k, namespace_of(qkv, xp=xp, argument="qkv"))
+        return self._rotate_qkv(call, num_heads_q)
 
     @shared_docs
     def path(
@@ -602,22 +535,11 @@ class RoPE:
         >>> rope.path(x, impl="blocked"), rope.path(x, impl="array_api")
         ('blocked', 'array_api')
         """
-        start = 0
-        if self.start_index and array_api_compat.is_array_api_obj(x) and x.shape:
-            # The call rotates a view from start_index on: name the path that view takes.
-            start = self.start_index if x.shape[-1] == self.head_dim else 0
-            x = x[..., start:]
-        call = make_call(
-            (x,),
-            ("x",),
-            positions,
-            layout=layout,
-            inverse=False,
-            inplace=inplace,
-            impl=impl,
-            xp=xp,
-            cu_seqlens=cu_seqlens,
-        )
+        call = make_call((x,), ("x",), positions, layout, False, inplace, impl, xp, cu_seqlens)
+        # The call rotates the features from start_index on: name the path their view takes.
+        start = self.start_index if array_api_compat.is_array_api_obj(x) else 0
+        if start:
+            call = call.on(_slices.tails(call.arrays, call.names, self.head_dim, start))
         return _pipeline.path_name(
             self._source, call, head_dim=self.head_dim - start, interleaved=self.interleaved
         )
@@ -636,21 +558,38 @@ class RoPE:
         # The inverse of a scaled rotation a R(theta) is R(-theta) / a: the pipeline's
         # inverse with the other side's tables (xPos: amplitude 1 / a).
         sources = (self._sources[::-1] if call.inverse else self._sources)[sides]
+        rotate = functools.partial(_pipeline.rotate_each, sources, interleaved=self.interleaved)
         start = self.start_index
         if not start or not all(map(array_api_compat.is_array_api_obj, call.arrays)):
-            return self._rotate_whole(sources, call, self.head_dim)
+            return rotate(call, head_dim=self.head_dim)
         # The features from start_index on, as views; those before are kept.
         whole = call.arrays
         tails = _slices.tails(whole, call.names, self.head_dim, start)
-        rotated = self._rotate_whole(sources, call.on(tails), self.head_dim - start)
+        rotated = rotate(call.on(tails), head_dim=self.head_dim - start)
         if call.inplace:
             return whole
         return _slices.rejoin(whole, rotated, start, namespace_of(*whole, xp=call.xp))
 
-    def _rotate_whole(
-        self, sources: tuple[TableSource, ...], call: Call, head_dim: int
-    ) -> tuple[Array, ...]:
-        return _pipeline.rotate_each(sources, call, head_dim=head_dim, interleaved=self.interleaved)
+    def _rotate_qkv(self, call: Call, num_heads_q: int | None) -> Array:
+        """Rotate the fused array of ``call`` (see :meth:`rotate_qkv`)."""
+        qkv = call.arrays[0]
+        if call.xp is not None:  # a namespace of another library is named for `qkv`, not its views
+            namespace_of(qkv, xp=call.xp, argument="qkv")
+        if torch_op.compiling(qkv):  # the op that torch.compile traces takes q and k
+            return torch_op.rotate_qkv(self._target(call, BOTH), call, num_heads_q)
+        # In place, q and k as one view: one call's overhead. Not for xPos, which scales
+        # them apart.
+        if call.inplace and self._sources[0] is self._sources[1]:
+            qk = joint_qk(qkv, call.layout, num_heads_q)
+            if qk is not None:
+                # Built here rather than by call.on: a frame less at each decode step.
+                self._rotate(Call((qk,), *call[1:]), QUERIES)
+                return qkv
+        fused = split_qkv(qkv, call.layout, num_heads_q)
+        q, k = self._rotate(call.on((fused.q, fused.k), ("q", "k")), BOTH)
+        if call.inplace:
+            return qkv
+        return join_qkv(fused, q, k, namespace_of(qkv, xp=call.xp, argument="qkv"))
 
     def tables(
         self,
@@ -695,27 +634,25 @@ class RoPE:
         >>> float(sin[1, 0]) == float(np.sin(1.0))
         True
         """
+        # The position streams of M-RoPE (an array) and axial RoPE, if any.
+        sections = self.sections if self.axial or hasattr(positions, "shape") else None
         if not isinstance(positions, bool) and isinstance(positions, numbers.Integral):
-            count = check_int(positions, "positions")
-            if count < 0:
-                raise ValueError(f"`positions` count must be non-negative; got {count}")
-            host = np.arange(count, dtype=np.int64)
-            if xp is None:
-                xp = namespace_of(np.empty(0), argument="positions")
-            check_namespace(xp)
-        else:
-            xp = namespace_of(positions, xp=xp, argument="positions")
-            if not xp.isdtype(positions.dtype, "integral"):  # type: ignore[attr-defined]
-                raise TypeError(f"`positions` must have an integer dtype; got {positions.dtype}")  # type: ignore[attr-defined]
-            if is_traced(positions):
-                raise TypeError(
-                    "`positions` of RoPE.tables must be concrete, as the tables are built on "
-                    "the host when it is called, and jax.jit traces it; close over a concrete "
-                    "array, or pass the traced positions to rotate or __call__ instead"
-                )
-            if device is None:
-                device = device_of(positions)
-            host = to_host(positions)
+            bounds = "a count from 0 to 2**53"
+            count = check_int(positions, "positions", 0, MAX_POSITION + 1, bounds)
+            if xp is not None:
+                check_namespace(xp)
+            positions = (np if xp is None else xp).arange(count)
+        xp = namespace_of(positions, xp=xp, argument="positions")
+        if not xp.isdtype(positions.dtype, "integral"):  # type: ignore[attr-defined]
+            raise TypeError(f"`positions` must have an integer dtype; got {positions.dtype}")  # type: ignore[attr-defined]
+        if is_traced(positions):
+            raise TypeError(
+                "`positions` of RoPE.tables must be concrete, as the tables are built on "
+                "the host when it is called, and jax.jit traces it; close over a concrete "
+                "array, or pass the traced positions to rotate or __call__ instead"
+            )
+        device = device_of(positions) if device is None else device
+        host = to_host(positions)
         if not is_real_floating(xp, dtype):
             raise TypeError(
                 f"`dtype` must be a real floating dtype of {library_name(xp)}; got {dtype!r}"
@@ -727,41 +664,24 @@ class RoPE:
             )
         host = host.astype(np.int64)
         cache = self._source.for_length(int(host.max()) + 1 if host.size else 0)
-        if self.sections is None or not (self.axial or hasattr(positions, "shape")):
+        if sections is None:
             cos, sin = cache.build(host, xp, device, np.dtype(np.float64))
         else:
             cos, sin = _mrope.join_sections(
                 [
                     cache.build(stream, xp, device, np.dtype(np.float64))
-                    for stream in _mrope.split_host_streams(host, self.sections, axial=self.axial)
+                    for stream in _mrope.split_host_streams(host, sections, axial=self.axial)
                 ],
-                self.sections,
+                sections,
                 xp,
                 interleaved=self.scaling.mrope_interleaved,
             )
         return xp.astype(cos, dtype), xp.astype(sin, dtype)
 
 
+#: The sides (queries, keys) of the arrays of ``rope(q, k)``, of ``rotate`` and of keys.
 BOTH, QUERIES, KEYS = slice(0, 2), slice(0, 1), slice(1, 2)
-"""The sides (queries, keys) of the arrays of ``rope(q, k)``, of ``rotate`` and of keys."""
 
 
-def _restore(  # noqa: PLR0917 - the arguments __reduce__ gives, in order
-    cls: type[RoPE],
-    head_dim: int,
-    rotary_dim: int,
-    base: float,
-    interleaved: bool,
-    scaling: RopeScaling,
-    start_index: int = 0,
-    max_positions: int | None = None,
-) -> RoPE:
-    return cls(
-        head_dim,
-        rotary_dim=rotary_dim,
-        base=base,
-        interleaved=interleaved,
-        scaling=scaling,
-        start_index=start_index,
-        max_positions=max_positions,
-    )
+def _restore(cls: type[RoPE], head_dim: int, settings: dict[str, Any]) -> RoPE:
+    return cls(head_dim, **settings)

@@ -11,8 +11,8 @@ import numbers
 from typing import Any
 
 LAYOUTS = ("bshd", "bhsd", "sbhd")
+#: Positions must stay below this bound: float64 represents every integer up to it.
 MAX_POSITION = 2**53
-"""Positions must stay below this bound: float64 represents every integer up to it."""
 
 
 def check_bool(value: object, name: str) -> bool:
@@ -22,12 +22,18 @@ def check_bool(value: object, name: str) -> bool:
     return value
 
 
-def check_int(value: object, name: str) -> int:
-    """Return ``value`` as int if it is an integer (not a bool), else raise ``TypeError``."""
+def check_int(
+    value: object, name: str, low: int | None = None, high: int = 0, bounds: str = ""
+) -> int:
+    """Return ``value`` as int if it is an integer (not a bool), else raise ``TypeError``;
+    with ``low``, it must lie in ``[low, high)``, else a ``ValueError`` says it must be
+    ``bounds``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(
             f"`{name}` must be an integer; got {value!r} of type {type(value).__name__}"
         )
+    if low is not None and not low <= int(value) < high:
+        raise ValueError(f"`{name}` must be {bounds}; got {value}")
     return int(value)
 
 

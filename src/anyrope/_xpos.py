@@ -10,8 +10,8 @@ from ._namespace import Array, Namespace
 from ._rope import KEYS, QUERIES, RoPE
 from ._validation import MAX_POSITION, check_int
 
+#: ``scale_base`` stays below this: the exponent's denominator of the host power.
 MAX_SCALE_BASE = 2**40
-"""``scale_base`` stays below this: the exponent's denominator of the host power."""
 
 
 @shared_docs
@@ -103,16 +103,10 @@ class XPos(RoPE):
         start_index: int = 0,
         max_positions: int | None = None,
     ) -> None:
-        self.scale_base = check_int(scale_base, "scale_base")
-        if not 0 < self.scale_base < MAX_SCALE_BASE:
-            raise ValueError(
-                f"`scale_base` must be a positive integer below 2**40; got {self.scale_base}"
-            )
-        self.center = check_int(center, "center")
-        if not 0 <= self.center < MAX_POSITION:
-            raise ValueError(
-                f"`center` must be a non-negative integer below 2**53; got {self.center}"
-            )
+        bounds = "a positive integer below 2**40"
+        self.scale_base = check_int(scale_base, "scale_base", 1, MAX_SCALE_BASE, bounds)
+        bounds = "a non-negative integer below 2**53"
+        self.center = check_int(center, "center", 0, MAX_POSITION, bounds)
         super().__init__(
             head_dim,
             rotary_dim=rotary_dim,
@@ -129,24 +123,7 @@ class XPos(RoPE):
             Amplitude(self.rotary_dim, self.scale_base, self.center, sign) for sign in (1, -1)
         )
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Rebuilt from its settings; tables are rebuilt where they are needed.
-        settings = {
-            name: getattr(self, name)
-            for name in ("scale_base", "center", "rotary_dim", "base", "interleaved")
-        }
-        settings.update(start_index=self.start_index, max_positions=self.max_positions)
-        return (_restore, (type(self), self.head_dim, settings))
-
-    def __repr__(self) -> str:
-        extra = f", start_index={self.start_index}" if self.start_index else ""
-        if self.max_positions is not None:
-            extra += f", max_positions={self.max_positions}"
-        return (
-            f"XPos(head_dim={self.head_dim}, scale_base={self.scale_base}, "
-            f"center={self.center}, rotary_dim={self.rotary_dim}, base={self.base!r}, "
-            f"interleaved={self.interleaved}{extra})"
-        )
+    _KEYWORDS = ("scale_base", "center", *RoPE._KEYWORDS[:-1])  # no scaling
 
     def rotate(self, x: Array, positions: object = None, **options: Any) -> Array:
         """Refused: queries and keys are scaled apart; see :meth:`rotate_queries`.
@@ -213,17 +190,7 @@ class XPos(RoPE):
         >>> np.linalg.norm(y[:, 0], axis=-1)             # zeta_0 = 2/7 to the power m
         array([1.        , 0.28571429, 0.08163265])
         """
-        call = make_call(
-            (x,),
-            ("x",),
-            positions,
-            layout=layout,
-            inverse=inverse,
-            inplace=inplace,
-            impl=impl,
-            xp=xp,
-            cu_seqlens=cu_seqlens,
-        )
+        call = make_call((x,), ("x",), positions, layout, inverse, inplace, impl, xp, cu_seqlens)
         (y,) = self._rotate(call, QUERIES)
         return y
 
@@ -265,20 +232,6 @@ class XPos(RoPE):
         >>> np.linalg.norm(y[:, 0], axis=-1)             # (7/2) to the power m
         array([ 1.  ,  3.5 , 12.25])
         """
-        call = make_call(
-            (x,),
-            ("x",),
-            positions,
-            layout=layout,
-            inverse=inverse,
-            inplace=inplace,
-            impl=impl,
-            xp=xp,
-            cu_seqlens=cu_seqlens,
-        )
+        call = make_call((x,), ("x",), positions, layout, inverse, inplace, impl, xp, cu_seqlens)
         (y,) = self._rotate(call, KEYS)
         return y
-
-
-def _restore(cls: type[XPos], head_dim: int, settings: dict[str, Any]) -> XPos:
-    return cls(head_dim, **settings)
