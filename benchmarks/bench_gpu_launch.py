@@ -7,10 +7,10 @@
 
 The prefill cases of ``bench_gpu.py`` (bfloat16 bshd, bhsd, rotary 64 of 128 and
 interleaved; float32 bshd) under each launch configuration of :data:`CONFIGS`: the
-compile options' register cap (``--maxrregcount``), the least blocks of 256 threads
-that the kernel's ``__launch_bounds__`` asks to fit on a multiprocessor (which caps its
-registers the same way), weak loads of x and the positions instead of strong ones, and
-the most threads per block (``geometry.BLOCK``). For each: the
+least blocks of 256 threads that the kernel's ``__launch_bounds__`` asks to fit on a
+multiprocessor (which caps its registers), weak loads of x and the positions instead of
+strong ones, and the most threads per block (``geometry.BLOCK``, with the launch bounds
+that allow it). For each: the
 registers per thread of the variant that ran, the blocks that fit per SM
 (``cudaOccupancyMaxActiveBlocksPerMultiprocessor``), the device time (median, L2
 flushed) and the fraction of a device copy of the same bytes timed in the same run.
@@ -39,11 +39,17 @@ _STRONG = "ld.relaxed.gpu.global"
 #: per block at most).
 CONFIGS: tuple[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...], int | None], ...] = (
     ("as shipped", (), (), None),
-    ("maxrregcount 32", ("--maxrregcount=32",), (), None),
     ("launch bounds 256 x 6", (), ((_BOUNDS, "__launch_bounds__(256, 6)"),), None),
     ("launch bounds 256 x 8", (), ((_BOUNDS, "__launch_bounds__(256, 8)"),), None),
     ("weak loads of x and positions", (), ((_STRONG, "ld.global"),), None),
-    ("block 128", (), (), 128),
+    (
+        "weak loads, launch bounds 256 x 8",
+        (),
+        ((_STRONG, "ld.global"), (_BOUNDS, "__launch_bounds__(256, 8)")),
+        None,
+    ),
+    ("blocks of up to 512 threads", (), ((_BOUNDS, "__launch_bounds__(512)"),), 512),
+    ("blocks of up to 128 threads", (), (), 128),
 )
 DTYPE_CASES = (
     ("bf16", "prefill"),
