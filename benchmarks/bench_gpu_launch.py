@@ -12,7 +12,7 @@ multiprocessor (which caps its registers), weak loads of x and the positions ins
 strong ones, and the most threads per block (``geometry.BLOCK``, with the launch bounds
 that allow it). For each: the
 registers per thread of the variant that ran, the blocks that fit per SM
-(``cudaOccupancyMaxActiveBlocksPerMultiprocessor``), the device time (median, L2
+(``cuOccupancyMaxActiveBlocksPerMultiprocessor``), the device time (median, L2
 flushed) and the fraction of a device copy of the same bytes timed in the same run.
 The figures that docs/performance.rst's launch model is checked against. Writes
 ``gpu-launch.json`` under ``--out``. ``--launches N`` only runs the bfloat16 prefill
@@ -86,7 +86,7 @@ def _measure(torch: Any, timer: Any, dtype_key: str, case: bench_gpu.Case) -> di
     threads = block[0] * block[1] * block[2]
     try:
         blocks_per_sm: int | str = int(
-            cupy.cuda.runtime.occupancyMaxActiveBlocksPerMultiprocessor(
+            cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
                 kernel.kernel.ptr, threads, 0
             )
         )
