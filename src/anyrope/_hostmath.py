@@ -64,12 +64,6 @@ _TWO_OVER_PI = constants.TWO_OVER_PI
 _LN2_HI = constants.LN2_HI
 _LN2_LO = constants.LN2_LO
 _INV_LN2 = constants.INV_LN2
-_SPLITTER = constants.SPLITTER
-_SQRT_HALF = constants.SQRT_HALF
-_SIN_TAIL, _COS_TAIL = constants.SIN_TAIL, constants.COS_TAIL
-_EXP_TAIL, _LOG_TAIL = constants.EXP_TAIL, constants.LOG_TAIL
-_SIXTH, _MINUS_SIXTH = constants.SIXTH, constants.MINUS_SIXTH
-_TWENTY_FOURTH, _TWO_THIRDS = constants.TWENTY_FOURTH, constants.TWO_THIRDS
 _P0, _P1, _P2, _P3 = _PIO2
 
 
@@ -83,7 +77,7 @@ _P0, _P1, _P2, _P3 = _PIO2
 
 def _split(a: Any) -> tuple[Any, Any]:
     """``a = hi + lo`` with each half holding at most 26 significant bits (Veltkamp)."""
-    t = _SPLITTER * a
+    t = constants.SPLITTER * a
     hi = t - (t - a)
     return hi, a - hi
 
@@ -160,23 +154,24 @@ def _sincos_reduced(rh: Any, rl: Any) -> tuple[Any, Any]:
     # sin(r) = rh - rh**3/6 + rh**5 S(rh**2) + rl cos(r): the first two terms in
     # double-double.
     cube = rh * z
-    t, te = _times(cube, _product_error(r_hi, r_lo, z_hi, z_lo, cube) + rh * ze, _MINUS_SIXTH)
+    cube_lo = _product_error(r_hi, r_lo, z_hi, z_lo, cube) + rh * ze
+    t, te = _times(cube, cube_lo, constants.MINUS_SIXTH)
     s, se = _fast_two_sum(rh, t)
-    sin = s + (se + te + cube * z * _horner(z, _SIN_TAIL) + (rl - rl * z * 0.5))
+    sin = s + (se + te + cube * z * _horner(z, constants.SIN_TAIL) + (rl - rl * z * 0.5))
     # cos(r) = 1 - rh**2/2 + rh**4/24 + rh**6 C(rh**2) - rl sin(r): the first three terms
     # in double-double; |w| > 0.69 > 0.02 > |q|, so w + q is a fast two-sum.
     w, we = _fast_two_sum(1.0, z * -0.5)
     fourth = z * z
     fourth_lo = _product_error(z_hi, z_lo, z_hi, z_lo, fourth) + z * 2.0 * ze
-    q, qe = _times(fourth, fourth_lo, _TWENTY_FOURTH)
+    q, qe = _times(fourth, fourth_lo, constants.TWENTY_FOURTH)
     w, we2 = _fast_two_sum(w, q)
-    cos = w + ((we + we2 - ze * 0.5 + qe) + z * fourth * _horner(z, _COS_TAIL) - rl * sin)
+    cos = w + ((we + we2 - ze * 0.5 + qe) + z * fourth * _horner(z, constants.COS_TAIL) - rl * sin)
     return sin, cos
 
 
 def _log_reduced(m: Any, e: Any) -> tuple[Any, Any]:
     """``log(m 2**e) = hi + lo`` to about ``2**-63``, for ``m`` in ``[0.5, 1)`` (frexp's)."""
-    low = m < _SQRT_HALF
+    low = m < constants.SQRT_HALF
     m = m * (1.0 + low)  # doubled below sqrt(1/2): |s| <= 0.172
     exponent = e - low
     # s = (m - 1) / (m + 1) in double-double; m - 1 is exact (Sterbenz), and the sum is a
@@ -195,8 +190,8 @@ def _log_reduced(m: Any, e: Any) -> tuple[Any, Any]:
     w_hi, w_lo = _split(w)
     cube = w * sh
     cube_lo = _product_error(w_hi, w_lo, sh_hi, sh_lo, cube) + we * sh + w * 3.0 * sl
-    t, te = _times(cube, cube_lo, _TWO_THIRDS)
-    rest = cube * w * _horner(w, _LOG_TAIL)
+    t, te = _times(cube, cube_lo, constants.TWO_THIRDS)
+    rest = cube * w * _horner(w, constants.LOG_TAIL)
     hi, lo1 = _two_sum(exponent * _LN2_HI, sh * 2.0)
     hi, lo2 = _two_sum(hi, t)
     return _fast_two_sum(hi, lo1 + lo2 + sl * 2.0 + te + rest + exponent * _LN2_LO)
@@ -225,12 +220,12 @@ def _power_scaled(lh: Any, ll: Any, num: Any, den: Any) -> tuple[Any, Any]:
     z_hi, z_lo = _split(z)
     cube = rh * z
     cube_lo = _product_error(r_hi, r_lo, z_hi, z_lo, cube) + rh * ze
-    sixth, sixth_lo = _times(cube, cube_lo, _SIXTH)
+    sixth, sixth_lo = _times(cube, cube_lo, constants.SIXTH)
     # s = 1 + rh + half + sixth, each sum with its error.
     s, e1 = _fast_two_sum(1.0, rh)
     s, e2 = _two_sum(s, half)
     s, e3 = _two_sum(s, sixth)
-    tail = cube * rh * _horner(rh, _EXP_TAIL)
+    tail = cube * rh * _horner(rh, constants.EXP_TAIL)
     return s + (e1 + e2 + e3 + half_lo + sixth_lo + rl + tail), k
 
 
@@ -324,31 +319,35 @@ def sincos(x: Any) -> DD:
     if compiled is not None and fast:
         compiled.sincos(flat, flat_sin, flat_cos)
         return sin, cos
-    if not fast and not np.all(np.isfinite(flat)):
+    if fast:
+        angles = flat
+    elif not np.all(np.isfinite(flat)):
         raise ValueError("sincos needs finite angles; got inf or nan")
-    large = np.flatnonzero(~(np.abs(flat) < FAST_REDUCTION_LIMIT))
-    exact = [_reduce_exact(float(flat[i])) for i in large]
+    else:
+        # The fast reduction runs on 0 there; the exact one then replaces its results.
+        large = np.flatnonzero(~(np.abs(flat) < FAST_REDUCTION_LIMIT))
+        angles = flat.copy()
+        angles[large] = 0.0
     for block in _blocks(flat.size):
-        angles = flat[block]
-        first, last = np.searchsorted(large, (block.start, block.start + angles.size))
-        if first < last:
-            # The fast reduction runs on 0 there; the exact one replaces its results.
-            angles = angles.copy()
-            angles[large[first:last] - block.start] = 0.0
-        k, rh, rl = _reduce(angles)
+        k, rh, rl = _reduce(angles[block])
         # k mod 4 is in the low bits of k as an integer (two's complement for k < 0).
-        quadrant = k.astype(np.int64) & 3
-        for j in range(first, last):
-            i = large[j] - block.start
-            quadrant[i], rh[i], rl[i] = exact[j]
         s, c = _sincos_reduced(rh, rl)
-        # Of q pi/2 + r: quadrant 1 gives (cos, -sin), 2 (-sin, -cos), 3 (-cos, sin).
-        odd = (quadrant & 1).astype(bool)
-        s, c = np.where(odd, c, s), np.where(odd, s, c)
-        np.negative(s, out=s, where=quadrant >= 2)
-        np.negative(c, out=c, where=(quadrant == 1) | (quadrant == 2))
-        flat_sin[block], flat_cos[block] = s, c
+        flat_sin[block], flat_cos[block] = _to_quadrant(k.astype(np.int64) & 3, s, c)
+    if not fast:
+        q, rh, rl = np.array([_reduce_exact(angle) for angle in flat[large].tolist()]).T
+        s, c = _sincos_reduced(rh, rl)
+        flat_sin[large], flat_cos[large] = _to_quadrant(q.astype(np.int64), s, c)
     return sin, cos
+
+
+def _to_quadrant(quadrant: Any, s: Float64, c: Float64) -> DD:
+    """``(sin, cos)`` of ``q pi/2 + r`` from those of ``r``: quadrant 1 gives
+    ``(cos, -sin)``, 2 ``(-sin, -cos)``, 3 ``(-cos, sin)``."""
+    odd = (quadrant & 1).astype(bool)
+    s, c = np.where(odd, c, s), np.where(odd, s, c)
+    np.negative(s, out=s, where=quadrant >= 2)
+    np.negative(c, out=c, where=(quadrant == 1) | (quadrant == 2))
+    return s, c
 
 
 _COMPILED_FROM = 256
@@ -358,9 +357,7 @@ installed (its first use in a process loads or compiles it: not worth it for a f
 
 def _compiled(size: int) -> Any:
     """:mod:`anyrope._hostmath_numba` for an array of ``size`` elements, or ``None``."""
-    if size < _COMPILED_FROM:
-        return None
-    return _compiled_module()
+    return _compiled_module() if size >= _COMPILED_FROM else None
 
 
 @functools.cache
