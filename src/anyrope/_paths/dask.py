@@ -26,7 +26,7 @@ import numpy as np
 
 from .. import _threads
 from .._call import Call
-from .._layout import Axes
+from .._layout import Axes, heads_axis
 from .._namespace import Array, namespace_of
 from .._offsets import Offsets
 from .._plan import make_plan
@@ -216,11 +216,6 @@ class BlockRotation:
 
     def by_positions(self, block: Array, positions: Array) -> Array:
         """Rotate a block with its slice of the spread positions (see ``_spread_positions``)."""
-        if self.layout == "bshd":
-            p = positions[..., 0, 0]
-        elif self.layout == "bhsd":
-            p = positions[..., 0, :, 0]
-        else:
-            xp = array_api_compat.array_namespace(positions)
-            p = xp.moveaxis(positions[..., 0, 0], 0, -1)
-        return self._rotate(block, p)
+        xp = array_api_compat.array_namespace(positions)
+        p = xp.squeeze(positions, axis=(heads_axis(self.layout), -1))
+        return self._rotate(block, xp.moveaxis(p, 0, -1) if self.layout == "sbhd" else p)
