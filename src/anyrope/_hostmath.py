@@ -102,7 +102,7 @@ def _fast_two_sum(a: Any, b: Any) -> tuple[Any, Any]:
     return s, b - (s - a)
 
 
-def _times(hi: Any, lo: Any, constant: tuple[float, float]) -> tuple[Any, Any]:
+def _times(hi: Any, lo: Any, constant: tuple[float, ...]) -> tuple[Any, Any]:
     """``(hi + lo) (c0 + c1)`` in double-double: ``p = fl(hi c0)``,
     ``e = (hi c0 - p) + hi c1 + lo c0``."""
     c0, c1 = constant
@@ -157,7 +157,12 @@ def _sincos_reduced(rh: Any, rl: Any) -> tuple[Any, Any]:
     cube_lo = _product_error(r_hi, r_lo, z_hi, z_lo, cube) + rh * ze
     t, te = _times(cube, cube_lo, constants.MINUS_SIXTH)
     s, se = _fast_two_sum(rh, t)
-    sin = s + (se + te + cube * z * _horner(z, constants.SIN_TAIL) + (rl - rl * z * 0.5))
+    # The tails S and C in one Horner loop (numba inlines one loop per function here).
+    sin_tail, cos_tail = constants.SIN_TAIL[-1], constants.COS_TAIL[-1]
+    for j in range(len(constants.SIN_TAIL) - 2, -1, -1):
+        sin_tail = sin_tail * z + constants.SIN_TAIL[j]
+        cos_tail = cos_tail * z + constants.COS_TAIL[j]
+    sin = s + (se + te + cube * z * sin_tail + (rl - rl * z * 0.5))
     # cos(r) = 1 - rh**2/2 + rh**4/24 + rh**6 C(rh**2) - rl sin(r): the first three terms
     # in double-double; |w| > 0.69 > 0.02 > |q|, so w + q is a fast two-sum.
     w, we = _fast_two_sum(1.0, z * -0.5)
@@ -165,7 +170,7 @@ def _sincos_reduced(rh: Any, rl: Any) -> tuple[Any, Any]:
     fourth_lo = _product_error(z_hi, z_lo, z_hi, z_lo, fourth) + z * 2.0 * ze
     q, qe = _times(fourth, fourth_lo, constants.TWENTY_FOURTH)
     w, we2 = _fast_two_sum(w, q)
-    cos = w + ((we + we2 - ze * 0.5 + qe) + z * fourth * _horner(z, constants.COS_TAIL) - rl * sin)
+    cos = w + ((we + we2 - ze * 0.5 + qe) + z * fourth * cos_tail - rl * sin)
     return sin, cos
 
 

@@ -28,22 +28,21 @@ from numba.extending import register_jitable
 
 from . import _hostmath as host
 
-# Inlined by numba, as the kernels only vectorize and keep their values in registers
-# when the algorithms are part of them; but a loop inlined twice over is beyond numba's
-# inliner, so the Horner steps are a function of their own, which LLVM inlines.
+# Inlined by numba: the kernels keep their values in registers only when the algorithms
+# are part of them. (numba's inliner cannot take a loop inlined twice into one function.)
 for _algorithm in (
     host._split,
     host._product_error,
     host._two_sum,
     host._fast_two_sum,
     host._times,
+    host._horner,
     host._reduce,
     host._sincos_reduced,
     host._log_reduced,
     host._power_scaled,
 ):
     register_jitable(inline="always")(_algorithm)
-register_jitable(host._horner)
 
 
 @njit(cache=True)

@@ -108,10 +108,11 @@ def rotate(
     plan = make_plan(source, stand_ins, **geometry)
     tasks = [BlockRotation(rotate_block, source, call, **geometry) for source in sources]
     where = plan.where[0]
-    lazy_offset = array_api_compat.is_dask_array(positions) and positions.ndim == 0
-    if lazy_offset or where.array is None:
+    lazy = None
+    if array_api_compat.is_dask_array(positions) and positions.ndim == 0:
         # A lazy offset (make_plan saw a stand-in zero): each block reads its value.
-        lazy = positions.reshape((1,) * arrays[0].ndim) if lazy_offset else None
+        lazy = positions.reshape((1,) * arrays[0].ndim)
+    if lazy is not None or where.array is None:
         return tuple(
             _map(task.by_offset, x, lazy, offset=where.offset)
             for task, x in zip(tasks, arrays, strict=True)
