@@ -45,6 +45,7 @@ from typing import Any, TypeAlias
 import numpy as np
 
 from . import _hostmath_constants as constants
+from ._hostmath_algorithms import log_reduced, power_scaled, reduce, sincos_reduced
 
 __all__ = ["log", "power", "sincos"]
 
@@ -55,184 +56,8 @@ _BLOCK = 8192
 """Elements per NumPy step: a block's temporaries stay in the caches."""
 
 # Below this magnitude the three-term reduction is exact enough for every float64 (see
-# _reduce); above it, each element is reduced with integers (_reduce_exact).
+# _hostmath_algorithms.reduce); above it, each element is reduced with integers (_reduce_exact).
 FAST_REDUCTION_LIMIT = float(2**33)
-
-_pi = constants.pi
-_PIO2 = constants.PIO2
-_TWO_OVER_PI = constants.TWO_OVER_PI
-_LN2_HI = constants.LN2_HI
-_LN2_LO = constants.LN2_LO
-_INV_LN2 = constants.INV_LN2
-_P0, _P1, _P2, _P3 = _PIO2
-
-
-# -- The algorithms, on scalars or arrays alike -----------------------------------------
-#
-# Only + - * / and rint: each one IEEE-754 rounding in NumPy and in numba (which forms no
-# FMA without fastmath). numba compiles these functions as they are
-# (anyrope._hostmath_numba registers them), so keep them to what it types: floats,
-# tuples of floats, and the module's constants.
-
-
-def _split(a: Any) -> tuple[Any, Any]:
-    """``a = hi + lo`` with each half holding at most 26 significant bits (Veltkamp)."""
-    t = constants.SPLITTER * a
-    hi = t - (t - a)
-    return hi, a - hi
-
-
-def _product_error(ah: Any, al: Any, bh: Any, bl: Any, p: Any) -> Any:
-    """``a b - p`` exactly for ``p = fl(a b)``, from the halves of ``a`` and ``b``
-    (Dekker, without an FMA)."""
-    return ((ah * bh - p) + ah * bl + al * bh) + al * bl
-
-
-def _two_sum(a: Any, b: Any) -> tuple[Any, Any]:
-    """``a + b = s + e`` exactly (Knuth)."""
-    s = a + b
-    bb = s - a
-    return s, (a - (s - bb)) + (b - bb)
-
-
-def _fast_two_sum(a: Any, b: Any) -> tuple[Any, Any]:
-    """``a + b = s + e`` exactly when the exponent of ``a`` is at least that of ``b``
-    (Dekker): then ``e`` is the value :func:`_two_sum` gives."""
-    s = a + b
-    return s, b - (s - a)
-
-
-def _times(hi: Any, lo: Any, constant: tuple[float, ...]) -> tuple[Any, Any]:
-    """``(hi + lo) (c0 + c1)`` in double-double: ``p = fl(hi c0)``,
-    ``e = (hi c0 - p) + hi c1 + lo c0``."""
-    c0, c1 = constant
-    hi_hi, hi_lo = _split(hi)
-    c0_hi, c0_lo = _split(c0)
-    p = hi * c0
-    return p, _product_error(hi_hi, hi_lo, c0_hi, c0_lo, p) + hi * c1 + lo * c0
-
-
-def _horner(z: Any, coefficients: tuple[float, ...]) -> Any:
-    """``c0 + z (c1 + z (c2 + ...))``."""
-    result = coefficients[-1]
-    for c in coefficients[-2::-1]:
-        result = result * z + c
-    return result
-
-
-_P0_HI, _P0_LO = _split(_P0)
-_P1_HI, _P1_LO = _split(_P1)
-_P2_HI, _P2_LO = _split(_P2)
-
-
-def _reduce(x: Any) -> tuple[Any, Any, Any]:
-    """``x = k pi/2 + (rh + rl)`` with ``|rh + rl| <= pi/4`` (a hair more): ``(k, rh, rl)``.
-
-    For ``|x| < 2**33`` the products ``k * P_j`` of ``pi/2 = P0 + P1 + P2 + P3`` are
-    split exactly (``k`` has at most 33 bits), ``x - k P0`` is exact (Sterbenz), and the
-    remaining terms, all below ``2**-20``, are summed with rounding errors below
-    ``2**-120``: far below the smallest ``|r|`` a float64 can reach (about ``2**-61``).
-    Larger ``x`` are reduced one by one with integers (:func:`_reduce_exact`).
-    """
-    k = np.rint(x * _TWO_OVER_PI)
-    k_hi, k_lo = _split(k)
-    h0, h1, h2 = k * _P0, k * _P1, k * _P2
-    a, ea = _two_sum(x - h0, -_product_error(k_hi, k_lo, _P0_HI, _P0_LO, h0))
-    b, eb = _two_sum(a, -h1)
-    l1 = _product_error(k_hi, k_lo, _P1_HI, _P1_LO, h1)
-    l2 = _product_error(k_hi, k_lo, _P2_HI, _P2_LO, h2)
-    rh, rl = _fast_two_sum(b, (ea + eb) - l1 - h2 - l2 - k * _P3)
-    return k, rh, rl
-
-
-def _sincos_reduced(rh: Any, rl: Any) -> tuple[Any, Any]:
-    """``sin`` and ``cos`` of ``rh + rl``, ``|rh + rl| <= pi/4``."""
-    r_hi, r_lo = _split(rh)
-    z = rh * rh
-    ze = _product_error(r_hi, r_lo, r_hi, r_lo, z)
-    z_hi, z_lo = _split(z)
-    # sin(r) = rh - rh**3/6 + rh**5 S(rh**2) + rl cos(r): the first two terms in
-    # double-double.
-    cube = rh * z
-    cube_lo = _product_error(r_hi, r_lo, z_hi, z_lo, cube) + rh * ze
-    t, te = _times(cube, cube_lo, constants.MINUS_SIXTH)
-    s, se = _fast_two_sum(rh, t)
-    # The tails S and C in one Horner loop (numba inlines one loop per function here).
-    sin_tail, cos_tail = constants.SIN_TAIL[-1], constants.COS_TAIL[-1]
-    for j in range(len(constants.SIN_TAIL) - 2, -1, -1):
-        sin_tail = sin_tail * z + constants.SIN_TAIL[j]
-        cos_tail = cos_tail * z + constants.COS_TAIL[j]
-    sin = s + (se + te + cube * z * sin_tail + (rl - rl * z * 0.5))
-    # cos(r) = 1 - rh**2/2 + rh**4/24 + rh**6 C(rh**2) - rl sin(r): the first three terms
-    # in double-double; |w| > 0.69 > 0.02 > |q|, so w + q is a fast two-sum.
-    w, we = _fast_two_sum(1.0, z * -0.5)
-    fourth = z * z
-    fourth_lo = _product_error(z_hi, z_lo, z_hi, z_lo, fourth) + z * 2.0 * ze
-    q, qe = _times(fourth, fourth_lo, constants.TWENTY_FOURTH)
-    w, we2 = _fast_two_sum(w, q)
-    cos = w + ((we + we2 - ze * 0.5 + qe) + z * fourth * cos_tail - rl * sin)
-    return sin, cos
-
-
-def _log_reduced(m: Any, e: Any) -> tuple[Any, Any]:
-    """``log(m 2**e) = hi + lo`` to about ``2**-63``, for ``m`` in ``[0.5, 1)`` (frexp's)."""
-    low = m < constants.SQRT_HALF
-    m = m * (1.0 + low)  # doubled below sqrt(1/2): |s| <= 0.172
-    exponent = e - low
-    # s = (m - 1) / (m + 1) in double-double; m - 1 is exact (Sterbenz), and the sum is a
-    # fast two-sum: the exponent of 1 is at least that of m < 1.5.
-    numerator = m - 1.0
-    dh, dl = _fast_two_sum(1.0, m)
-    sh = numerator / dh
-    sh_hi, sh_lo = _split(sh)
-    dh_hi, dh_lo = _split(dh)
-    p = sh * dh
-    sl = (((numerator - p) - _product_error(sh_hi, sh_lo, dh_hi, dh_lo, p)) - sh * dl) / dh
-    # 2 s**3 / 3 in double-double, with the sl part of (sh + sl)**3 = sh**3 + 3 sh**2 sl;
-    # the rest is below 2**-12 of log(m).
-    w = sh * sh
-    we = _product_error(sh_hi, sh_lo, sh_hi, sh_lo, w)
-    w_hi, w_lo = _split(w)
-    cube = w * sh
-    cube_lo = _product_error(w_hi, w_lo, sh_hi, sh_lo, cube) + we * sh + w * 3.0 * sl
-    t, te = _times(cube, cube_lo, constants.TWO_THIRDS)
-    rest = cube * w * _horner(w, constants.LOG_TAIL)
-    hi, lo1 = _two_sum(exponent * _LN2_HI, sh * 2.0)
-    hi, lo2 = _two_sum(hi, t)
-    return _fast_two_sum(hi, lo1 + lo2 + sl * 2.0 + te + rest + exponent * _LN2_LO)
-
-
-def _power_scaled(lh: Any, ll: Any, num: Any, den: Any) -> tuple[Any, Any]:
-    """``exp((lh + ll) num / den) = s 2**k``: ``(s, k)``, from a log in double-double and
-    exact integers ``num`` and ``den`` (as floats)."""
-    # y = log(x) num / den in double-double.
-    lh_hi, lh_lo = _split(lh)
-    num_hi, num_lo = _split(num)
-    ph = lh * num
-    pl = _product_error(lh_hi, lh_lo, num_hi, num_lo, ph) + ll * num
-    qh = ph / den
-    qh_hi, qh_lo = _split(qh)
-    den_hi, den_lo = _split(den)
-    p = qh * den
-    ql = (((ph - p) - _product_error(qh_hi, qh_lo, den_hi, den_lo, p)) + pl) / den
-    # exp(qh + ql) = 2**k exp(r): k log2_hi and qh - k log2_hi are exact (Sterbenz).
-    k = np.rint(qh * _INV_LN2)
-    rh, rl = _two_sum(qh - k * _LN2_HI, ql - k * _LN2_LO)
-    r_hi, r_lo = _split(rh)
-    z = rh * rh
-    ze = _product_error(r_hi, r_lo, r_hi, r_lo, z)
-    half, half_lo = z * 0.5, (ze + rh * 2.0 * rl) * 0.5
-    z_hi, z_lo = _split(z)
-    cube = rh * z
-    cube_lo = _product_error(r_hi, r_lo, z_hi, z_lo, cube) + rh * ze
-    sixth, sixth_lo = _times(cube, cube_lo, constants.SIXTH)
-    # s = 1 + rh + half + sixth, each sum with its error.
-    s, e1 = _fast_two_sum(1.0, rh)
-    s, e2 = _two_sum(s, half)
-    s, e3 = _two_sum(s, sixth)
-    tail = cube * rh * _horner(rh, constants.EXP_TAIL)
-    return s + (e1 + e2 + e3 + half_lo + sixth_lo + rl + tail), k
-
 
 # -- Angles past 2**33 ------------------------------------------------------------------
 
@@ -260,7 +85,8 @@ def _dyadic_to_float(numerator: int, shift: int) -> float:
 
 
 def _reduce_exact(x: float) -> tuple[int, float, float]:
-    """:func:`_reduce` for one large ``x``, with integers and enough bits of pi.
+    """The reduction of :mod:`anyrope._hostmath_algorithms` for one large ``x``, with
+    integers and enough bits of pi.
 
     ``k`` is the integer nearest ``x / (pi/2)`` and ``r = x - k pi/2``, with ``pi`` to
     ``200`` bits more than ``x`` has integer bits, all exact: every value is a dyadic
@@ -334,13 +160,13 @@ def sincos(x: Any) -> DD:
         angles = flat.copy()
         angles[large] = 0.0
     for block in _blocks(flat.size):
-        k, rh, rl = _reduce(angles[block])
+        k, rh, rl = reduce(angles[block])
+        s, c = sincos_reduced(rh, rl)
         # k mod 4 is in the low bits of k as an integer (two's complement for k < 0).
-        s, c = _sincos_reduced(rh, rl)
         flat_sin[block], flat_cos[block] = _to_quadrant(k.astype(np.int64) & 3, s, c)
     if not fast:
         q, rh, rl = np.array([_reduce_exact(angle) for angle in flat[large].tolist()]).T
-        s, c = _sincos_reduced(rh, rl)
+        s, c = sincos_reduced(rh, rl)
         flat_sin[large], flat_cos[large] = _to_quadrant(q.astype(np.int64), s, c)
     return sin, cos
 
@@ -385,7 +211,7 @@ def _log_dd(x: Float64) -> DD:
         compiled.log(flat, hi, lo)
     else:
         for block in _blocks(flat.size):
-            hi[block], lo[block] = _log_reduced(*np.frexp(flat[block]))
+            hi[block], lo[block] = log_reduced(*np.frexp(flat[block]))
     return hi.reshape(x.shape), lo.reshape(x.shape)
 
 
@@ -433,7 +259,7 @@ def power(x: Any, numerator: Any, denominator: Any) -> Float64:
         compiled.power(*parts, out)
         return result if result.ndim else result[()]
     for block in _blocks(out.size):
-        s, k = _power_scaled(*(part[block] for part in parts))
+        s, k = power_scaled(*(part[block] for part in parts))
         with np.errstate(over="ignore"):
             out[block] = np.ldexp(s, k.astype(np.int64))
     return result if result.ndim else result[()]

@@ -1,6 +1,6 @@
 """The host math of :mod:`anyrope._hostmath`, compiled with numba: the same bits, faster.
 
-numba compiles the algorithms of :mod:`anyrope._hostmath` themselves (registered here as
+numba compiles the algorithms of :mod:`anyrope._hostmath_algorithms` themselves (registered here as
 functions it may call and inline), so each element goes through the same IEEE-754
 operations on the same operands in the same order as in the NumPy code. numba leaves
 floating-point contraction off unless ``fastmath`` is asked for, so no FMA is formed,
@@ -12,7 +12,7 @@ every new length) and large tables spend their time on.
 
 The callers check the arguments (finite angles below ``2**33``, positive finite bases).
 Compiled code is cached on disk (``cache=True``); numba checks only this file for
-changes, so a change to the algorithms in :mod:`anyrope._hostmath` needs its cache
+changes, so a change to :mod:`anyrope._hostmath_algorithms` needs its cache
 cleared (``__pycache__``). This module imports numba: :mod:`anyrope._hostmath` imports it
 only when numba is installed and an array is large.
 """
@@ -26,31 +26,20 @@ import numpy as np
 from numba import njit
 from numba.extending import register_jitable
 
-from . import _hostmath as host
+from . import _hostmath_algorithms as algorithms
 
 # Inlined by numba: the kernels keep their values in registers only when the algorithms
 # are part of them. (numba's inliner cannot take a loop inlined twice into one function.)
-for _algorithm in (
-    host._split,
-    host._product_error,
-    host._two_sum,
-    host._fast_two_sum,
-    host._times,
-    host._horner,
-    host._reduce,
-    host._sincos_reduced,
-    host._log_reduced,
-    host._power_scaled,
-):
-    register_jitable(inline="always")(_algorithm)
+for _name in algorithms.__all__:
+    register_jitable(inline="always")(getattr(algorithms, _name))
 
 
 @njit(cache=True)
 def sincos(x: Any, sin: Any, cos: Any) -> None:
     """``sin`` and ``cos`` of the 1-d ``x`` (every ``|x| < 2**33``), into ``sin``, ``cos``."""
     for i in range(x.size):
-        k, rh, rl = host._reduce(x[i])
-        s, c = host._sincos_reduced(rh, rl)
+        k, rh, rl = algorithms.reduce(x[i])
+        s, c = algorithms.sincos_reduced(rh, rl)
         quadrant = np.int64(k) & 3
         if quadrant & 1:
             s, c = c, s
@@ -66,7 +55,7 @@ def log(x: Any, hi: Any, lo: Any) -> None:
     """``log(x)`` of the 1-d ``x`` (positive, finite) in double-double, into ``hi``, ``lo``."""
     for i in range(x.size):
         m, e = math.frexp(x[i])
-        hi[i], lo[i] = host._log_reduced(m, e)
+        hi[i], lo[i] = algorithms.log_reduced(m, e)
 
 
 @njit(cache=True)
@@ -75,6 +64,6 @@ def power(log_hi: Any, log_lo: Any, numerator: Any, denominator: Any, out: Any) 
     from ``log(x)`` in double-double (:func:`log`); ``numerator`` and ``denominator`` are
     exact integers as float64."""
     for i in range(out.size):
-        s, k = host._power_scaled(log_hi[i], log_lo[i], numerator[i], denominator[i])
+        s, k = algorithms.power_scaled(log_hi[i], log_lo[i], numerator[i], denominator[i])
         # Beyond +-2200 the result is inf or 0 either way; ldexp takes a C int.
         out[i] = math.ldexp(s, int(min(max(k, -2200.0), 2200.0)))
