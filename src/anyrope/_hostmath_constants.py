@@ -15,35 +15,23 @@ from collections.abc import Callable
 from fractions import Fraction
 
 
-def _arctan_inverse(n: int, bits: int) -> int:
-    """``floor(atan(1/n) * 2**bits)`` within a few units, by its Taylor series."""
+def _inverse_series(n: int, bits: int, sign: int) -> Fraction:
+    """``atan(1/n)`` (``sign`` -1) or ``atanh(1/n)`` (``sign`` 1) to ``bits`` bits, by its
+    Taylor series ``sum sign**k / ((2k+1) n**(2k+1))`` in integers."""
     scale = 1 << (bits + 16)
-    total, power, k, sign = 0, scale // n, 1, 1
+    total, power, k, term_sign = 0, scale // n, 1, 1
     while power:
-        total += sign * (power // k)
+        total += term_sign * (power // k)
         power //= n * n
         k += 2
-        sign = -sign
-    return total >> 16
+        term_sign *= sign
+    return Fraction(total, scale)
 
 
 @functools.cache
 def pi(bits: int) -> Fraction:
     """pi to ``bits`` bits by Machin's formula ``pi/4 = 4 atan(1/5) - atan(1/239)``."""
-    guard = bits + 32
-    scaled = 4 * (4 * _arctan_inverse(5, guard) - _arctan_inverse(239, guard))
-    return Fraction(scaled, 1 << guard)
-
-
-def _ln2(bits: int) -> Fraction:
-    """log 2 to ``bits`` bits: ``2 atanh(1/3) = sum 2 / ((2k+1) 3**(2k+1))``."""
-    scale = 1 << (bits + 16)
-    total, power, k = 0, scale // 3, 1
-    while power:
-        total += power // k
-        power //= 9
-        k += 2
-    return Fraction(2 * total >> 16, 1 << bits)
+    return 4 * (4 * _inverse_series(5, bits + 32, -1) - _inverse_series(239, bits + 32, -1))
 
 
 def expansion(value: Fraction, terms: int) -> tuple[float, ...]:
@@ -80,7 +68,7 @@ SQRT_HALF = 0.7071067811865476
 PI = pi(300)
 PIO2 = expansion(PI / 2, 4)
 TWO_OVER_PI = float(2 / PI)
-LN2 = _ln2(200)
+LN2 = 2 * _inverse_series(3, 200, 1)  # 2 atanh(1/3)
 # log 2 split so that e * LN2_HI is exact for every float64 exponent |e| < 2**11.
 LN2_HI = _truncated(LN2, 42)
 LN2_LO = float(LN2 - Fraction(LN2_HI))

@@ -228,24 +228,24 @@ def _rotate_for_attention(
     )
 
 
+def _bhsd_axes(layout: str, n: int) -> tuple[int, ...]:
+    """The axes of an ``n``-d array of ``layout`` in the order ``(*batch, heads, seq, dim)``."""
+    if layout == "bhsd":
+        return tuple(range(n))
+    if layout == "bshd":
+        return (*range(n - 3), n - 2, n - 3, n - 1)
+    return (*range(1, n - 2), n - 2, 0, n - 1)
+
+
 def _to_bhsd(x: Array, layout: str, xp: Namespace) -> Array:
     """View ``x`` of ``layout`` as ``(*batch, heads, seq, dim)``."""
-    n = x.ndim
-    if layout == "bhsd":
-        return x
-    if layout == "bshd":
-        return xp.permute_dims(x, (*range(n - 3), n - 2, n - 3, n - 1))
-    return xp.permute_dims(x, (*range(1, n - 2), n - 2, 0, n - 1))
+    return xp.permute_dims(x, _bhsd_axes(layout, x.ndim))
 
 
 def _from_bhsd(x: Array, layout: str, xp: Namespace) -> Array:
     """Inverse of :func:`_to_bhsd`."""
-    n = x.ndim
-    if layout == "bhsd":
-        return x
-    if layout == "bshd":
-        return xp.permute_dims(x, (*range(n - 3), n - 2, n - 3, n - 1))
-    return xp.permute_dims(x, (n - 2, *range(n - 3), n - 3, n - 1))
+    axes = _bhsd_axes(layout, x.ndim)
+    return xp.permute_dims(x, tuple(axes.index(axis) for axis in range(x.ndim)))
 
 
 def _grouped_queries(q: Array, groups: int, xp: Namespace) -> Array:

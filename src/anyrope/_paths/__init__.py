@@ -89,10 +89,7 @@ def choose(impl: str, plan: Plan) -> Path:
 
 def lazy_path(x: Any) -> LazyPath | None:
     """The lazy path that takes ``x``, or ``None`` for an eager array."""
-    for path in LAZY:
-        if path.takes(x):
-            return path
-    return None
+    return next((path for path in LAZY if path.takes(x)), None)
 
 
 def _rejects(path: Path, plan: Plan) -> str | None:

@@ -17,9 +17,11 @@ with torch's own operations (NumPy has no bfloat16 and converts float16 slowly).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import array_api_compat
@@ -106,7 +108,7 @@ def _run(plan: Plan) -> tuple[Array, ...]:
         pairs = (torch_module.from_numpy(pairs[0]), torch_module.from_numpy(pairs[1]))
     if plan.inverse:
         pairs = (pairs[0], -pairs[1])
-    ops = _TORCH if torch_ops else _NUMPY
+    ops = _torch_ops() if torch_ops else _NUMPY
     results = []
     for x in plan.arrays:
         out = x if plan.inplace else empty_like(x)
@@ -121,7 +123,7 @@ def _run(plan: Plan) -> tuple[Array, ...]:
             wide_cos, wide_sin = (p.reshape((*p.shape[:-2], r)) for p in pairs)
             _rotate_blocks(xv, wide_cos, wide_sin, outv, r, interleaved, ops, plan.library)
         if out is not x and r < x.shape[-1]:
-            ops.copy(xv[..., r:], outv[..., r:])
+            ops.copy(outv[..., r:], xv[..., r:])
         results.append(out)
     if torch and plan.inplace:
         # Written through NumPy views, or by out= operations: autograd must see it.
@@ -135,7 +137,7 @@ def _rotate_whole(  # noqa: PLR0917 - the operands, in the order they are used
     out: Array,
     split: tuple[int, int],
     interleaved: bool,
-    ops: Any,
+    ops: _Ops,
 ) -> None:
     """Three operations over the whole input: for the small arrays of a decode step."""
     shape = (*rotated.shape[:-1], *split)
@@ -153,14 +155,15 @@ def _rotate_blocks(  # noqa: PLR0917 - the loop's operands, in the order they ar
     out: Array,
     r: int,
     interleaved: bool,
-    ops: Any,
+    ops: _Ops,
     library: str,
 ) -> None:
     """The cache-blocked loop over a large input, on every core."""
+    lib = ops.library
     rotated_shape = (*x.shape[:-1], r)
-    wide_cos = ops.broadcast_to(wide_cos, rotated_shape)
+    wide_cos = lib.broadcast_to(wide_cos, rotated_shape)
     first_sin, second_sin = (
-        ops.broadcast_to(half, (*x.shape[:-1], r // 2)) for half in halves(wide_sin, r, interleaved)
+        lib.broadcast_to(half, (*x.shape[:-1], r // 2)) for half in halves(wide_sin, r, interleaved)
     )
     blocks = list(_blocks(x.shape[:-1], r, ops.block_elements))
     workers = min(_threads.workers(library), len(blocks))
@@ -173,20 +176,20 @@ def _rotate_blocks(  # noqa: PLR0917 - the loop's operands, in the order they ar
         # (numerical-contract.rst, "What is identical, and what is not"), not something to warn
         # about on NumPy and not elsewhere.
         with np.errstate(invalid="ignore", over="ignore"):
-            products = ops.empty(size, wide_cos.dtype)
-            swapped = ops.empty(size, wide_cos.dtype)
+            products = lib.empty(size, dtype=wide_cos.dtype)
+            swapped = lib.empty(size, dtype=wide_cos.dtype)
             for index in chunk:
                 xb = x[index][..., :r]
                 n = math.prod(xb.shape)
-                t0 = ops.reshape(products[:n], xb.shape)
-                t1 = ops.reshape(swapped[:n], xb.shape)
+                t0 = products[:n].reshape(xb.shape)
+                t1 = swapped[:n].reshape(xb.shape)
                 first, second = halves(t1, r, interleaved)
                 x_first, x_second = halves(xb, r, interleaved)
-                ops.mul(xb, wide_cos[index], t0)
-                ops.mul(x_second, first_sin[index], first)
-                ops.mul(x_first, second_sin[index], second)
+                lib.multiply(xb, wide_cos[index], out=t0)
+                lib.multiply(x_second, first_sin[index], out=first)
+                lib.multiply(x_first, second_sin[index], out=second)
                 # Every read of this block of x is done, so out may alias x.
-                ops.add(t0, t1, out[index][..., :r])
+                lib.add(t0, t1, out=out[index][..., :r])
 
     if workers <= 1:
         run_chunk(blocks)
@@ -221,101 +224,50 @@ def _blocks(shape: tuple[int, ...], row: int, elements: int) -> Iterator[tuple[A
             yield (*outer, slice(start, start + step))
 
 
-class _NumpyOps:
-    """The few operations the loops need, on NumPy arrays, with output buffers."""
+@dataclass(frozen=True)
+class _Ops:
+    """What the loops need of one library: NumPy or torch, whose ``multiply``, ``add``
+    (with ``out=``), ``broadcast_to`` and ``empty`` they call alike, and the rest."""
 
-    block_elements = BLOCK_ELEMENTS
-    whole_elements = WHOLE_ELEMENTS
-
-    @staticmethod
-    def mul(a: Array, b: Array, out: Array) -> None:
-        np.multiply(a, b, out=out)
-
-    @staticmethod
-    def add(a: Array, b: Array, out: Array) -> None:
-        np.add(a, b, out=out)
-
-    @staticmethod
-    def add_into(a: Array, b: Array, out: Array, shape: tuple[int, ...]) -> None:
-        # One rounding from the compute dtype to out's (float32 to float16, ...).
-        np.add(a, b, out=out.reshape(shape), casting="same_kind")
-
-    @staticmethod
-    def swap(a: Array, interleaved: bool) -> Array:
-        """The pairs' elements exchanged: a view (the pairs are an axis of their own)."""
-        return a[..., ::-1] if interleaved else a[..., ::-1, :]
-
-    @staticmethod
-    def broadcast_to(a: Array, shape: tuple[int, ...]) -> Array:
-        return np.broadcast_to(a, shape)
-
-    @staticmethod
-    def empty(n: int, dtype: Any) -> Array:
-        return np.empty(n, dtype=dtype)
-
-    @staticmethod
-    def reshape(a: Array, shape: tuple[int, ...]) -> Array:
-        return a.reshape(shape)
-
-    @staticmethod
-    def copy(source: Array, target: Array) -> None:
-        np.copyto(target, source)
+    library: Any
+    block_elements: int
+    whole_elements: int
+    add_into: Callable[[Array, Array, Array, tuple[int, ...]], Any]
+    """``out`` (viewed as ``shape``) = ``a + b``, rounded once to the dtype of ``out``."""
+    swap: Callable[[Array, bool], Array]
+    """The pairs' elements exchanged (the pairs are an axis of their own)."""
+    copy: Callable[[Array, Array], Any]
+    """``copy(target, source)``."""
 
 
-class _TorchOps:
-    """The same operations on torch CPU tensors (float16 and bfloat16)."""
+_NUMPY = _Ops(
+    library=np,
+    block_elements=BLOCK_ELEMENTS,
+    whole_elements=WHOLE_ELEMENTS,
+    add_into=lambda a, b, out, shape: np.add(a, b, out=out.reshape(shape), casting="same_kind"),
+    swap=lambda a, interleaved: a[..., ::-1] if interleaved else a[..., ::-1, :],  # a view
+    copy=np.copyto,
+)
 
-    # Below torch's intra-op grain size (32768): each operation stays on the calling
-    # thread and torch's own threads do not compete with ours.
-    block_elements = TORCH_BLOCK_ELEMENTS
-    # torch spreads each whole-array operation over its own threads.
-    whole_elements = TORCH_WHOLE_ELEMENTS
 
-    @staticmethod
-    def mul(a: Array, b: Array, out: Array) -> None:
-        import torch
+@functools.cache
+def _torch_ops() -> _Ops:
+    """The same on torch CPU tensors (float16 and bfloat16)."""
+    import torch
 
-        torch.mul(a, b, out=out)
-
-    @staticmethod
-    def add(a: Array, b: Array, out: Array) -> None:
-        import torch
-
-        torch.add(a, b, out=out)
-
-    @staticmethod
     def add_into(a: Array, b: Array, out: Array, shape: tuple[int, ...]) -> None:
         # The float32 sum is rounded once to out's dtype as it is stored.
         if out.is_contiguous():
-            import torch
-
             torch.add(a, b, out=out.view(shape))
         else:
             out.copy_((a + b).reshape(out.shape))
 
-    @staticmethod
-    def swap(a: Array, interleaved: bool) -> Array:
-        """The pairs' elements exchanged (torch has no negative strides: a copy)."""
-        return a.flip(-1 if interleaved else -2)
-
-    @staticmethod
-    def broadcast_to(a: Array, shape: tuple[int, ...]) -> Array:
-        return a.expand(shape)
-
-    @staticmethod
-    def empty(n: int, dtype: Any) -> Array:
-        import torch
-
-        return torch.empty(n, dtype=dtype)
-
-    @staticmethod
-    def reshape(a: Array, shape: tuple[int, ...]) -> Array:
-        return a.view(shape)
-
-    @staticmethod
-    def copy(source: Array, target: Array) -> None:
-        target.copy_(source)
-
-
-_NUMPY = _NumpyOps
-_TORCH = _TorchOps
+    return _Ops(
+        library=torch,
+        block_elements=TORCH_BLOCK_ELEMENTS,
+        whole_elements=TORCH_WHOLE_ELEMENTS,
+        add_into=add_into,
+        # torch has no negative strides: a copy.
+        swap=lambda a, interleaved: a.flip(-1 if interleaved else -2),
+        copy=torch.Tensor.copy_,
+    )

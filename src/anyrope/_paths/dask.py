@@ -26,7 +26,7 @@ import numpy as np
 
 from .. import _threads
 from .._call import Call
-from .._layout import Axes
+from .._layout import Axes, heads_axis
 from .._namespace import Array, namespace_of
 from .._offsets import Offsets
 from .._plan import make_plan
@@ -108,13 +108,13 @@ def rotate(
     plan = make_plan(source, stand_ins, **geometry)
     tasks = [BlockRotation(rotate_block, source, call, **geometry) for source in sources]
     where = plan.where[0]
+    lazy = None
     if array_api_compat.is_dask_array(positions) and positions.ndim == 0:
         # A lazy offset (make_plan saw a stand-in zero): each block reads its value.
         lazy = positions.reshape((1,) * arrays[0].ndim)
-        return tuple(_map(task.by_offset, x, lazy) for task, x in zip(tasks, arrays, strict=True))
-    if where.array is None:
+    if lazy is not None or where.array is None:
         return tuple(
-            _map(task.by_offset, x, offset=where.offset)
+            _map(task.by_offset, x, lazy, offset=where.offset)
             for task, x in zip(tasks, arrays, strict=True)
         )
     # Offsets were made into an array of positions by make_plan; a dask array of
@@ -216,11 +216,6 @@ class BlockRotation:
 
     def by_positions(self, block: Array, positions: Array) -> Array:
         """Rotate a block with its slice of the spread positions (see ``_spread_positions``)."""
-        if self.layout == "bshd":
-            p = positions[..., 0, 0]
-        elif self.layout == "bhsd":
-            p = positions[..., 0, :, 0]
-        else:
-            xp = array_api_compat.array_namespace(positions)
-            p = xp.moveaxis(positions[..., 0, 0], 0, -1)
-        return self._rotate(block, p)
+        xp = array_api_compat.array_namespace(positions)
+        p = xp.squeeze(positions, axis=(heads_axis(self.layout), -1))
+        return self._rotate(block, xp.moveaxis(p, 0, -1) if self.layout == "sbhd" else p)

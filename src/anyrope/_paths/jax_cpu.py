@@ -124,13 +124,6 @@ def _primitive() -> Any:
     rotate.def_abstract_eval(lambda x, cos, sin, **params: x)
     mlir.register_lowering(rotate, lower, platform="cpu")
 
-    def jvp(primals: Any, tangents: Any, **params: Any) -> Any:
-        x, cos, sin = primals
-        tangent = tangents[0]
-        if type(tangent) is ad.Zero:
-            return rotate.bind(x, cos, sin, **params), tangent
-        return rotate.bind(x, cos, sin, **params), rotate.bind(tangent, cos, sin, **params)
-
     def transpose(
         cotangent: Any, x: Any, cos: Any, sin: Any, *, inverse: bool, **params: Any
     ) -> Any:
@@ -147,7 +140,10 @@ def _primitive() -> Any:
         ]
         return rotate.bind(*moved, **params), 0
 
-    ad.primitive_jvps[rotate] = jvp
+    # Linear in x; the tables are constants.
+    ad.defjvp(
+        rotate, lambda t, x, cos, sin, **params: rotate.bind(t, cos, sin, **params), None, None
+    )
     ad.primitive_transposes[rotate] = transpose
     batching.primitive_batchers[rotate] = batch
     return rotate

@@ -117,10 +117,8 @@ def _launch(  # noqa: PLR0917 - the kernel's operands
     else:
         kernel = kernels.rotate
         operands = (x, out, cos, sin, rows, plan.interleaved)
-    if units * x.shape[2] * cos.shape[1] * 2 <= PARALLEL_ELEMENTS:
-        kernel(*operands, 0, units)
-        return
-    workers = min(_threads.workers(plan.library), units)
+    small = units * x.shape[2] * cos.shape[1] * 2 <= PARALLEL_ELEMENTS
+    workers = 1 if small else min(_threads.workers(plan.library), units)
     if workers <= 1:
         kernel(*operands, 0, units)
         return

@@ -199,52 +199,37 @@ def _store(value: Any, like: Any) -> Any:
     raise NotImplementedError
 
 
+_same = njit(inline="always")(lambda value: value)
+# By storage type: float16 bits arrive as uint16, bfloat16's as int16; others as they are.
+_LOADS = {
+    types.uint16: _float16_to_float32_by_cpu if HARDWARE_FLOAT16 else float16_to_float32,
+    types.int16: bfloat16_to_float32,
+}
+_STORES = {
+    types.uint16: _float32_to_float16_by_cpu if HARDWARE_FLOAT16 else float32_to_float16,
+    types.int16: float32_to_bfloat16,
+}
+
+
 # Scalars in, scalars out: with arrays passed to helpers, the compiler stops vectorizing
 # the row loops. numba checks that an overload has the signature, annotations included,
 # of the function it overloads.
 @overload(_load)
 def _load_for(value: Any) -> Any:
-    # The storage type says what the bits are: uint16 float16, int16 bfloat16.
-    if value == types.uint16:
-
-        def load_float16(value: Any) -> Any:
-            if HARDWARE_FLOAT16:
-                return _float16_to_float32_by_cpu(value)
-            return float16_to_float32(value)
-
-        return load_float16
-    if value == types.int16:
-
-        def load_bfloat16(value: Any) -> Any:
-            return bfloat16_to_float32(value)
-
-        return load_bfloat16
+    convert = _LOADS.get(value, _same)
 
     def load(value: Any) -> Any:
-        return value
+        return convert(value)
 
     return load
 
 
 @overload(_store)
 def _store_for(value: Any, like: Any) -> Any:
-    if like == types.uint16:
-
-        def store_float16(value: Any, like: Any) -> Any:
-            if HARDWARE_FLOAT16:
-                return _float32_to_float16_by_cpu(value)
-            return float32_to_float16(value)
-
-        return store_float16
-    if like == types.int16:
-
-        def store_bfloat16(value: Any, like: Any) -> Any:
-            return float32_to_bfloat16(value)
-
-        return store_bfloat16
+    convert = _STORES.get(like, _same)
 
     def store(value: Any, like: Any) -> Any:
-        return value
+        return convert(value)
 
     return store
 

@@ -73,11 +73,6 @@ def _word(address: int) -> Any:
     return carray(_pointer(address), (1,), np.int64)[0]
 
 
-@njit(inline="always")
-def _int32(address: int) -> Any:
-    return carray(_pointer(address), (1,), np.int32)[0]
-
-
 _STORAGE = {
     "float16": (np.uint16, np.float32),
     "bfloat16": (np.int16, np.float32),
@@ -95,7 +90,7 @@ def _handler(interleaved: bool, dtype: str) -> Any:
         call = _address(frame)
         extension = _word(call + 8)
         if extension != 0:
-            if _int32(extension + 8) == _METADATA:
+            if carray(_pointer(extension + 8), (1,), np.int32)[0] == _METADATA:
                 metadata = _word(extension + 24)
                 carray(_pointer(metadata + 24), (2,), np.int32)[:] = (0, 1)  # API 0.1
                 carray(_pointer(metadata + 32), (1,), np.int32)[0] = 0  # no traits
