@@ -225,9 +225,8 @@ expected = float(rope.rotate(x, 2**40 + 5)[0, 0, 0, 1])
 rope.clear_cache()
 source = rope._source
 # What a parent thread may hold at a fork: a table cache building rows (decoding far),
-# its source, the functional API's cache, the unpickled sources, the thread pool.
-held = [source.default._lock, source._lock, _functional._lock, _tables._shared_lock,
-        _threads._pool_lock]
+# its source, the functional API's cache, the thread pool.
+held = [source.default._lock, source._lock, _functional._lock, _threads._pool_lock]
 holding, done = threading.Event(), threading.Event()
 
 def hold():

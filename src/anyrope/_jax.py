@@ -33,7 +33,6 @@ import array_api_compat
 import numpy as np
 
 from ._namespace import Array, Namespace
-from ._validation import MAX_POSITION
 
 
 def is_traced(x: Array) -> bool:
@@ -115,31 +114,6 @@ def when_run(
 
     results = tuple(jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in outputs)
     return tuple(jax.pure_callback(on_host, results, values, vmap_method="expand_dims"))
-
-
-def host_callback(
-    build: Callable[[np.ndarray[Any, Any]], tuple[np.ndarray[Any, Any], ...]],
-    positions: Array,
-    shape: tuple[int, ...],
-    dtype: np.dtype[Any],
-) -> tuple[Array, Array]:
-    """Two arrays of ``shape`` and ``dtype`` that ``build`` makes from the concrete
-    ``positions`` (int64, on the host) when the compiled function runs.
-
-    Out-of-range positions cannot be reported while tracing; the callback raises a
-    ``ValueError`` when the compiled function runs (JAX re-raises it as a runtime error).
-    """
-
-    def checked(values: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], ...]:
-        host = values.astype(np.int64)
-        if host.size and (int(host.min()) < 0 or int(host.max()) >= MAX_POSITION):
-            raise ValueError(
-                f"`positions` must lie in [0, 2**53); got values in [{host.min()}, {host.max()}]"
-            )
-        return build(host)
-
-    cos, sin = when_run(checked, positions, ((shape, dtype), (shape, dtype)))
-    return cos, sin
 
 
 def has_int64() -> bool:

@@ -46,10 +46,13 @@ def rotate(
 
         try:
             results = rotate(source, host, **geometry)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError) as error:
             # The checks described the NumPy views: say it again of the caller's arrays.
-            _raise_for(source, call, geometry)
-            raise
+            try:
+                make_plan(source, call, **geometry)
+            except (TypeError, ValueError) as again:
+                raise again from None
+            raise error from None
         return back_to_jax(results, like=arrays)
     if any(isinstance(x, np.ndarray) and not x.dtype.isnative for x in arrays):
         return _in_native_order(source, call, geometry)
@@ -72,14 +75,6 @@ def rotate(
         next(rotated) if f else (x if call.inplace else plan.xp.asarray(x, copy=True))
         for x, f in zip(plan.arrays, full, strict=True)
     )
-
-
-def _raise_for(source: TableSource, call: Call, geometry: dict[str, Any]) -> None:
-    """Raise the error :func:`make_plan` finds in these arguments, if any."""
-    try:
-        make_plan(source, call, **geometry)
-    except (TypeError, ValueError) as error:
-        raise error from None
 
 
 def _in_native_order(

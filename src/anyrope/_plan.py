@@ -22,7 +22,7 @@ from ._call import Call
 from ._jax import outside_trace
 from ._layout import Axes, axes_of, place_tables, range_table_shape
 from ._memory import Extent, extent, has_internal_overlap, may_overlap
-from ._mrope import resolve_streams
+from ._mrope import join_sections, resolve_streams
 from ._namespace import (
     Array,
     Namespace,
@@ -108,7 +108,7 @@ class Plan:
                 )
             where = (stream,)
         if self.inplace:
-            _check_writable_again(arrays, self.names)
+            _check_writable(arrays, self.names, again=True)
         return self._replaced(arrays=arrays, where=where)
 
     def template(self) -> Plan:
@@ -211,7 +211,7 @@ def with_tables(plan: Plan, source: TableSource, form: str) -> Plan:
     from the caches of ``source``: the one place a call fetches tables, before its path runs.
     """
     cache = source.for_length(max(stream.stop for stream in plan.where))
-    cache = cache.undoing() if plan.undo else cache
+    cache = cache.undoing if plan.undo else cache
     xp, device, dtype, where = plan.xp, plan.device, plan.table_dtype, plan.where
     if form.startswith("host"):
         xp, device = numpy_xp, "cpu"
@@ -232,7 +232,13 @@ def with_tables(plan: Plan, source: TableSource, form: str) -> Plan:
         and cache.covers(one)
     ):
         return plan._replaced(tables=_kept_wide(plan, one, cache))
-    cos, sin = source.gather(where, cache, xp, device, dtype)
+    if one is not None:
+        cos, sin = cache.gather(one, xp, device, dtype)
+    else:
+        parts = [cache.gather(stream, xp, device, dtype) for stream in where]
+        assert source.sections is not None
+        mrope = source.scaling.mrope_interleaved
+        cos, sin = join_sections(parts, source.sections, xp, interleaved=mrope)
     if form == "host rows":
         # Several streams: each token reads its own row of the joined tables.
         lead = (1,) * (len(axes.batch) + 2 - cos.ndim) + cos.shape[:-1]
@@ -367,41 +373,36 @@ def _check_same_tokens(arrays: tuple[Array, ...], names: tuple[str, ...], axes: 
             )
 
 
-def _check_writable(arrays: tuple[Array, ...], names: tuple[str, ...]) -> None:
-    """In place, every element is read once and then written once: refuse anything else."""
-    if array_api_compat.is_jax_array(arrays[0]):
+def _check_writable(
+    arrays: tuple[Array, ...], names: tuple[str, ...], *, again: bool = False
+) -> None:
+    """In place, every element is read once and then written once: refuse anything else.
+
+    ``again``: arrays of a planned geometry (NumPy arrays and torch tensors of the shapes
+    and strides that passed it): only what the geometry leaves open, a read-only NumPy
+    array and arrays that share memory, is checked again.
+    """
+    if not again and array_api_compat.is_jax_array(arrays[0]):
         raise ValueError(
             "`inplace`=True is not possible for JAX arrays, which are immutable; "
             "use the returned array"
         )
     for x, name in zip(arrays, names, strict=True):
-        if not array_api_compat.is_writeable_array(x):
-            _refuse_read_only(x, name)
+        writable = x.flags.writeable if isinstance(x, np.ndarray) else again
+        if not (writable or array_api_compat.is_writeable_array(x)):
+            raise ValueError(
+                f"`inplace`=True needs writable arrays; got a read-only {describe(x)} as `{name}`"
+            )
+    if again and len(arrays) == 1:
+        return
     extents = [extent(x) for x in arrays]
     for e, name in zip(extents, names, strict=True):
-        if e is not None and has_internal_overlap(e):
+        if not again and e is not None and has_internal_overlap(e):
             raise ValueError(
                 f"`inplace`=True needs arrays whose elements do not overlap; `{name}` is a "
                 f"broadcast or overlapping view (shape {e.shape}, byte strides {e.strides})"
             )
     _check_apart(extents, names)
-
-
-def _check_writable_again(arrays: tuple[Array, ...], names: tuple[str, ...]) -> None:
-    """:func:`_check_writable` for arrays of a planned geometry (NumPy arrays and torch
-    tensors of the shapes and strides that passed it): only what the geometry leaves
-    open, a read-only NumPy array and arrays that share memory, is checked again."""
-    for x, name in zip(arrays, names, strict=True):
-        if isinstance(x, np.ndarray) and not x.flags.writeable:
-            _refuse_read_only(x, name)
-    if len(arrays) > 1:
-        _check_apart([extent(x) for x in arrays], names)
-
-
-def _refuse_read_only(x: Array, name: str) -> None:
-    raise ValueError(
-        f"`inplace`=True needs writable arrays; got a read-only {describe(x)} as `{name}`"
-    )
 
 
 def _check_apart(extents: list[Extent | None], names: tuple[str, ...]) -> None:

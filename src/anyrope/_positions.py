@@ -211,7 +211,15 @@ def _resolve_array(
     if not host_readable(p):
         # make_plan refuses them without unread_bound.
         return Positions(0, seq, _indexable(p, xp, None), unread_bound or 0, unread=True)
-    return _values(p, xp, seq, unread_bound)
+    if (
+        unread_bound is not None
+        and waits_for_device(p)
+        and dtype_name(p.dtype) in _INDEX_DTYPES
+        and math.prod(p.shape) != 0
+    ):
+        # On a GPU within the tables' rows: left unread, a wait for the device avoided.
+        return Positions(0, seq, p, unread_bound, unread=True)
+    return _checked(p, xp, seq)
 
 
 def known_positions(
@@ -229,19 +237,6 @@ def known_positions(
     if unread_bound is not None:
         return Positions(0, seq, positions, unread_bound, unread=True)
     return _checked(positions, xp, seq, ranges=True)
-
-
-def _values(p: Array, xp: Namespace, seq: int, unread_bound: int | None) -> Positions:
-    """Positions ``p``, shaped ``(*batch', seq)``: left unread on a GPU within
-    ``unread_bound`` rows, otherwise range-checked on the host."""
-    if (
-        unread_bound is not None
-        and waits_for_device(p)
-        and dtype_name(p.dtype) in _INDEX_DTYPES
-        and math.prod(p.shape) != 0
-    ):
-        return Positions(0, seq, p, unread_bound, unread=True)
-    return _checked(p, xp, seq)
 
 
 def _checked(p: Array, xp: Namespace, seq: int, *, ranges: bool = False) -> Positions:
@@ -291,7 +286,12 @@ def _indexable(values: Array, xp: Namespace, stop: int | None) -> Array:
 
 def _extremes(p: Array, xp: Namespace, size: int) -> tuple[int, int]:
     """The lowest and the highest of the ``size`` positions ``p`` (not empty)."""
-    if size <= SMALL_POSITIONS and _on_host(p):
+    # A NumPy array or a torch CPU tensor (asked without importing torch).
+    if (
+        size <= SMALL_POSITIONS
+        and type(p).__module__ in ("numpy", "torch")
+        and not waits_for_device(p)
+    ):
         # Python ints cost less than two reductions through NumPy's or torch's dispatch:
         # a decode step has one position per row, most often the same one.
         if size == 1:
@@ -307,11 +307,6 @@ def _extremes(p: Array, xp: Namespace, size: int) -> tuple[int, int]:
     # uint64 above 2**63 must be reported as itself, not wrapped.
     host = to_host(p)
     return int(host.min()), int(host.max())
-
-
-def _on_host(p: Array) -> bool:
-    """Whether ``p`` is a NumPy array or a torch CPU tensor (asked without importing torch)."""
-    return type(p).__module__ in ("numpy", "torch") and not waits_for_device(p)
 
 
 def _consecutive(p: Array, xp: Namespace, seq: int) -> bool:

@@ -21,7 +21,6 @@ import numpy as np
 from ._amplitude import Amplitude
 from ._hostmath import FAST_REDUCTION_LIMIT, sincos
 from ._jax import outside_trace
-from ._mrope import join_sections
 from ._namespace import Array, Namespace, device_of, reshape_lead, to_host
 from ._positions import Positions
 from ._threads import lock
@@ -155,19 +154,6 @@ def widen(cos: Array, sin: Array, interleaved: bool, xp: Namespace) -> tuple[Arr
         )
 
 
-def pick(rows: Rows, seq: int, xp: Namespace) -> tuple[Array, Array]:
-    """The tables of each token that ``rows`` select: rows ``offset .. offset + seq - 1``
-    (shape ``(seq, width)``), or those ``row_of`` names (shape ``row_of.shape + (width,)``)."""
-    cos, sin, index, offset = rows
-    if index is None:
-        return cos[offset : offset + seq, ...], sin[offset : offset + seq, ...]
-    flat = xp.reshape(index, (-1,))
-    shape = (*index.shape, cos.shape[-1])
-    return xp.reshape(xp.take(cos, flat, axis=0), shape), xp.reshape(
-        xp.take(sin, flat, axis=0), shape
-    )
-
-
 def gather_rows(
     cos: Array, sin: Array, positions: Array, bound: int, xp: Namespace
 ) -> tuple[Array, Array]:
@@ -255,7 +241,6 @@ class TableCache:
         self.capacity = capacity
         """Rows built at once, at the first use on a device (``max_positions``), even
         beyond :data:`MAX_CACHED_ENTRIES`; 0 for none."""
-        self._undoing: TableCache | None = None
         self._seed = seed
         self.block = None if seed is None else seed[0]
         """The :class:`Ahead` block of a seeded cache (``None`` when unseeded)."""
@@ -278,9 +263,9 @@ class TableCache:
     @property
     def nbytes(self) -> int:
         """Bytes held by the cached tables (cos and sin, every library, device and dtype)."""
-        undoing = self._undoing
+        undoing = self.__dict__.get("undoing", self)
         held = _held_bytes(self._tables, self._wide, self._windows)
-        return held + (0 if undoing is None else undoing.nbytes)
+        return held + (0 if undoing is self else undoing.nbytes)
 
     def clear(self) -> None:
         """Drop every cached table but those of a capacity, which stay while their RoPE
@@ -291,10 +276,11 @@ class TableCache:
             if not self.capacity:
                 self._tables.clear()
                 self._wide.clear()
-                self._undoing = None
+                self.__dict__.pop("undoing", None)
                 self._reach = MIN_CACHED_ROWS
             _generation += 1
 
+    @functools.cached_property
     def undoing(self) -> TableCache:
         """The tables that undo this cache's rotation (numerical-contract.rst, "How every path
         computes" 4).
@@ -307,19 +293,13 @@ class TableCache:
         """
         if self.attention_factor == 1.0 or self.undo:
             return self
-        undoing = self._undoing
-        if undoing is None:
-            with self._lock:
-                if self._undoing is None:
-                    self._undoing = TableCache(
-                        self.inv_freq,
-                        self.attention_factor,
-                        amplitude=self.amplitude,
-                        undo=True,
-                        capacity=self.capacity,
-                    )
-                undoing = self._undoing
-        return undoing
+        return TableCache(
+            self.inv_freq,
+            self.attention_factor,
+            amplitude=self.amplitude,
+            undo=True,
+            capacity=self.capacity,
+        )
 
     def covers(self, where: Positions) -> bool:
         """Whether the cached tables serve ``where`` (concrete positions): positions
@@ -492,13 +472,29 @@ class TableCache:
             cos, sin = self.get(where.stop, xp, device, dtype)
             return gather_rows(cos, sin, where.array, where.stop, xp)
         if where.traced and where.array is not None:
-            from ._jax import host_callback
+            from ._jax import when_run
 
-            shape = (*where.array.shape, self.inv_freq.size)
-            return host_callback(
-                functools.partial(self.host, dtype=dtype), where.array, shape, dtype
-            )
-        return pick(self.rows(where, xp, device, dtype), where.seq, xp)
+            def checked(values: np.ndarray[Any, Any]) -> tuple[FloatArray, ...]:
+                # Out-of-range positions cannot be reported while tracing: JAX re-raises
+                # this when the compiled function runs.
+                host = values.astype(np.int64)
+                if host.size and (int(host.min()) < 0 or int(host.max()) >= MAX_POSITION):
+                    raise ValueError(
+                        "`positions` must lie in [0, 2**53); "
+                        f"got values in [{host.min()}, {host.max()}]"
+                    )
+                return self.host(host, dtype)
+
+            table = ((*where.array.shape, self.inv_freq.size), dtype)
+            cos, sin = when_run(checked, where.array, (table, table))
+            return cos, sin
+        # The rows selected: offset .. offset + seq - 1, or those row_of names.
+        cos, sin, index, offset = self.rows(where, xp, device, dtype)
+        if index is None:
+            return cos[offset : offset + where.seq, ...], sin[offset : offset + where.seq, ...]
+        flat, shape = xp.reshape(index, (-1,)), (*index.shape, cos.shape[-1])
+        cos, sin = (xp.reshape(xp.take(t, flat, axis=0), shape) for t in (cos, sin))
+        return cos, sin
 
 
 class Ahead:
@@ -706,21 +702,6 @@ class TableSource:
             self.plans.clear()
         self.default.clear()
 
-    def gather(
-        self,
-        where: tuple[Positions, ...],
-        cache: TableCache,
-        xp: Namespace,
-        device: Any,
-        dtype: np.dtype[Any],
-    ) -> tuple[Array, Array]:
-        """cos/sin for one stream, or the sections of several streams joined."""
-        if len(where) == 1:
-            return cache.gather(where[0], xp, device, dtype)
-        assert self.sections is not None
-        parts = [cache.gather(stream, xp, device, dtype) for stream in where]
-        return join_sections(parts, self.sections, xp, interleaved=self.scaling.mrope_interleaved)
-
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled as its settings; see shared_source.
         settings = (self.scaling, self.rotary_dim, self.base, self.amplitude, self.max_positions)
@@ -731,12 +712,8 @@ SHARED_SOURCES = 8
 """Unpickled table sources kept per process, so that the blocks of one dask graph that a
 worker unpickles one by one share their tables."""
 
-_shared: OrderedDict[tuple[RopeScaling, int, float, Amplitude | None, int | None], TableSource] = (
-    OrderedDict()
-)
-_shared_lock = lock()
 
-
+@functools.lru_cache(maxsize=SHARED_SOURCES)
 def shared_source(
     scaling: RopeScaling,
     rotary_dim: int,
@@ -745,19 +722,10 @@ def shared_source(
     max_positions: int | None = None,
 ) -> TableSource:
     """The :class:`TableSource` of these settings that this process keeps for unpickling."""
-    key = (scaling, rotary_dim, base, amplitude, max_positions)
-    with _shared_lock:
-        source = _shared.get(key)
-        if source is None:
-            source = _shared[key] = TableSource(
-                scaling,
-                rotary_dim=rotary_dim,
-                base=base,
-                amplitude=amplitude,
-                max_positions=max_positions,
-            )
-            if len(_shared) > SHARED_SOURCES:
-                _shared.popitem(last=False)
-        else:
-            _shared.move_to_end(key)
-    return source
+    return TableSource(
+        scaling,
+        rotary_dim=rotary_dim,
+        base=base,
+        amplitude=amplitude,
+        max_positions=max_positions,
+    )

@@ -258,12 +258,6 @@ def _positions(positions: object) -> tuple[Array | None, int, bool]:
     )
 
 
-def _pipeline_positions(values: Array | None, offset: int, per_row: bool) -> object:
-    if values is None:
-        return offset
-    return Offsets(values) if per_row else values
-
-
 def _gathers(source: TableSource) -> bool:
     """Whether an exported graph gathers the rows of ``source``'s tables: tables of a
     fixed capacity (``max_positions``) whose frequencies do not depend on the length."""
@@ -296,7 +290,7 @@ def _gathered(
     capacity = source.max_positions
     assert capacity, "_gathers(source) is checked first"
     x = arrays[0]
-    cache = source.default.undoing() if inverse else source.default
+    cache = source.default.undoing if inverse else source.default
     # The cached tables, built outside the tracer: constants of the graph. numba refuses
     # to load its typing (the host math's first use in a process) while math.pow is
     # torch.export's lambda.
@@ -344,11 +338,11 @@ def _rotate_shards(target: Target, call: Call) -> tuple[Array, ...]:
     arrays, positions, layout = call.arrays, call.positions, call.layout
     first = arrays[0]
     mesh, placements = first.device_mesh, first.placements
-    for x, name in zip(arrays, _NAMES[len(arrays)], strict=True):
+    for x, name in zip(arrays, call.names, strict=True):
         if not isinstance(x, DTensor) or (x.device_mesh, x.placements) != (mesh, placements):
             raise ValueError(
                 f"`{name}` must be a DTensor on the mesh and with the placements of "
-                f"`{_NAMES[len(arrays)][0]}` ({placements}); got {describe(x)}"
+                f"`{call.names[0]}` ({placements}); got {describe(x)}"
             )
     if any(p.is_partial() for p in placements):
         raise ValueError(f"DTensors with partial placements cannot be rotated; got {placements}")
@@ -444,10 +438,12 @@ def _define(torch: Any) -> None:
         impl: str,
         adjoint: bool = False,
     ) -> tuple[Array, ...]:
+        if positions is not None:
+            positions = Offsets(positions) if per_row else positions
         call = Call(
             tuple(arrays),
             _NAMES[len(arrays)],
-            _pipeline_positions(positions, offset, per_row),
+            offset if positions is None else positions,
             cu_seqlens,
             layout,
             inverse,
