@@ -42,6 +42,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._validation import check_base
+from ._checks import flag
 from ._hf_older import current_format, is_nested
 from .config import RopeScaling, parse_rope_scaling
 
@@ -307,10 +308,7 @@ def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfi
     interleaved = _get(config, "rope_interleave")
     if interleaved is None:
         interleaved = model_type in INTERLEAVED_MODEL_TYPES
-    elif not isinstance(interleaved, bool):
-        raise TypeError(
-            f"`rope_interleave` must be true or false in the model config; got {interleaved!r}"
-        )
+    flag(interleaved, "rope_interleave")
     return HFRopeConfig(
         head_dim=head_dim,
         rotary_dim=rotary_dim,

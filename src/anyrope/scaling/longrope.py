@@ -200,12 +200,8 @@ class LongRoPE(RopeScaling):
     def _frequencies(self, rotary_dim: int, base: float, seq_len: int | None) -> Frequencies:
         original = self.original_max_position_embeddings
         assert original is not None
-        factors = select_factors(
-            self.short_factor,
-            self.long_factor,
-            seq_len=seq_len,
-            original_max_position_embeddings=original,
-        )
+        lists = self._keys("short_factor", "long_factor", "original_max_position_embeddings")
+        factors = select_factors(seq_len=seq_len, **lists)
         extension = self.factor
         if extension is None and self.max_position_embeddings is not None:
             extension = self.max_position_embeddings / original
@@ -230,9 +226,4 @@ class LongRoPE(RopeScaling):
         int
             Whether the sequence takes the long factors.
         """
-        assert self.original_max_position_embeddings is not None
-        return int(
-            uses_long_factors(
-                seq_len, original_max_position_embeddings=self.original_max_position_embeddings
-            )
-        )
+        return int(uses_long_factors(seq_len, **self._keys("original_max_position_embeddings")))
