@@ -433,9 +433,7 @@ def _method(scaling: Mapping[str, Any]) -> type[RopeScaling]:
     new, old = scaling.get("rope_type"), scaling.get("type")
     if new is not None and old is not None and new != old:
         raise ValueError(f"`rope_type` and `type` disagree: rope_type={new!r}, type={old!r}")
-    kind = new if new is not None else old
-    if kind is None:
-        kind = "default"
+    kind = new if new is not None else old if old is not None else "default"
     if not isinstance(kind, str):
         raise TypeError(f"`rope_type` must be a string; got {kind!r}")
     try:

@@ -294,11 +294,9 @@ def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfi
         original_max_position_embeddings=_int(config, "original_max_position_embeddings"),
     )
     head_dim = _head_dim(config, axial=parsed.rope_type == "axial")
-    rotary_dim = (
-        _rotary_dim(config, inner, head_dim)
-        if parsed.partial_rotary_factor_sets_width
-        else head_dim
-    )
+    rotary_dim = head_dim
+    if parsed.partial_rotary_factor_sets_width:
+        rotary_dim = _rotary_dim(config, inner, head_dim)
     if _get(config, "qk_rope_head_dim") is not None and parsed.partial_rotary_factor:
         # The fraction was of the full head_dim and is now the rope part's whole width.
         parsed = dataclasses.replace(parsed, partial_rotary_factor=None)

@@ -202,14 +202,10 @@ class LongRoPE(RopeScaling):
         assert original is not None
         lists = self._keys("short_factor", "long_factor", "original_max_position_embeddings")
         factors = select_factors(seq_len=seq_len, **lists)
-        extension = self.factor
-        if extension is None and self.max_position_embeddings is not None:
-            extension = self.max_position_embeddings / original
-        factor = attention_factor(
-            factor=1.0 if extension is None else extension,
-            original_max_position_embeddings=original,
-            attention_factor=self.attention_factor,
-        )
+        # Without `factor`, the extension is L_max / L0 (or none, when `attention_factor` is given).
+        extension = self.factor or (self.max_position_embeddings or original) / original
+        temperature = self._keys("original_max_position_embeddings", "attention_factor")
+        factor = attention_factor(factor=extension, **temperature)
         return inv_freq(rotary_dim, base, factors=factors), factor
 
     def length_bucket(self, seq_len: int | None) -> int:
