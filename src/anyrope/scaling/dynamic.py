@@ -45,9 +45,7 @@ def effective_length(seq_len: int | None, *, max_position_embeddings: int) -> in
     >>> dynamic.effective_length(5000, max_position_embeddings=4096)
     5000
     """
-    if seq_len is None:
-        return max_position_embeddings
-    return max(seq_len, max_position_embeddings)
+    return max(seq_len or 0, max_position_embeddings)
 
 
 def scaled_base(
