@@ -20,7 +20,7 @@ from typing import Annotated, Any, TypeAlias
 
 from .._validation import MAX_POSITION, check_base
 
-__all__ = ["CHECK_OF_TYPE", "Base", "Factor", "Fraction", "Positive", "field_checks"]
+__all__ = ["CHECK_OF_TYPE", "Base", "Factor", "Fraction", "Positive", "check_sum", "field_checks"]
 
 Check: TypeAlias = Callable[[Any, str], Any]
 
@@ -175,6 +175,16 @@ def positive_int_list(value: object, key: str) -> tuple[int, ...]:
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
         raise TypeError(f"`{key}` must be a list of integers; got {value!r}")
     return tuple(positive_int(item, f"{key}[{index}]") for index, item in enumerate(value))
+
+
+def check_sum(key: str, sections: Sequence[int] | None, rotary_dim: int) -> None:
+    """Raise ``ValueError`` unless the pairs ``sections`` (``None``: no sections) sum to
+    ``rotary_dim // 2``, naming ``key`` and the sum received."""
+    if sections is not None and sum(sections) != rotary_dim // 2:
+        raise ValueError(
+            f"`{key}` must sum to rotary_dim // 2 = {rotary_dim // 2}; got "
+            f"{list(sections)} (sum {sum(sections)})"
+        )
 
 
 def _real_in(bounds: str, within: Callable[[float], bool]) -> Check:

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from . import default
+from ._checks import check_sum
 from ._types import FloatArray, Frequencies
 from .config import RopeScaling, register
 
@@ -103,17 +104,12 @@ def inv_freq(
 
 
 def _check_sections(rotary_dim: int, axial_sections: Sequence[int] | None, name: str) -> None:
-    if axial_sections is None:
-        if rotary_dim % 4:
-            raise ValueError(
-                f"{name} without `axial_sections` splits the pairs between two axes: "
-                f"`rotary_dim` must be a multiple of 4; got {rotary_dim}"
-            )
-    elif sum(axial_sections) != rotary_dim // 2:
+    if axial_sections is None and rotary_dim % 4:
         raise ValueError(
-            f"`axial_sections` must sum to rotary_dim // 2 = {rotary_dim // 2}; got "
-            f"{list(axial_sections)} (sum {sum(axial_sections)})"
+            f"{name} without `axial_sections` splits the pairs between two axes: "
+            f"`rotary_dim` must be a multiple of 4; got {rotary_dim}"
         )
+    check_sum("axial_sections", axial_sections, rotary_dim)
 
 
 @register

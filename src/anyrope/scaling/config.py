@@ -17,7 +17,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
-from ._checks import Base, Check, Fraction, field_checks
+from ._checks import Base, Check, Fraction, check_sum, field_checks
 from ._types import FloatArray, Frequencies, IntArray
 
 __all__ = ["RopeScaling", "get", "names", "parse_rope_scaling", "register", "unregister"]
@@ -123,6 +123,10 @@ class RopeScaling(metaclass=_ByRopeType):
                 parts.append(f"{field.name}={value!r}")
         return f"RopeScaling({', '.join(parts)})"
 
+    def _keys(self, *names: str) -> dict[str, Any]:
+        """The values of the keys ``names``, by name: a method's formula takes them as keywords."""
+        return {name: getattr(self, name) for name in names}
+
     def _validate(self) -> None:
         """Raise ``ValueError`` for values that break the method's own rules (a hook)."""
 
@@ -227,12 +231,7 @@ class RopeScaling(metaclass=_ByRopeType):
             ``rotary_dim // 2``.
         """
         self._check_rotary_dim(rotary_dim)
-        pairs = rotary_dim // 2
-        if self.mrope_section is not None and sum(self.mrope_section) != pairs:
-            raise ValueError(
-                f"`mrope_section` must sum to rotary_dim // 2 = {pairs}; got "
-                f"{list(self.mrope_section)} (sum {sum(self.mrope_section)})"
-            )
+        check_sum("mrope_section", self.mrope_section, rotary_dim)
 
     def frequencies(
         self, rotary_dim: int, base: float, *, seq_len: int | None = None
@@ -434,9 +433,7 @@ def _method(scaling: Mapping[str, Any]) -> type[RopeScaling]:
     new, old = scaling.get("rope_type"), scaling.get("type")
     if new is not None and old is not None and new != old:
         raise ValueError(f"`rope_type` and `type` disagree: rope_type={new!r}, type={old!r}")
-    kind = new if new is not None else old
-    if kind is None:
-        kind = "default"
+    kind = new if new is not None else old if old is not None else "default"
     if not isinstance(kind, str):
         raise TypeError(f"`rope_type` must be a string; got {kind!r}")
     try:

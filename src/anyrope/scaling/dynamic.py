@@ -45,9 +45,7 @@ def effective_length(seq_len: int | None, *, max_position_embeddings: int) -> in
     >>> dynamic.effective_length(5000, max_position_embeddings=4096)
     5000
     """
-    if seq_len is None:
-        return max_position_embeddings
-    return max(seq_len, max_position_embeddings)
+    return max(seq_len or 0, max_position_embeddings)
 
 
 def scaled_base(
@@ -199,25 +197,14 @@ class DynamicNTK(NTK):
     max_position_embeddings: int = dataclasses.field()
 
     def _frequencies(self, rotary_dim: int, base: float, seq_len: int | None) -> Frequencies:
-        freq = inv_freq(
-            rotary_dim,
-            base,
-            factor=self.factor,
-            seq_len=seq_len,
-            max_position_embeddings=self.max_position_embeddings,
-        )
-        return freq, 1.0
+        keys = self._keys("factor", "max_position_embeddings")
+        return inv_freq(rotary_dim, base, seq_len=seq_len, **keys), 1.0
 
     def _frequencies_per_length(
         self, rotary_dim: int, base: float, lengths: IntArray
     ) -> FloatArray:
-        return inv_freq_per_length(
-            rotary_dim,
-            base,
-            factor=self.factor,
-            lengths=lengths,
-            max_position_embeddings=self.max_position_embeddings,
-        )
+        keys = self._keys("factor", "max_position_embeddings")
+        return inv_freq_per_length(rotary_dim, base, lengths=lengths, **keys)
 
     def length_bucket(self, seq_len: int | None) -> int:
         """``max(seq_len, max_position_embeddings)``: each length past ``L_max`` its own.

@@ -42,6 +42,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._validation import check_base
+from ._checks import flag
 from ._hf_older import current_format, is_nested
 from .config import RopeScaling, parse_rope_scaling
 
@@ -293,11 +294,9 @@ def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfi
         original_max_position_embeddings=_int(config, "original_max_position_embeddings"),
     )
     head_dim = _head_dim(config, axial=parsed.rope_type == "axial")
-    rotary_dim = (
-        _rotary_dim(config, inner, head_dim)
-        if parsed.partial_rotary_factor_sets_width
-        else head_dim
-    )
+    rotary_dim = head_dim
+    if parsed.partial_rotary_factor_sets_width:
+        rotary_dim = _rotary_dim(config, inner, head_dim)
     if _get(config, "qk_rope_head_dim") is not None and parsed.partial_rotary_factor:
         # The fraction was of the full head_dim and is now the rope part's whole width.
         parsed = dataclasses.replace(parsed, partial_rotary_factor=None)
@@ -307,10 +306,7 @@ def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfi
     interleaved = _get(config, "rope_interleave")
     if interleaved is None:
         interleaved = model_type in INTERLEAVED_MODEL_TYPES
-    elif not isinstance(interleaved, bool):
-        raise TypeError(
-            f"`rope_interleave` must be true or false in the model config; got {interleaved!r}"
-        )
+    flag(interleaved, "rope_interleave")
     return HFRopeConfig(
         head_dim=head_dim,
         rotary_dim=rotary_dim,

@@ -99,13 +99,7 @@ class Llama3(RopeScaling):
             )
 
     def _frequencies(self, rotary_dim: int, base: float, seq_len: int | None) -> Frequencies:
-        assert self.original_max_position_embeddings is not None
-        freq = inv_freq(
-            rotary_dim,
-            base,
-            factor=self.factor,
-            low_freq_factor=self.low_freq_factor,
-            high_freq_factor=self.high_freq_factor,
-            original_max_position_embeddings=self.original_max_position_embeddings,
+        keys = self._keys(
+            "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"
         )
-        return freq, 1.0
+        return inv_freq(rotary_dim, base, **keys), 1.0

@@ -200,20 +200,12 @@ class LongRoPE(RopeScaling):
     def _frequencies(self, rotary_dim: int, base: float, seq_len: int | None) -> Frequencies:
         original = self.original_max_position_embeddings
         assert original is not None
-        factors = select_factors(
-            self.short_factor,
-            self.long_factor,
-            seq_len=seq_len,
-            original_max_position_embeddings=original,
-        )
-        extension = self.factor
-        if extension is None and self.max_position_embeddings is not None:
-            extension = self.max_position_embeddings / original
-        factor = attention_factor(
-            factor=1.0 if extension is None else extension,
-            original_max_position_embeddings=original,
-            attention_factor=self.attention_factor,
-        )
+        lists = self._keys("short_factor", "long_factor", "original_max_position_embeddings")
+        factors = select_factors(seq_len=seq_len, **lists)
+        # Without `factor`, the extension is L_max / L0 (or none, when `attention_factor` is given).
+        extension = self.factor or (self.max_position_embeddings or original) / original
+        temperature = self._keys("original_max_position_embeddings", "attention_factor")
+        factor = attention_factor(factor=extension, **temperature)
         return inv_freq(rotary_dim, base, factors=factors), factor
 
     def length_bucket(self, seq_len: int | None) -> int:
@@ -230,9 +222,4 @@ class LongRoPE(RopeScaling):
         int
             Whether the sequence takes the long factors.
         """
-        assert self.original_max_position_embeddings is not None
-        return int(
-            uses_long_factors(
-                seq_len, original_max_position_embeddings=self.original_max_position_embeddings
-            )
-        )
+        return int(uses_long_factors(seq_len, **self._keys("original_max_position_embeddings")))

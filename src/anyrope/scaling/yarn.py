@@ -350,23 +350,10 @@ class YaRN(RopeScaling):
             )
 
     def _frequencies(self, rotary_dim: int, base: float, seq_len: int | None) -> Frequencies:
-        assert self.original_max_position_embeddings is not None
-        freq = inv_freq(
-            rotary_dim,
-            base,
-            factor=self.factor,
-            original_max_position_embeddings=self.original_max_position_embeddings,
-            beta_fast=self.beta_fast,
-            beta_slow=self.beta_slow,
-            truncate=self.truncate,
-        )
-        factor = attention_factor(
-            self.factor,
-            attention_factor=self.attention_factor,
-            mscale=self.mscale,
-            mscale_all_dim=self.mscale_all_dim,
-        )
-        return freq, factor
+        ramp = ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "truncate")
+        temperature = self._keys("attention_factor", "mscale", "mscale_all_dim")
+        freq = inv_freq(rotary_dim, base, **self._keys(*ramp))
+        return freq, attention_factor(self.factor, **temperature)
 
     @property
     def softmax_scale(self) -> float:
