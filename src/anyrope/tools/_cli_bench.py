@@ -17,6 +17,7 @@ import platform
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -206,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
         "command": " ".join(["anyrope", *sys.argv[1:]]),
         "machine": machine(),
         "rounds": args.repeats,
-        "results": [r.as_dict() for r in results],
+        "results": [asdict(r) for r in results],
     }
     (output / "bench.json").write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {output / 'bench.json'}")
