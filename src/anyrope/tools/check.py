@@ -348,16 +348,6 @@ def _parameters() -> dict[str, Any]:
     }
 
 
-def _check_parameters(reference: Mapping[str, Any]) -> None:
-    ours = _parameters()
-    written = {name: reference.get(name) for name in ours}
-    if written != ours:
-        raise ValueError(
-            f"`reference` was written for {_settings(written)}; this check uses "
-            f"{_settings(ours)}: regenerate it with `{REGENERATE}`"
-        )
-
-
 def _settings(parameters: Mapping[str, Any]) -> str:
     return ", ".join(f"{name}={value}" for name, value in parameters.items())
 
@@ -410,7 +400,13 @@ def run_check(
     (['half-split', 'interleaved'], True)
     """
     reference = load_reference() if reference is None else reference
-    _check_parameters(reference)
+    ours = _parameters()
+    written = {name: reference.get(name) for name in ours}
+    if written != ours:
+        raise ValueError(
+            f"`reference` was written for {_settings(written)}; this check uses "
+            f"{_settings(ours)}: regenerate it with `{REGENERATE}`"
+        )
     backends = checked_backends() if backends is None else backends
     rows = []
     # The inputs hold signaling NaNs and infinities: NumPy's casts and the oracle would
