@@ -120,21 +120,6 @@ def _rope(x: Array, name: str, settings: tuple[Any, ...]) -> RoPE:
     return rope
 
 
-def _compiled_target(call: Call, settings: tuple[Any, ...]) -> torch_op.Target | None:
-    """The op target of a call that torch.compile traces (see :func:`_compiled_rope`);
-    ``None`` for every other call."""
-    x = call.arrays[0]
-    if not torch_op.compiling(x):
-        return None
-    # operator.index: Dynamo specializes a symbolic head width (dynamic shapes) to the
-    # constant it is, guarded, which int() would leave symbolic.
-    head_dim = operator.index(x.shape[-1]) if x.ndim else 0
-    # With dynamic=True, Dynamo makes numbers symbolic (defaults such as `base` too).
-    settings = (*map(torch_op.concrete, settings[:-1]), settings[-1])
-    key, *geometry = _compiled_rope(head_dim, x.dtype, call.names[0], *settings)
-    return torch_op.Target((key,), *geometry)  # one key: the source of every array
-
-
 def _compiled_rope(head_dim: int, dtype: Any, name: str, *settings: Any) -> tuple[Any, ...]:
     """The op key and geometry of the cached RoPE of these settings, which it pins in
     :data:`_pinned`.
@@ -180,13 +165,19 @@ def _keep_within_bounds() -> None:
 def _rotate(call: Call, settings: tuple[Any, ...], num_heads_q: int | None = None) -> Any:
     """Rotate the arrays of ``call`` (x, q and k, or a fused qkv) with the RoPE of
     ``settings``: a tuple of arrays, one array for a fused qkv."""
-    qkv = call.names == ("qkv",)
-    target = _compiled_target(call, settings)
-    if target is not None:
+    qkv, x = call.names == ("qkv",), call.arrays[0]
+    if torch_op.compiling(x):  # torch.compile traces the call: one op (see _compiled_rope)
+        # operator.index: Dynamo specializes a symbolic head width (dynamic shapes) to the
+        # constant it is, guarded, which int() would leave symbolic.
+        head_dim = operator.index(x.shape[-1]) if x.ndim else 0
+        # With dynamic=True, Dynamo makes numbers symbolic (defaults such as `base` too).
+        settings = (*map(torch_op.concrete, settings[:-1]), settings[-1])
+        key, *geometry = _compiled_rope(head_dim, x.dtype, call.names[0], *settings)
+        target = torch_op.Target((key,), *geometry)  # one key: the source of every array
         return (
             torch_op.rotate_qkv(target, call, num_heads_q) if qkv else torch_op.rotate(target, call)
         )
-    rope = _rope(call.arrays[0], call.names[0], settings)
+    rope = _rope(x, call.names[0], settings)
     if qkv:
         rotated = rope._rotate_qkv(call, num_heads_q)
     else:

@@ -132,10 +132,8 @@ def _strict_backend() -> Backend:
     def to_bits(x: Array) -> np.ndarray[Any, Any]:
         return _host_bits(np.from_dlpack(x))
 
-    reason = _missing("array_api_strict", "array-api-strict")
-    return Backend(
-        "array_api_strict", "cpu", reason, load, from_bits, to_bits, ("float32", "float64")
-    )
+    reason, names = _missing("array_api_strict", "array-api-strict"), ("float32", "float64")
+    return Backend("array_api_strict", "cpu", reason, load, from_bits, to_bits, names)
 
 
 def _torch_backend(device: str) -> Backend:
@@ -179,10 +177,8 @@ def _cupy_backend() -> Backend:
                 reason = "no CUDA device for CuPy"
         except Exception as error:
             reason = f"no CUDA device for CuPy ({error})"
-    names = ("float16", "float32", "float64")
-    return Backend(
-        "cupy", "cuda", reason, _loader("array_api_compat.cupy"), from_bits, to_bits, names
-    )
+    load, names = _loader("array_api_compat.cupy"), ("float16", "float32", "float64")
+    return Backend("cupy", "cuda", reason, load, from_bits, to_bits, names)
 
 
 def known_backends() -> list[Backend]:
@@ -212,12 +208,8 @@ def _jax_backend() -> Backend:
         return scope
 
     reason = _missing("jax", "JAX")
-    if reason is not None:
-        return Backend("jax", "cpu", reason, load, from_bits, _numpy_bits, DTYPES)
-    import jax
-
-    device = jax.default_backend()
-    return Backend("jax", device, None, load, from_bits, _numpy_bits, DTYPES, scope=x64)
+    device = "cpu" if reason else importlib.import_module("jax").default_backend()
+    return Backend("jax", device, reason, load, from_bits, _numpy_bits, DTYPES, scope=x64)
 
 
 def _dask_backend() -> Backend:

@@ -26,7 +26,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -111,9 +111,6 @@ class CaseResult:
     timings: tuple[Timing, ...]
     left_out: dict[str, str]
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 def median_ms(fn: Callable[[], object], repeats: int) -> float:
     """Median wall time of ``repeats`` calls of ``fn`` after one warm-up call, in ms."""
@@ -162,13 +159,7 @@ def _candidates(
     rope = RoPE(HEAD_DIM, base=BASE)
     left_out: dict[str, str] = {}
 
-    def copy() -> object:
-        q_out, k_out = np.empty_like(q), np.empty_like(k)
-        np.copyto(q_out, q)
-        np.copyto(k_out, k)
-        return q_out, k_out
-
-    found = [Candidate("copy", copy)]
+    found = [Candidate("copy", lambda: (q.copy(), k.copy()))]
     if dtype == "bfloat16":
         left_out["numpy naive"] = "NumPy has no bfloat16 arithmetic of its own"
     else:
@@ -266,16 +257,13 @@ def measure_case(
     )
 
 
-def _load_text(load: float | None) -> str:
-    return "n/a" if load is None else f"{load:.2f}"
-
-
 def format_case(result: CaseResult) -> str:
     """An aligned text table of one case."""
+    loads = (result.load_before, result.load_after)
+    load = " -> ".join("n/a" if value is None else f"{value:.2f}" for value in loads)
     head = (
         f"{result.case} {result.dtype}: q {result.q_shape} + k {result.k_shape}, "
-        f"median of {result.rounds} rounds, load {_load_text(result.load_before)} -> "
-        f"{_load_text(result.load_after)}"
+        f"median of {result.rounds} rounds, load {load}"
     )
     lines = [head, f"  {'candidate':<16} {'ms/call':>10} {'IQR ms':>17} {'x copy':>8} {'GB/s':>7}"]
     for t in result.timings:

@@ -47,9 +47,8 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
 def _exit_codes_text() -> str:
     lines = ["exit codes:"]
     for code, meaning in EXIT_CODES:
-        wrapped = textwrap.wrap(meaning, width=72)
-        lines.append(f"  {code:<4} {wrapped[0]}")
-        lines.extend(f"       {line}" for line in wrapped[1:])
+        first, *rest = textwrap.wrap(meaning, width=72)
+        lines += [f"  {code:<4} {first}", *(f"       {line}" for line in rest)]
     return "\n".join(lines)
 
 

@@ -17,6 +17,7 @@ import platform
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -80,26 +81,21 @@ def _overloaded(*loads: float | None) -> bool:
     return max(load or 0.0 for load in loads) > (os.cpu_count() or 1)
 
 
-def _cpu_name() -> str:
-    """The CPU model (Linux reports it in /proc/cpuinfo; elsewhere the architecture)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def machine() -> dict[str, Any]:
     """What the figures were measured on."""
     info: dict[str, Any] = {
         "platform": platform.platform(),
-        "processor": _cpu_name(),
+        "processor": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "anyrope": __version__,
     }
+    # Linux names the CPU model in /proc/cpuinfo; elsewhere the architecture stays.
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["processor"] = line.split(":", 1)[1].strip()
+                break
     for library in ("numpy", "torch", "numba", "jax"):
         if (version := installed_version(library, library)) is not None:
             info[library] = version
@@ -206,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
         "command": " ".join(["anyrope", *sys.argv[1:]]),
         "machine": machine(),
         "rounds": args.repeats,
-        "results": [r.as_dict() for r in results],
+        "results": [asdict(r) for r in results],
     }
     (output / "bench.json").write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {output / 'bench.json'}")

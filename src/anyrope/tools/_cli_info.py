@@ -101,8 +101,7 @@ def fast_paths(why_not: dict[str, str | None]) -> list[dict[str, Any]]:
 
 def gather() -> dict[str, Any]:
     """Everything ``info`` reports, as plain data."""
-    backends = [*known_backends(), *extra_backends()]
-    why_not = {b.id: b.unavailable for b in backends}
+    why_not = {b.id: b.unavailable for b in [*known_backends(), *extra_backends()]}
     return {
         "anyrope": __version__,
         "python": sys.version.split()[0],
@@ -118,23 +117,24 @@ def gather() -> dict[str, Any]:
 
 def format_report(report: dict[str, Any]) -> str:
     """The human-readable form of :func:`gather`'s result."""
-    lines = [
-        f"anyrope {report['anyrope']} on Python {report['python']} ({report['platform']})",
-        "",
-        "libraries:",
-    ]
-    for name, version in report["libraries"].items():
-        lines.append(f"  {name:<18} {version or 'not installed'}")
-    lines += ["", "backends:"]
-    for row in report["backends"]:
-        status = "usable" if row["usable"] else f"not usable: {row['reason']}"
-        lines.append(f"  {row['backend']:<22} {status}")
-    lines += ["", "devices:"]
-    lines += [f"  {d}" for d in report["devices"]] or ["  none (CPU only)"]
-    lines += ["", "fast paths:"]
-    for row in report["fast_paths"]:
-        mark = "yes" if row["available"] else "no "
-        lines.append(f"  {mark} {row['path']}: {row['reason']}")
+    usable = {True: "usable", False: "not usable: "}
+    sections = {
+        "libraries": [
+            f"{name:<18} {v or 'not installed'}" for name, v in report["libraries"].items()
+        ],
+        "backends": [
+            f"{row['backend']:<22} {usable[row['usable']]}{row['reason'] or ''}"
+            for row in report["backends"]
+        ],
+        "devices": report["devices"] or ["none (CPU only)"],
+        "fast paths": [
+            f"{'yes' if row['available'] else 'no '} {row['path']}: {row['reason']}"
+            for row in report["fast_paths"]
+        ],
+    }
+    lines = [f"anyrope {report['anyrope']} on Python {report['python']} ({report['platform']})"]
+    for title, rows in sections.items():
+        lines += ["", f"{title}:", *(f"  {row}" for row in rows)]
     return "\n".join(lines)
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Callable
@@ -18,16 +19,6 @@ EXIT_BROKEN_PIPE = 141
 # The exit status when an optional package a subcommand needs is missing (matplotlib for
 # ``plot``; ml_dtypes for ``bench`` when bfloat16 is the only dtype asked for).
 EXIT_MISSING_PACKAGE = 3
-
-
-def _point_stdout_at_devnull() -> None:
-    """Send the rest of stdout (the flush at interpreter exit) to os.devnull."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (AttributeError, OSError, ValueError):  # stdout replaced, e.g. by an io.StringIO
-        pass
 
 
 def quiet_on_broken_pipe(run: Callable[[], int]) -> int:
@@ -46,7 +37,11 @@ def quiet_on_broken_pipe(run: Callable[[], int]) -> int:
             if sys.stdout is not None:
                 sys.stdout.flush()
     except BrokenPipeError:
-        _point_stdout_at_devnull()
+        # The rest of stdout (the flush at interpreter exit) goes to os.devnull.
+        with contextlib.suppress(AttributeError, OSError, ValueError):  # e.g. an io.StringIO
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
         return EXIT_BROKEN_PIPE
     return code
 

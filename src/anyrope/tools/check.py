@@ -186,13 +186,6 @@ def make_inputs(dtype: str) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]
     return _input_bits(rng, dtype), positions
 
 
-def _values(bits: np.ndarray[Any, Any], dtype: str) -> np.ndarray[Any, Any]:
-    """The float64 values of ``dtype`` bit patterns (exact)."""
-    if dtype == "bfloat16":
-        return bfloat16_bits_to_float32(bits).astype(np.float64)
-    return bits.view(FLOATS[bits.dtype.type]).astype(np.float64)
-
-
 def _little_endian(a: np.ndarray[Any, Any]) -> bytes:
     return np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).tobytes()
 
@@ -355,16 +348,6 @@ def _parameters() -> dict[str, Any]:
     }
 
 
-def _check_parameters(reference: Mapping[str, Any]) -> None:
-    ours = _parameters()
-    written = {name: reference.get(name) for name in ours}
-    if written != ours:
-        raise ValueError(
-            f"`reference` was written for {_settings(written)}; this check uses "
-            f"{_settings(ours)}: regenerate it with `{REGENERATE}`"
-        )
-
-
 def _settings(parameters: Mapping[str, Any]) -> str:
     return ", ".join(f"{name}={value}" for name, value in parameters.items())
 
@@ -417,7 +400,13 @@ def run_check(
     (['half-split', 'interleaved'], True)
     """
     reference = load_reference() if reference is None else reference
-    _check_parameters(reference)
+    ours = _parameters()
+    written = {name: reference.get(name) for name in ours}
+    if written != ours:
+        raise ValueError(
+            f"`reference` was written for {_settings(written)}; this check uses "
+            f"{_settings(ours)}: regenerate it with `{REGENERATE}`"
+        )
     backends = checked_backends() if backends is None else backends
     rows = []
     # The inputs hold signaling NaNs and infinities: NumPy's casts and the oracle would
@@ -426,7 +415,12 @@ def run_check(
         for dtype in DTYPES:
             bits, positions = make_inputs(dtype)
             same_inputs = _inputs_digest(bits, positions) == reference["inputs"][dtype]
-            x64 = _values(bits, dtype)
+            # The float64 values of the bit patterns (exact).
+            x64 = (
+                bfloat16_bits_to_float32(bits)
+                if dtype == "bfloat16"
+                else bits.view(FLOATS[bits.dtype.type])
+            ).astype(np.float64)
             for pairing in PAIRINGS:
                 interleaved = pairing == "interleaved"
                 want = reference["outputs"][f"{dtype} {pairing}"]
