@@ -98,12 +98,8 @@ def rotate_raw(
     templates = cache.get(key)
     if templates is None:
         pos = None if positions is None else operand(positions)
-        operands = [operand(x) for pair in zip(arrays, outputs, strict=True) for x in pair]
         templates = launch_templates(
-            operands[0],
-            operands[1],
-            operands[2] if len(operands) > 2 else None,
-            operands[3] if len(operands) > 2 else None,
+            [operand(x) for pair in zip(arrays, outputs, strict=True) for x in pair],
             layout=plan.axes.layout,
             itemsize=_itemsize(arrays[0]),
             rotary_dim=plan.rotary_dim,
