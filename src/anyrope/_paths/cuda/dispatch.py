@@ -94,7 +94,8 @@ def rotate_raw(
         key = (plan.dtype, plan.axes.layout, plan.rotary_dim, plan.interleaved, *inputs, key)
         positions_vary = positions is not None
     if positions_vary:
-        key += _geometry(operand(positions), positions)
+        # What launches read of a positions array besides its address.
+        key += (*operand(positions)[1:], _itemsize(positions))
     templates = cache.get(key)
     if templates is None:
         pos = None if positions is None else operand(positions)
@@ -199,11 +200,6 @@ def _accessors(first: Array) -> tuple[Callable[[Array], Operand], Callable[[Arra
     if type(first).__module__.startswith("torch"):
         return _torch_operand, type(first).data_ptr
     return _operand, _address
-
-
-def _geometry(op: Operand, x: Array) -> tuple[object, ...]:
-    """What launches read of a positions array besides its address."""
-    return op.shape, op.strides, _itemsize(x)
 
 
 def _empty_like(arrays: tuple[Array, ...], xp: Namespace) -> tuple[Array, ...]:
