@@ -345,7 +345,7 @@ def _run(
     plan = _plan(rope, arrays, positions, layout=layout, inverse=inverse, inplace=inplace)
     launches: list[Launch] = []
     launcher = _harness_launcher(harness, launches, grid_cap)
-    outputs = rotate_raw(plan, plan.arrays, inverse=inverse, inplace=inplace, launcher=launcher)
+    outputs = rotate_raw(plan, plan.arrays, launcher=launcher)
     return outputs, launches
 
 

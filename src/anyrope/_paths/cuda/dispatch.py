@@ -45,19 +45,18 @@ def rotate_raw(
     plan: Plan,
     arrays: tuple[Array, ...],
     *,
-    inverse: bool,
-    inplace: bool,
     launcher: Launcher,
 ) -> tuple[Array, ...]:
     """Tables, positions, outputs and launches for ``arrays`` (the plan's, or the
-    gradients flowing back); ``launcher`` runs the launches.
+    gradients flowing back), rotated as ``plan.inverse`` and ``plan.inplace`` say;
+    ``launcher`` runs the launches.
 
     ``launcher`` is the CuPy launch for device arrays; the CPU tests pass the host
     harness, which runs the same kernel body on NumPy arrays with these same arguments.
     The launches are planned once per geometry (shapes, strides, dtypes, options and
     pointer alignments); a call after the first only binds its addresses.
     """
-    xp, where = plan.xp, plan.where[0]
+    xp, where, inverse, inplace = plan.xp, plan.where[0], plan.inverse, plan.inplace
     operand, address = _accessors(arrays[0])
     rows = plan.tables
     cos, sin, table_rows = address(rows.cos), address(rows.sin), int(rows.cos.shape[0])
