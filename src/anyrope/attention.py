@@ -221,8 +221,7 @@ def _rotate_for_attention(
             )
         return q, k
     if qa.seq == ka.seq:
-        q2, k2 = rope(q, k, positions, layout=layout, xp=xp)
-        return q2, k2
+        return rope(q, k, positions, layout=layout, xp=xp)
     if positions is not None:
         raise ValueError(
             f"explicit `positions` need q_seq == k_seq; got q_seq={qa.seq} and k_seq={ka.seq} "

@@ -107,11 +107,10 @@ def linear_attention(
         kv = kv[..., skip:, :, :]
         num = xp.matmul(rq[..., :, None, :], kv)[..., 0, :]
         ksum = xp.cumulative_sum(fk, axis=-2)[..., skip:, :]
-        den = xp.sum(fq * ksum, axis=-1, keepdims=True)
     else:
         num = xp.matmul(rq, xp.matmul(xp.matrix_transpose(rk), vh))
         ksum = xp.sum(fk, axis=-2, keepdims=True)
-        den = xp.sum(fq * ksum, axis=-1, keepdims=True)
+    den = xp.sum(fq * ksum, axis=-1, keepdims=True)
     return _output(num / den, q, layout, xp)
 
 

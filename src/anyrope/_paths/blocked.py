@@ -63,16 +63,12 @@ def rejects(plan: Plan) -> str | None:
     return host_rejects(plan.library, plan.device, plan.requires_grad)
 
 
+# inf * 0 is NaN and a huge pair may overflow: IEEE results the contract keeps
+# (numerical-contract.rst, "What is identical, and what is not"), not something to warn about on
+# NumPy and not elsewhere.
+@np.errstate(invalid="ignore", over="ignore")
 def run(plan: Plan) -> tuple[Array, ...]:
     """Rotate each array of ``plan`` into a new array, or into itself in place."""
-    # inf * 0 is NaN and a huge pair may overflow: IEEE results the contract keeps
-    # (numerical-contract.rst, "What is identical, and what is not"), not something to warn about on
-    # NumPy and not elsewhere.
-    with np.errstate(invalid="ignore", over="ignore"):
-        return _run(plan)
-
-
-def _run(plan: Plan) -> tuple[Array, ...]:
     torch = plan.library == "torch"
     r, interleaved = plan.rotary_dim, plan.interleaved
     # torch float16/bfloat16 always, and float32/float64 between a decode step and a
