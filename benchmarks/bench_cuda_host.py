@@ -177,13 +177,7 @@ def cases(torch: Any) -> dict[str, Callable[[], object]]:
         "anyrope offset": lambda: rope(q, k, positions=POSITION, impl="cuda"),
         "anyrope tensor, max_positions": lambda: ahead(q, k, positions=positions, impl="cuda"),
         "anyrope tensor": lambda: rope(q, k, positions=positions, impl="cuda"),
-        "launch planning": lambda: rotate_raw(
-            plan,
-            plan.arrays,
-            inverse=False,
-            inplace=False,
-            launcher=launch_on_device,
-        ),
+        "launch planning": lambda: rotate_raw(plan, plan.arrays, launcher=launch_on_device),
         "eager HF, batch 1": eager,
     }
 

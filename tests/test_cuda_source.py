@@ -40,7 +40,7 @@ import anyrope
 from anyrope._call import make_call
 from anyrope._paths.cuda import _module
 from anyrope._paths.cuda.dispatch import rotate_raw
-from anyrope._paths.cuda.geometry import Launch, Operand, plan_launches
+from anyrope._paths.cuda.geometry import Launch, Operand, launch_templates
 from anyrope._plan import Plan, make_plan, with_tables
 from anyrope.tools._backends import numpy_dtype
 
@@ -345,7 +345,7 @@ def _run(
     plan = _plan(rope, arrays, positions, layout=layout, inverse=inverse, inplace=inplace)
     launches: list[Launch] = []
     launcher = _harness_launcher(harness, launches, grid_cap)
-    outputs = rotate_raw(plan, plan.arrays, inverse=inverse, inplace=inplace, launcher=launcher)
+    outputs = rotate_raw(plan, plan.arrays, launcher=launcher)
     return outputs, launches
 
 
@@ -980,6 +980,22 @@ def test_inplace_refuses_a_broadcast_view(harness: Any) -> None:
 
 
 # -- the planner on its own -------------------------------------------------------------
+
+
+def plan_launches(
+    *operands: Operand | None,
+    positions: Operand | None,
+    offset: int,
+    table_rows: int = 1,
+    **options: Any,
+) -> list[Launch]:
+    """The launch templates bound to the operands' addresses, as a call binds them."""
+    given = [op for op in operands if op is not None]
+    templates = launch_templates(given, positions=positions, table_rows=table_rows, **options)
+    io = [op.ptr for op in given] + [0] * (4 - len(given))
+    if positions is not None:
+        return [t.bind(io, positions.ptr, 0) for t in templates]
+    return [t.bind(io, 0, offset) for t in templates]
 
 
 def _contiguous(ptr: int, shape: tuple[int, ...]) -> Operand:

@@ -29,6 +29,18 @@ HUGE_PAGE_BYTES = 4 << 20
 _MADV_HUGEPAGE = 14
 
 
+def host_rejects(library: str, device: object, requires_grad: bool) -> str | None:
+    """Why a CPU path cannot take arrays of ``library`` on ``device`` (the phrase of a
+    path's ``rejects``): only NumPy arrays and PyTorch CPU tensors, and no autograd."""
+    if library not in ("numpy", "torch") or str(device) != "cpu":
+        return f"needs NumPy arrays or PyTorch CPU tensors; got {library} arrays on device {device}"
+    if requires_grad:
+        return (
+            "does not record autograd; use impl='auto' or 'array_api' for tensors that require grad"
+        )
+    return None
+
+
 def empty_like(x: Any) -> Any:
     """A new C-contiguous array of the library, shape and dtype of ``x`` (a NumPy array or
     a torch CPU tensor); a large tensor is backed by transparent huge pages where Linux

@@ -99,20 +99,13 @@ def attention(
     >>> bool(np.allclose(out[0, 0], v[0, 0]))  # the first token only sees itself
     True
     """
-    xp = namespace_of(q, k, v, xp=xp, argument=("q", "k", "v"))
-    _check_rope(rope)
+    xp, qa, ka = _checked(q, k, v, rope=rope, causal=causal, layout=layout, xp=xp)
     if mask is not None:
         namespace_of(q, mask, argument=("q", "mask"))
-    check_layout(layout)
-    check_bool(causal, "causal")
     scale = _check_scale(scale)
-    qa, ka, va = _check_qkv(q, k, v, layout, xp)
-    if rope is not None:
-        q, k = _rotate_for_attention(
-            rope, q, k, qa=qa, ka=ka, positions=positions, layout=layout, xp=xp
-        )
-    elif positions is not None:
-        raise ValueError("`positions` was given without `rope`; pass rope=anyrope.RoPE(head_dim)")
+    q, k = _rotate_for_attention(
+        rope, q, k, qa=qa, ka=ka, positions=positions, layout=layout, xp=xp
+    )
     scale = 1.0 / math.sqrt(qa.head_dim) if scale is None else scale
 
     work = compute_dtype(xp, q.dtype)
@@ -139,38 +132,27 @@ def attention(
     total = xp.where(total == 0, xp.ones_like(total), total)
     weights = xp.reshape(weights, (*qg.shape[:-1], ka.seq))
     total = xp.reshape(total, (*qg.shape[:-1], 1))
-    out = xp.matmul(weights, vh) / total
-    out = xp.reshape(out, (*out.shape[:-4], qa.heads, qa.seq, va.head_dim))
-    return _from_bhsd(xp.astype(out, q.dtype), layout, xp)
+    return _output(xp.matmul(weights, vh) / total, q, layout, xp)
 
 
-def _check_rope(rope: object) -> None:
-    """``rope`` must be a :class:`~anyrope.RoPE` or ``None``."""
+def _checked(
+    q: Array,
+    k: Array,
+    v: Array,
+    *,
+    rope: object,
+    causal: object,
+    layout: str,
+    xp: Namespace | None,
+) -> tuple[Namespace, Axes, Axes]:
+    """Check what the attention functions share; the namespace and the axes of q and k."""
+    xp = namespace_of(q, k, v, xp=xp, argument=("q", "k", "v"))
     if rope is not None and not isinstance(rope, RoPE):
         raise TypeError(
             f"`rope` must be an anyrope.RoPE or None; got {rope!r} of type {type(rope).__name__}"
         )
-
-
-def _check_scale(scale: object) -> float | None:
-    """``scale`` must be None or a finite real number greater than 0 (not a bool)."""
-    if scale is None:
-        return None
-    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
-        raise TypeError(
-            f"`scale` must be a real number or None; got {scale!r} of type {type(scale).__name__}"
-        )
-    try:
-        value = float(scale)
-    except OverflowError:  # an int beyond float range
-        value = math.inf
-    if not math.isfinite(value) or value <= 0.0:
-        raise ValueError(f"`scale` must be a finite number greater than 0 or None; got {scale!r}")
-    return value
-
-
-def _check_qkv(q: Array, k: Array, v: Array, layout: str, xp: Namespace) -> tuple[Axes, Axes, Axes]:
-    """Validate the shapes and dtypes of ``q``, ``k``, ``v`` and return their axes."""
+    check_layout(layout)
+    check_bool(causal, "causal")
     for name, arr in (("q", q), ("k", k), ("v", v)):
         if not is_real_floating(xp, arr.dtype):
             raise TypeError(f"`{name}` must have a real floating dtype; got {describe(arr)}")
@@ -200,11 +182,28 @@ def _check_qkv(q: Array, k: Array, v: Array, layout: str, xp: Namespace) -> tupl
         raise ValueError(
             f"`q` must not have more tokens than `k`; got q_seq={qa.seq} and k_seq={ka.seq}"
         )
-    return qa, ka, va
+    return xp, qa, ka
+
+
+def _check_scale(scale: object) -> float | None:
+    """``scale`` must be None or a finite real number greater than 0 (not a bool)."""
+    if scale is None:
+        return None
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(
+            f"`scale` must be a real number or None; got {scale!r} of type {type(scale).__name__}"
+        )
+    try:
+        value = float(scale)
+    except OverflowError:  # an int beyond float range
+        value = math.inf
+    if not math.isfinite(value) or value <= 0.0:
+        raise ValueError(f"`scale` must be a finite number greater than 0 or None; got {scale!r}")
+    return value
 
 
 def _rotate_for_attention(
-    rope: RoPE,
+    rope: RoPE | None,
     q: Array,
     k: Array,
     *,
@@ -215,9 +214,14 @@ def _rotate_for_attention(
     xp: Namespace,
 ) -> tuple[Array, Array]:
     """Rotate ``q`` and ``k``; with fewer queries than keys, queries take the last positions."""
+    if rope is None:
+        if positions is not None:
+            raise ValueError(
+                "`positions` was given without `rope`; pass rope=anyrope.RoPE(head_dim)"
+            )
+        return q, k
     if qa.seq == ka.seq:
-        q2, k2 = rope(q, k, positions, layout=layout, xp=xp)
-        return q2, k2
+        return rope(q, k, positions, layout=layout, xp=xp)
     if positions is not None:
         raise ValueError(
             f"explicit `positions` need q_seq == k_seq; got q_seq={qa.seq} and k_seq={ka.seq} "
@@ -242,10 +246,12 @@ def _to_bhsd(x: Array, layout: str, xp: Namespace) -> Array:
     return xp.permute_dims(x, _bhsd_axes(layout, x.ndim))
 
 
-def _from_bhsd(x: Array, layout: str, xp: Namespace) -> Array:
-    """Inverse of :func:`_to_bhsd`."""
-    axes = _bhsd_axes(layout, x.ndim)
-    return xp.permute_dims(x, tuple(axes.index(axis) for axis in range(x.ndim)))
+def _output(out: Array, q: Array, layout: str, xp: Namespace) -> Array:
+    """``out`` (``*batch, kv_heads, groups, q_seq, v_dim``) in the layout and dtype of q."""
+    *batch, kv_heads, groups, seq, v_dim = out.shape
+    out = xp.reshape(out, (*batch, kv_heads * groups, seq, v_dim))
+    axes = _bhsd_axes(layout, out.ndim)
+    return xp.permute_dims(xp.astype(out, q.dtype), tuple(map(axes.index, range(out.ndim))))
 
 
 def _grouped_queries(q: Array, groups: int, xp: Namespace) -> Array:

@@ -16,16 +16,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ._call import shared_docs
-from ._namespace import Array, Namespace, compute_dtype, namespace_of
-from ._validation import check_bool, check_layout
-from .attention import (
-    _check_qkv,
-    _check_rope,
-    _from_bhsd,
-    _grouped_queries,
-    _rotate_for_attention,
-    _to_bhsd,
-)
+from ._namespace import Array, Namespace, compute_dtype
+from .attention import _checked, _grouped_queries, _output, _rotate_for_attention, _to_bhsd
 
 if TYPE_CHECKING:
     from ._rope import RoPE
@@ -91,25 +83,17 @@ def linear_attention(
     >>> out.shape
     (1, 6, 2, 8)
     """
-    xp = namespace_of(q, k, v, xp=xp, argument=("q", "k", "v"))
-    check_layout(layout)
-    check_bool(causal, "causal")
-    _check_rope(rope)
+    xp, qa, ka = _checked(q, k, v, rope=rope, causal=causal, layout=layout, xp=xp)
     phi = _feature_map(feature_map, xp)
-    qa, ka, va = _check_qkv(q, k, v, layout, xp)
-    if positions is not None and rope is None:
-        raise ValueError("`positions` was given without `rope`; pass rope=anyrope.RoPE(head_dim)")
 
     work = compute_dtype(xp, q.dtype)
     fq = phi(xp.astype(q, work))
     fk = phi(xp.astype(k, work))
     if tuple(fq.shape) != tuple(q.shape) or tuple(fk.shape) != tuple(k.shape):
         raise ValueError("`feature_map` must return an array of the shape it was given")
-    rq, rk = fq, fk
-    if rope is not None:
-        rq, rk = _rotate_for_attention(
-            rope, fq, fk, qa=qa, ka=ka, positions=positions, layout=layout, xp=xp
-        )
+    rq, rk = _rotate_for_attention(
+        rope, fq, fk, qa=qa, ka=ka, positions=positions, layout=layout, xp=xp
+    )
 
     groups = qa.heads // ka.heads
     fq, rq = (_grouped_queries(_to_bhsd(a, layout, xp), groups, xp) for a in (fq, rq))
@@ -123,14 +107,11 @@ def linear_attention(
         kv = kv[..., skip:, :, :]
         num = xp.matmul(rq[..., :, None, :], kv)[..., 0, :]
         ksum = xp.cumulative_sum(fk, axis=-2)[..., skip:, :]
-        den = xp.sum(fq * ksum, axis=-1, keepdims=True)
     else:
         num = xp.matmul(rq, xp.matmul(xp.matrix_transpose(rk), vh))
         ksum = xp.sum(fk, axis=-2, keepdims=True)
-        den = xp.sum(fq * ksum, axis=-1, keepdims=True)
-    out = num / den
-    out = xp.reshape(out, (*out.shape[:-4], qa.heads, qa.seq, va.head_dim))
-    return _from_bhsd(xp.astype(out, q.dtype), layout, xp)
+    den = xp.sum(fq * ksum, axis=-1, keepdims=True)
+    return _output(num / den, q, layout, xp)
 
 
 def _feature_map(

@@ -24,11 +24,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import array_api_compat
 import numpy as np
 
 from .. import _threads
-from .._cpu_memory import empty_like
+from .._cpu_memory import empty_like, host_rejects
 from .._namespace import Array
 from .._plan import Plan
 from .rotation import halves
@@ -61,28 +60,15 @@ views of their memory: NumPy's calls cost less than torch's on small arrays."""
 
 def rejects(plan: Plan) -> str | None:
     """Only NumPy arrays and PyTorch CPU tensors, and no autograd."""
-    if not all(_host_memory(x) for x in plan.arrays):
-        return (
-            "needs NumPy arrays or PyTorch CPU tensors; "
-            f"got {plan.library} arrays on device {plan.device}"
-        )
-    if plan.requires_grad:
-        return (
-            "does not record autograd; use impl='auto' or 'array_api' for tensors that require grad"
-        )
-    return None
+    return host_rejects(plan.library, plan.device, plan.requires_grad)
 
 
+# inf * 0 is NaN and a huge pair may overflow: IEEE results the contract keeps
+# (numerical-contract.rst, "What is identical, and what is not"), not something to warn about on
+# NumPy and not elsewhere.
+@np.errstate(invalid="ignore", over="ignore")
 def run(plan: Plan) -> tuple[Array, ...]:
     """Rotate each array of ``plan`` into a new array, or into itself in place."""
-    # inf * 0 is NaN and a huge pair may overflow: IEEE results the contract keeps
-    # (numerical-contract.rst, "What is identical, and what is not"), not something to warn about on
-    # NumPy and not elsewhere.
-    with np.errstate(invalid="ignore", over="ignore"):
-        return _run(plan)
-
-
-def _run(plan: Plan) -> tuple[Array, ...]:
     torch = plan.library == "torch"
     r, interleaved = plan.rotary_dim, plan.interleaved
     # torch float16/bfloat16 always, and float32/float64 between a decode step and a
@@ -195,12 +181,6 @@ def _rotate_blocks(  # noqa: PLR0917 - the loop's operands, in the order they ar
         run_chunk(blocks)
     else:
         list(_threads.executor().map(run_chunk, chunks))
-
-
-def _host_memory(x: Array) -> bool:
-    if isinstance(x, np.ndarray):
-        return True
-    return bool(array_api_compat.is_torch_array(x) and x.device.type == "cpu")
 
 
 _TORCH_DTYPES = ("float16", "bfloat16")

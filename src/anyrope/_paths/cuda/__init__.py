@@ -139,13 +139,7 @@ def run(plan: Plan) -> tuple[Array, ...]:
         from .autograd import rotate_with_grad
 
         return rotate_with_grad(plan, launcher=dispatch.launch_on_device)
-    outputs = dispatch.rotate_raw(
-        plan,
-        plan.arrays,
-        inverse=plan.inverse,
-        inplace=plan.inplace,
-        launcher=dispatch.launch_on_device,
-    )
+    outputs = dispatch.rotate_raw(plan, plan.arrays, launcher=dispatch.launch_on_device)
     if plan.inplace and plan.library == "torch":
         from ..._torch import bump_versions
 

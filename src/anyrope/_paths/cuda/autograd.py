@@ -34,9 +34,7 @@ def _rotate_function() -> Any:
             ctx: Any, plan: Plan, launcher: Launcher, *arrays: torch.Tensor
         ) -> tuple[torch.Tensor, ...]:
             ctx.plan, ctx.launcher = plan, launcher
-            outputs = rotate_raw(
-                plan, arrays, inverse=plan.inverse, inplace=plan.inplace, launcher=launcher
-            )
+            outputs = rotate_raw(plan, arrays, launcher=launcher)
             if plan.inplace:
                 ctx.mark_dirty(*arrays)
             return tuple(outputs)

@@ -45,19 +45,18 @@ def rotate_raw(
     plan: Plan,
     arrays: tuple[Array, ...],
     *,
-    inverse: bool,
-    inplace: bool,
     launcher: Launcher,
 ) -> tuple[Array, ...]:
     """Tables, positions, outputs and launches for ``arrays`` (the plan's, or the
-    gradients flowing back); ``launcher`` runs the launches.
+    gradients flowing back), rotated as ``plan.inverse`` and ``plan.inplace`` say;
+    ``launcher`` runs the launches.
 
     ``launcher`` is the CuPy launch for device arrays; the CPU tests pass the host
     harness, which runs the same kernel body on NumPy arrays with these same arguments.
     The launches are planned once per geometry (shapes, strides, dtypes, options and
     pointer alignments); a call after the first only binds its addresses.
     """
-    xp, where = plan.xp, plan.where[0]
+    xp, where, inverse, inplace = plan.xp, plan.where[0], plan.inverse, plan.inplace
     operand, address = _accessors(arrays[0])
     rows = plan.tables
     cos, sin, table_rows = address(rows.cos), address(rows.sin), int(rows.cos.shape[0])
@@ -94,16 +93,13 @@ def rotate_raw(
         key = (plan.dtype, plan.axes.layout, plan.rotary_dim, plan.interleaved, *inputs, key)
         positions_vary = positions is not None
     if positions_vary:
-        key += _geometry(operand(positions), positions)
+        # What launches read of a positions array besides its address.
+        key += (*operand(positions)[1:], _itemsize(positions))
     templates = cache.get(key)
     if templates is None:
         pos = None if positions is None else operand(positions)
-        operands = [operand(x) for pair in zip(arrays, outputs, strict=True) for x in pair]
         templates = launch_templates(
-            operands[0],
-            operands[1],
-            operands[2] if len(operands) > 2 else None,
-            operands[3] if len(operands) > 2 else None,
+            [operand(x) for pair in zip(arrays, outputs, strict=True) for x in pair],
             layout=plan.axes.layout,
             itemsize=_itemsize(arrays[0]),
             rotary_dim=plan.rotary_dim,
@@ -203,11 +199,6 @@ def _accessors(first: Array) -> tuple[Callable[[Array], Operand], Callable[[Arra
     if type(first).__module__.startswith("torch"):
         return _torch_operand, type(first).data_ptr
     return _operand, _address
-
-
-def _geometry(op: Operand, x: Array) -> tuple[object, ...]:
-    """What launches read of a positions array besides its address."""
-    return op.shape, op.strides, _itemsize(x)
 
 
 def _empty_like(arrays: tuple[Array, ...], xp: Namespace) -> tuple[Array, ...]:

@@ -16,9 +16,7 @@ from dataclasses import dataclass
 from itertools import product
 from typing import NamedTuple
 
-from ._module import vector_widths
-
-__all__ = ["BLOCK", "Launch", "LaunchTemplate", "Operand", "launch_templates", "plan_launches"]
+__all__ = ["BLOCK", "Launch", "LaunchTemplate", "Operand", "launch_templates"]
 
 #: Threads per block at most (the kernel declares ``__launch_bounds__(256)``).
 BLOCK = 256
@@ -98,7 +96,7 @@ class LaunchTemplate:
     wide_index: bool
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
-    shifts: tuple[int, int, int, int, int]
+    shifts: tuple[int, ...]
     params: bytes
 
     def bind(self, io: Sequence[int], positions: int, offset: int) -> Launch:
@@ -131,19 +129,17 @@ def _axes(layout: str, ndim: int) -> tuple[list[int], int, int]:
 def _broadcast_positions(pos: Operand, batch_shape: tuple[int, ...], seq: int) -> Operand:
     """``pos`` (shape (seq,) or (*batch, seq), broadcastable) as strides over (*batch, seq)."""
     target = (*batch_shape, seq)
-    if len(pos.shape) > len(target):
-        raise ValueError(
-            f"`positions` must have shape (seq,) or (*batch, seq) = {target}; got {pos.shape}"
-        )
     lead = len(target) - len(pos.shape)
-    strides = [0] * lead
-    for size, stride, want in zip(pos.shape, pos.strides, target[lead:], strict=True):
-        if size not in (1, want):
-            raise ValueError(
-                f"`positions` of shape {pos.shape} does not broadcast to (*batch, seq) = {target}"
-            )
-        strides.append(0 if size == 1 else stride)
-    return Operand(pos.ptr, target, tuple(strides))
+    if lead < 0 or any(
+        n not in (1, want) for n, want in zip(pos.shape, target[lead:], strict=True)
+    ):
+        raise ValueError(
+            f"`positions` of shape {pos.shape} does not broadcast to (*batch, seq) = {target}"
+        )
+    strides = (0,) * lead + tuple(
+        0 if n == 1 else s for n, s in zip(pos.shape, pos.strides, strict=True)
+    )
+    return Operand(pos.ptr, target, strides)
 
 
 def _collapse(
@@ -162,60 +158,8 @@ def _collapse(
     return merged
 
 
-def plan_launches(
-    q_in: Operand,
-    q_out: Operand,
-    k_in: Operand | None,
-    k_out: Operand | None,
-    *,
-    layout: str,
-    itemsize: int,
-    rotary_dim: int,
-    interleaved: bool,
-    inverse: bool,
-    inplace: bool,
-    positions: Operand | None,
-    position_itemsize: int,
-    offset: int,
-    cos_ptr: int,
-    sin_ptr: int,
-    table_rows: int = 1,
-) -> list[Launch]:
-    """The launches that rotate q (and k) as ``rotate`` / ``rotate_qk`` define it:
-    :func:`launch_templates` bound to the operands' addresses."""
-    templates = launch_templates(
-        q_in,
-        q_out,
-        k_in,
-        k_out,
-        layout=layout,
-        itemsize=itemsize,
-        rotary_dim=rotary_dim,
-        interleaved=interleaved,
-        inverse=inverse,
-        inplace=inplace,
-        positions=positions,
-        position_itemsize=position_itemsize,
-        cos_ptr=cos_ptr,
-        sin_ptr=sin_ptr,
-        table_rows=table_rows,
-    )
-    io = (
-        q_in.ptr,
-        q_out.ptr,
-        0 if k_in is None else k_in.ptr,
-        0 if k_out is None else k_out.ptr,
-    )
-    if positions is not None:
-        return [t.bind(io, positions.ptr, 0) for t in templates]
-    return [t.bind(io, 0, offset) for t in templates]
-
-
 def launch_templates(
-    q_in: Operand,
-    q_out: Operand,
-    k_in: Operand | None,
-    k_out: Operand | None,
+    operands: Sequence[Operand],
     *,
     layout: str,
     itemsize: int,
@@ -230,8 +174,9 @@ def launch_templates(
     table_rows: int,
     bound: int | None = None,
 ) -> list[LaunchTemplate]:
-    """The launches for one geometry and one pair of tables; the pointers of q, k, their
-    outputs and the positions are read only for their alignment.
+    """The launches for one geometry and one pair of tables; the pointers of
+    ``operands`` (q_in, q_out and, for ``rotate_qk``, k_in, k_out) and of the positions
+    are read only for their alignment. :meth:`LaunchTemplate.bind` binds the addresses.
 
     One launch for q and k together unless the batch axes of the operands cannot be
     walked with a single stride (then one launch per outer batch index, still exact).
@@ -244,25 +189,23 @@ def launch_templates(
     table offsets, for the choice of 32-bit indices. The kernel gives NaN for a
     position array's value outside ``0 .. bound - 1`` (default ``table_rows``).
     """
-    ndim = len(q_in.shape)
-    batch_axes, s_axis, h_axis = _axes(layout, ndim)
+    q_in = operands[0]
+    batch_axes, s_axis, h_axis = _axes(layout, len(q_in.shape))
     batch_shape = tuple(q_in.shape[a] for a in batch_axes)
-    seq = q_in.shape[s_axis]
-    head_dim = q_in.shape[-1]
+    seq, head_dim = q_in.shape[s_axis], q_in.shape[-1]
     half = rotary_dim // 2
     tail = 0 if inplace else head_dim - rotary_dim
-
-    tensors = [(q_in, q_out)] if k_in is None or k_out is None else [(q_in, q_out), (k_in, k_out)]
-    for t_in, _ in tensors[1:]:
-        if tuple(t_in.shape[a] for a in batch_axes) != batch_shape or t_in.shape[s_axis] != seq:
+    heads = sum(op.shape[h_axis] for op in operands[::2])
+    for k in operands[2::2]:
+        if k.shape[-1] != head_dim or (*(k.shape[a] for a in batch_axes), k.shape[s_axis]) != (
+            *batch_shape,
+            seq,
+        ):
             raise ValueError(
-                f"`k` must share batch and seq with `q` ({layout}); got q {q_in.shape}, "
-                f"k {t_in.shape}"
+                f"`k` must share batch, seq and head_dim with `q` ({layout}); got q "
+                f"{q_in.shape}, k {k.shape}"
             )
-        if t_in.shape[-1] != head_dim:
-            raise ValueError(f"`k` head_dim {t_in.shape[-1]} differs from q head_dim {head_dim}")
 
-    operands = [op for pair in tensors for op in pair]
     pos = None if positions is None else _broadcast_positions(positions, batch_shape, seq)
     strided = [*operands, *([pos] if pos is not None else [])]
     batch = _collapse(
@@ -270,21 +213,12 @@ def launch_templates(
         [[op.strides[a] for a in batch_axes] for op in operands]
         + ([list(pos.strides[:-1])] if pos is not None else []),
     )
-
-    table_itemsize = 8 if itemsize == 8 else 4
-    width = _width(
-        operands, itemsize, half, table_itemsize=table_itemsize, cos_ptr=cos_ptr, sin_ptr=sin_ptr
-    )
-    tail_elems = _tail_elements(operands, itemsize, half, tail) if width > 1 else 1
+    width, tail_elems = _widths(operands, itemsize, half, tail, (cos_ptr, sin_ptr))
     # (rotated pairs, units of a row, first feature): the rotation, then the features
     # past the rotated width copied by a launch of their own, the same kernel with no
     # pair to rotate. In one launch, a warp would hold threads of both kinds and run the
     # two branches one after the other, each with its own trip to memory.
-    parts = [(half, half // width, 0)]
-    if tail:
-        parts.append((0, tail // tail_elems, 2 * half))
-    q_heads = q_in.shape[h_axis]
-    heads = q_heads + (tensors[1][0].shape[h_axis] if len(tensors) > 1 else 0)
+    parts = [(half, half // width, 0)] + ([(0, tail // tail_elems, 2 * half)] if tail else [])
     wide = not (
         table_rows * half < _INT32_LIMIT
         and all(_extent(op) < _INT32_LIMIT for op in strided)
@@ -292,35 +226,34 @@ def launch_templates(
     )
 
     outer = batch[:-1]
-    inner_size, inner_strides = batch[-1] if batch else (1, [0] * len(strided))
+    inner_size, inner = batch[-1] if batch else (1, [0] * len(strided))
+    strides = [
+        s
+        for op, step in zip(operands, inner, strict=False)
+        for s in (step, op.strides[s_axis], op.strides[h_axis], op.strides[-1])
+    ]
+    strides += [0] * (16 - len(strides))
+    strides += [0, 0] if pos is None else [inner[-1], pos.strides[-1]]
+    pos_itemsize = 0 if pos is None else position_itemsize
     templates = []
     for at, (pairs, units, first) in product(product(*(range(size) for size, _ in outer)), parts):
+        if units * heads * seq * inner_size == 0:
+            continue
         shift = [
             sum(i * st[n] for i, (_, st) in zip(at, outer, strict=True))
             for n in range(len(strided))
         ]
-        strides: list[int] = []
-        for n, (t_in, t_out) in enumerate(tensors):
-            for m, op in enumerate((t_in, t_out)):
-                j = 2 * n + m
-                strides += [inner_strides[j], *(op.strides[a] for a in (s_axis, h_axis, -1))]
-        strides += [0] * (16 - len(strides))
-        pos_strides = [0, 0] if pos is None else [inner_strides[-1], pos.strides[-1]]
-        byte_shifts = [
-            (shift[j] + first * op.strides[-1]) * itemsize for j, op in enumerate(operands)
+        shifts = [
+            (s + first * op.strides[-1]) * itemsize for s, op in zip(shift, operands, strict=False)
         ]
-        byte_shifts += [0] * (4 - len(byte_shifts))
-        byte_shifts += [0 if pos is None else shift[-1] * position_itemsize]
-        if units * heads * seq * inner_size == 0:
-            continue
+        shifts += [0] * (4 - len(operands)) + [shift[-1] * pos_itemsize]
         # The addresses of the call and the table offset are written by `bind`.
         params = PARAMS[wide].pack(
             *(0, 0, 0, 0, cos_ptr, sin_ptr, 0, 0),
             table_rows if bound is None else bound,
             *strides,
-            *pos_strides,
-            *(inner_size, seq, q_heads, heads, pairs, units, tail_elems),
-            0 if pos is None else position_itemsize,
+            *(inner_size, seq, operands[0].shape[h_axis], heads, pairs, units, tail_elems),
+            pos_itemsize,
             int(inverse),
         )
         block = _block(units, heads, seq)
@@ -330,63 +263,41 @@ def launch_templates(
             min(math.ceil(heads / block[1]), _MAX_GRID[2]),
         )
         templates.append(
-            LaunchTemplate(
-                width,
-                interleaved,
-                wide,
-                grid,
-                block,
-                (byte_shifts[0], byte_shifts[1], byte_shifts[2], byte_shifts[3], byte_shifts[4]),
-                params,
-            )
+            LaunchTemplate(width, interleaved, wide, grid, block, tuple(shifts), params)
         )
     return templates
 
 
-def _width(
-    operands: list[Operand],
-    itemsize: int,
-    half: int,
-    *,
-    table_itemsize: int,
-    cos_ptr: int,
-    sin_ptr: int,
-) -> int:
-    """Pairs per access of the widest variant that every operand and table allows."""
-    for width in vector_widths(itemsize)[:-1]:
-        x_bytes = width * itemsize
-        table_bytes = min(16, width * table_itemsize)
-        if (
-            half % width == 0
-            and cos_ptr % table_bytes == 0
-            and sin_ptr % table_bytes == 0
-            and all(op.strides[-1] == 1 and _aligned(op, itemsize, x_bytes) for op in operands)
-        ):
-            return width
-    return 1
-
-
-def _tail_elements(operands: list[Operand], itemsize: int, half: int, tail: int) -> int:
-    """Elements per copied chunk past the rotated width: the widest access that the
-    chunk's offset, the tail and every operand allow."""
-    for size in (16, 8, 4):
-        if (
-            size > itemsize
-            and (2 * half * itemsize) % size == 0
-            and (tail * itemsize) % size == 0
-            and all(_aligned(op, itemsize, size) for op in operands)
-        ):
-            return size // itemsize
-    return 1
-
-
-def _aligned(op: Operand, itemsize: int, size: int) -> bool:
-    """Every row of ``op`` starts on a ``size``-byte boundary."""
-    return op.ptr % size == 0 and all(
-        (s * itemsize) % size == 0
-        for s, n in zip(op.strides[:-1], op.shape[:-1], strict=True)
-        if n != 1
-    )
+def _widths(
+    operands: Sequence[Operand], itemsize: int, half: int, tail: int, tables: tuple[int, int]
+) -> tuple[int, int]:
+    """(pairs per access, elements per chunk copied past the rotated width): the widest
+    16-, 8- or 4-byte accesses of two elements or more that every operand's rows and
+    address, the tables, the half and the chunks' offset allow; (1, 1) for the scalar
+    variant."""
+    if any(op.strides[-1] != 1 for op in operands):
+        return 1, 1
+    sizes = [
+        size
+        for size in (16, 8, 4)
+        if size > itemsize
+        and all(
+            op.ptr % size == 0
+            and all(
+                (s * itemsize) % size == 0
+                for s, n in zip(op.strides[:-1], op.shape[:-1], strict=True)
+                if n != 1
+            )
+            for op in operands
+        )
+    ]
+    table_itemsize = 8 if itemsize == 8 else 4
+    for size in sizes:
+        width, table_bytes = size // itemsize, min(16, size // itemsize * table_itemsize)
+        if half % width == 0 and all(ptr % table_bytes == 0 for ptr in tables):
+            copy = [s for s in sizes if (2 * half * itemsize) % s == (tail * itemsize) % s == 0]
+            return width, copy[0] // itemsize if copy else 1
+    return 1, 1
 
 
 def _extent(op: Operand) -> int:

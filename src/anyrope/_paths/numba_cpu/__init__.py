@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ... import _threads
-from ..._cpu_memory import STORAGE_DTYPES, empty_like
+from ..._cpu_memory import STORAGE_DTYPES, empty_like, host_rejects
 from ..._namespace import Array
 from ..._plan import Plan
 from ..._torch import bump_versions, numpy_view
@@ -45,16 +45,7 @@ def rejects(plan: Plan) -> str | None:
     """NumPy arrays and PyTorch CPU tensors without autograd, when numba is installed."""
     if not installed():
         return "needs numba, which is not installed (pip install numba)"
-    if plan.library not in ("numpy", "torch") or str(plan.device) != "cpu":
-        return (
-            "needs NumPy arrays or PyTorch CPU tensors; "
-            f"got {plan.library} arrays on device {plan.device}"
-        )
-    if plan.requires_grad:
-        return (
-            "does not record autograd; use impl='auto' or 'array_api' for tensors that require grad"
-        )
-    return None
+    return host_rejects(plan.library, plan.device, plan.requires_grad)
 
 
 @functools.cache
