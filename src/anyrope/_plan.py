@@ -210,12 +210,14 @@ def with_tables(plan: Plan, source: TableSource, form: str) -> Plan:
     """``plan`` with the tables its path reads (``form``, the path's ``TABLES``), fetched
     from the caches of ``source``: the one place a call fetches tables, before its path runs.
     """
-    cache = source.for_length(max(stream.stop for stream in plan.where))
+    where = plan.where
+    cache = source.for_length(where[0].stop if len(where) == 1 else max(s.stop for s in where))
     cache = cache.undoing if plan.undo else cache
-    xp, device, dtype, where = plan.xp, plan.device, plan.table_dtype, plan.where
+    xp, device, dtype = plan.xp, plan.device, plan.table_dtype
     if form.startswith("host"):
         xp, device = numpy_xp, "cpu"
-        if plan.library == "torch":
+        # Most decode steps hold no position array: no import, no new tuple, for them.
+        if plan.library == "torch" and (len(where) > 1 or where[0].array is not None):
             from ._torch import positions_view
 
             where = tuple(

@@ -89,7 +89,10 @@ def choose(impl: str, plan: Plan) -> Path:
 
 def lazy_path(x: Any) -> LazyPath | None:
     """The lazy path that takes ``x``, or ``None`` for an eager array."""
-    return next((path for path in LAZY if path.takes(x)), None)
+    for path in LAZY:  # a loop, not a generator: asked at every call
+        if path.takes(x):
+            return path
+    return None
 
 
 def _rejects(path: Path, plan: Plan) -> str | None:
