@@ -1,55 +1,58 @@
-"""The kernel's launch shape against a device copy: registers and block size, swept.
+"""The kernel's launch shape against a device copy: heads per thread, registers and block
+size, swept.
 
     python benchmarks/bench_gpu_launch.py [--out benchmarks/results]
     ncu --clock-control none --kernel-name regex:anyrope --launch-skip 4 --launch-count 1 \
         --section SpeedOfLight --section Occupancy --section WarpStateStats \
-        python benchmarks/bench_gpu_launch.py --launches 5
+        --section MemoryWorkloadAnalysis python benchmarks/bench_gpu_launch.py --launches 5
 
 The prefill cases of ``bench_gpu.py`` (bfloat16 bshd, bhsd, rotary 64 of 128 and
-interleaved; float32 bshd) under each launch configuration of :data:`CONFIGS`: the
-least blocks of 256 threads that the kernel's ``__launch_bounds__`` asks to fit on a
-multiprocessor (which caps its registers), weak loads of x and the positions instead of
-strong ones, and the most threads per block (``geometry.BLOCK``, with the launch bounds
-that allow it). For each: the
-registers per thread of the variant that ran, the blocks that fit per SM
-(``cuOccupancyMaxActiveBlocksPerMultiprocessor``), the device time (median, L2
-flushed) and the fraction of a device copy of the same bytes timed in the same run.
-The figures that docs/performance.rst's launch model is checked against. Writes
-``gpu-launch.json`` under ``--out``. ``--launches N`` only runs the bfloat16 prefill
-kernel N times, for a profiler (the ``ncu`` command above). Needs a CUDA GPU, PyTorch,
-CuPy and Triton.
+interleaved; float32 bshd) and the device time of a decode step (64 tokens, replayed in a
+CUDA graph) under each launch configuration of :data:`CONFIGS`: the heads one thread
+rotates (``geometry.HEADS_PER_THREAD``, which the kernel is compiled with), the least
+blocks of 256 threads that the kernel's ``__launch_bounds__`` asks to fit on a
+multiprocessor (which caps its registers) and the most threads per block
+(``geometry.BLOCK``). For each: the registers per thread of the variant that ran, the
+blocks that fit per SM (``cuOccupancyMaxActiveBlocksPerMultiprocessor``), the device
+time (median, L2 flushed) and the fraction of a device copy of the same bytes timed in
+the same run (interleaved pairs keep one head per thread). The figures that
+docs/performance.rst's launch model is checked against. Writes ``gpu-launch.json`` under
+``--out``. ``--launches N`` only runs the bfloat16
+prefill kernel N times, for a profiler (the ``ncu`` command above). Needs a CUDA GPU,
+PyTorch, CuPy and Triton.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_gpu
 
 _BOUNDS = "__launch_bounds__(256)"
-_STRONG = "ld.relaxed.gpu.global"
-#: (name, extra NVRTC options, (text, replacement) edits of the kernel source, threads
-#: per block at most).
-CONFIGS: tuple[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...], int | None], ...] = (
-    ("as shipped", (), (), None),
-    ("launch bounds 256 x 6", (), ((_BOUNDS, "__launch_bounds__(256, 6)"),), None),
-    ("launch bounds 256 x 8", (), ((_BOUNDS, "__launch_bounds__(256, 8)"),), None),
-    ("weak loads of x and positions", (), ((_STRONG, "ld.global"),), None),
-    (
-        "weak loads, launch bounds 256 x 8",
-        (),
-        ((_STRONG, "ld.global"), (_BOUNDS, "__launch_bounds__(256, 8)")),
-        None,
-    ),
-    ("blocks of up to 512 threads", (), ((_BOUNDS, "__launch_bounds__(512)"),), 512),
-    ("blocks of up to 128 threads", (), (), 128),
+
+
+class Config(NamedTuple):
+    name: str
+    heads: int | None = None  # heads per thread; None: as shipped
+    edits: tuple[tuple[str, str], ...] = ()  # (text, replacement) in the kernel source
+    block: int | None = None  # threads per block at most
+
+
+CONFIGS: tuple[Config, ...] = (
+    Config("as shipped"),
+    Config("1 head per thread", heads=1),
+    Config("2 heads per thread", heads=2),
+    Config("4 heads per thread", heads=4),
+    Config("8 heads per thread", heads=8),
+    Config("launch bounds 256 x 3", edits=((_BOUNDS, "__launch_bounds__(256, 3)"),)),
 )
 DTYPE_CASES = (
     ("bf16", "prefill"),
@@ -57,7 +60,32 @@ DTYPE_CASES = (
     ("bf16", "prefill rotary 64"),
     ("bf16", "prefill interleaved"),
     ("fp32", "prefill"),
+    ("bf16", "decode b64"),
 )
+_GRAPH_CALLS = 32
+
+
+def _graph_us(torch: Any, call: Any) -> float:
+    """Device microseconds per call: ``_GRAPH_CALLS`` calls captured in one CUDA graph,
+    the median of 20 replays (no host time in it)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(_GRAPH_CALLS):
+            call()
+    times = []
+    for _ in range(20):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(1000.0 * start.elapsed_time(end) / _GRAPH_CALLS)
+    return statistics.median(times)
 
 
 def _measure(torch: Any, timer: Any, dtype_key: str, case: bench_gpu.Case) -> dict[str, Any]:
@@ -72,9 +100,12 @@ def _measure(torch: Any, timer: Any, dtype_key: str, case: bench_gpu.Case) -> di
     k = torch.randn(k_shape, device="cuda").to(dtype)
     q_copy, k_copy = torch.empty_like(q), torch.empty_like(k)
     rope = bench_gpu.make_rope(anyrope, case)
-    copy_us = timer(lambda: (q_copy.copy_(q), k_copy.copy_(k)))
-    kernel_us = timer(lambda: rope(q, k, None, layout=case.layout, impl="cuda"))
-    width = 16 // q.element_size()
+    positions = bench_gpu._positions(torch, case) if case.decode else None
+    time = (lambda fn: _graph_us(torch, fn)) if case.decode else timer
+    copy_us = time(lambda: (q_copy.copy_(q), k_copy.copy_(k)))
+    kernel_us = time(lambda: rope(q, k, positions, layout=case.layout, impl="cuda"))
+    itemsize = q.element_size()
+    width = 16 // itemsize  # what geometry._widths picks for aligned rows
     kernel = _module.get_kernel(
         torch.cuda.current_device(),
         bench_gpu.DTYPES[dtype_key],
@@ -82,7 +113,9 @@ def _measure(torch: Any, timer: Any, dtype_key: str, case: bench_gpu.Case) -> di
         interleaved=case.interleaved,
         wide_index=False,
     )
-    block = geometry._block(case.rotary_dim // 2 // width, case.q_heads + case.k_heads, case.seq)
+    per_thread = 1 if case.interleaved else geometry.HEADS_PER_THREAD[itemsize]
+    heads = case.q_heads + case.k_heads
+    block = geometry._block(case.rotary_dim // 2 // width, heads, case.seq, per_thread)
     threads = block[0] * block[1] * block[2]
     try:
         blocks_per_sm: int | str = int(
@@ -95,6 +128,7 @@ def _measure(torch: Any, timer: Any, dtype_key: str, case: bench_gpu.Case) -> di
     return {
         "dtype": dtype_key,
         "case": case.name,
+        "heads per thread": per_thread,
         "registers": int(kernel.num_regs),
         "block": block,
         "blocks per SM": blocks_per_sm,
@@ -124,19 +158,27 @@ def _run_config(index: int) -> None:
     timer = bench_gpu._timer(torch)
     from anyrope._paths.cuda import _module, geometry
 
-    name, options, edits, block = CONFIGS[index]
-    _module.COMPILE_OPTIONS = (*_module.COMPILE_OPTIONS, *options)
+    config = CONFIGS[index]
+    if config.heads is not None:
+        geometry.HEADS_PER_THREAD = dict.fromkeys(geometry.HEADS_PER_THREAD, config.heads)
+        _module.COMPILE_OPTIONS = (
+            *(o for o in _module.COMPILE_OPTIONS if not o.startswith("-DANYROPE_HEADS")),
+            *(f"-DANYROPE_HEADS_PER_THREAD_{size}={config.heads}" for size in (2, 4, 8)),
+        )
     source = _module.kernel_source()
-    for text, replacement in edits:
+    for text, replacement in config.edits:
         if text not in source:
             raise RuntimeError(f"the kernel source no longer holds {text!r}")
         source = source.replace(text, replacement)
     _module.kernel_source = lambda: source  # type: ignore[assignment]
-    if block is not None:
-        geometry.BLOCK = block
+    if config.block is not None:
+        geometry.BLOCK = config.block
     cases = {case.name: case for case in bench_gpu.CASES}
     for dtype_key, case_name in DTYPE_CASES:
-        row = {"config": name, **_measure(torch, timer, dtype_key, cases[case_name])}
+        row = {
+            "config": config.name,
+            **_measure(torch, timer, dtype_key, cases[case_name]),
+        }
         print(json.dumps(row), flush=True)
 
 
@@ -163,7 +205,7 @@ def main(argv: list[str] | None = None) -> None:
         )
         sys.stdout.write(done.stdout)
         if done.returncode != 0:
-            print(f"{CONFIGS[index][0]}: failed\n{done.stderr[-2000:]}", flush=True)
+            print(f"{CONFIGS[index].name}: failed\n{done.stderr[-2000:]}", flush=True)
         rows += [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "gpu-launch.json").write_text(

@@ -40,7 +40,7 @@ import anyrope
 from anyrope._call import make_call
 from anyrope._paths.cuda import _module
 from anyrope._paths.cuda.dispatch import rotate_raw
-from anyrope._paths.cuda.geometry import Launch, Operand, launch_templates
+from anyrope._paths.cuda.geometry import HEADS_PER_THREAD, Launch, Operand, launch_templates
 from anyrope._plan import Plan, make_plan, with_tables
 from anyrope.tools._backends import numpy_dtype
 
@@ -267,6 +267,7 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Any:
             "-Xcompiler",
             "-fPIC,-ffp-contract=off,-Wall,-Wno-unknown-pragmas",
             f"-I{_module.source_dir()}",
+            *(f"-DANYROPE_HEADS_PER_THREAD_{size}={n}" for size, n in HEADS_PER_THREAD.items()),
             "-o",
             str(library),
             str(HARNESS),
@@ -1062,9 +1063,11 @@ def test_plan_packs_q_and_k_into_one_launch() -> None:
     assert launch.args[7:9] == (0, 4096)  # the table offset and rows
     # batch 2, seq 7, 8 q heads of 10, 64 pairs in 8 units of 8, no tail.
     assert launch.args[27:34] == (2, 7, 8, 10, 64, 8, 16 // 2)
-    # A block holds whole rows: 8 units x 10 heads x 3 tokens; the grid covers the rest.
-    assert launch.block == (8, 10, 3)
-    assert launch.grid == (3, 2, 1)
+    # A block holds whole rows: 8 units x 5 threads of HEADS_PER_THREAD (2) heads x 6
+    # tokens; the grid covers the rest.
+    assert HEADS_PER_THREAD[2] == 2
+    assert launch.block == (8, 5, 6)
+    assert launch.grid == (2, 2, 1)
 
 
 def test_plan_in_place_leaves_the_tail_alone() -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import _threads
+from .geometry import HEADS_PER_THREAD
 
 __all__ = [
     "COMPILE_OPTIONS",
@@ -41,8 +42,13 @@ INDEX_TYPES: dict[bool, str] = {False: "int", True: "long long"}
 #: ``--fmad=false`` is the contract of numerical-contract.rst, "How every path computes" 3 (no FMA
 #: contraction). The
 #: float32 arithmetic is inline PTX with explicit rounding, never contracted and never
-#: flushed to zero by the ``-ftz=true`` that CuPy appends to these options.
-COMPILE_OPTIONS: tuple[str, ...] = ("--std=c++17", "--fmad=false")
+#: flushed to zero by the ``-ftz=true`` that CuPy appends to these options. The heads per
+#: thread are the host's, which sizes the grid by them.
+COMPILE_OPTIONS: tuple[str, ...] = (
+    "--std=c++17",
+    "--fmad=false",
+    *(f"-DANYROPE_HEADS_PER_THREAD_{size}={n}" for size, n in HEADS_PER_THREAD.items()),
+)
 
 
 def vector_widths(itemsize: int) -> tuple[int, ...]:

@@ -16,10 +16,16 @@ from dataclasses import dataclass
 from itertools import product
 from typing import NamedTuple
 
-__all__ = ["BLOCK", "Launch", "LaunchTemplate", "Operand", "launch_templates"]
+__all__ = ["BLOCK", "HEADS_PER_THREAD", "Launch", "LaunchTemplate", "Operand", "launch_templates"]
 
 #: Threads per block at most (the kernel declares ``__launch_bounds__(256)``).
 BLOCK = 256
+#: Heads one thread rotates (half-split pairs), by the itemsize of the dtype: it reads the
+#: table rows of their token once for all of them. The kernel is compiled with these
+#: values (``ANYROPE_HEADS_PER_THREAD_<itemsize>``). More heads hold more registers: the
+#: 16-bit variants, which move 16 pairs per head, stop at 2. Interleaved pairs take one
+#: head per thread. Both measured: docs/performance.rst, "GPU".
+HEADS_PER_THREAD = {2: 2, 4: 4, 8: 4}
 # Every grid dimension is a stride loop in the kernel: more blocks only add scheduling work.
 _MAX_GRID = (1 << 20, 65535, 65535)
 _MAX_TOKENS_PER_BLOCK = 64  # blockDim.z
@@ -214,6 +220,7 @@ def launch_templates(
         + ([list(pos.strides[:-1])] if pos is not None else []),
     )
     width, tail_elems = _widths(operands, itemsize, half, tail, (cos_ptr, sin_ptr))
+    per_thread = 1 if interleaved else HEADS_PER_THREAD[itemsize]
     # (rotated pairs, units of a row, first feature): the rotation, then the features
     # past the rotated width copied by a launch of their own, the same kernel with no
     # pair to rotate. In one launch, a warp would hold threads of both kinds and run the
@@ -256,11 +263,11 @@ def launch_templates(
             pos_itemsize,
             int(inverse),
         )
-        block = _block(units, heads, seq)
+        block = _block(units, heads, seq, per_thread)
         grid = (
             min(math.ceil(seq / block[2]), _MAX_GRID[0]),
             min(inner_size, _MAX_GRID[1]),
-            min(math.ceil(heads / block[1]), _MAX_GRID[2]),
+            min(math.ceil(heads / (block[1] * per_thread)), _MAX_GRID[2]),
         )
         templates.append(
             LaunchTemplate(width, interleaved, wide, grid, block, tuple(shifts), params)
@@ -305,12 +312,14 @@ def _extent(op: Operand) -> int:
     return sum((n - 1) * abs(s) for n, s in zip(op.shape, op.strides, strict=True))
 
 
-def _block(units: int, heads: int, seq: int) -> tuple[int, int, int]:
-    """(units of a row, heads, tokens) per block: as many whole rows as fit in BLOCK
-    threads, the heads spread evenly over the fewest groups."""
+def _block(units: int, heads: int, seq: int, per_thread: int) -> tuple[int, int, int]:
+    """(units of a row, threads along the heads, tokens) per block: as many whole rows as
+    fit in BLOCK threads, each thread taking ``per_thread`` heads, the heads spread evenly
+    over the fewest groups."""
     x = max(1, min(units, BLOCK))
     fit = max(1, BLOCK // x)
-    groups = math.ceil(heads / fit)
-    y = max(1, math.ceil(heads / groups))
+    slots = math.ceil(heads / per_thread)
+    groups = math.ceil(slots / fit)
+    y = max(1, math.ceil(slots / groups))
     z = max(1, min(seq, BLOCK // (x * y), _MAX_TOKENS_PER_BLOCK))
     return x, y, z

@@ -126,23 +126,40 @@ template <> struct chunk_of<2> { using type = unsigned short; };
 // only after the position had arrived, two trips to memory in a row
 // (tests/test_cuda_sass.py).  x is read once, so skipping L1 (as strong loads do) loses
 // nothing and leaves L1 to the table rows.
-template <int B> ANYROPE_HD typename chunk_of<B>::type load_chunk(const void* p) {
-  typename chunk_of<B>::type r;
+template <int B>
+ANYROPE_HD typename chunk_of<B>::type load_chunk(const void* p, bool live = true) {
+  typename chunk_of<B>::type r{};
 #if defined(__CUDA_ARCH__)
+  // `live` is a predicate on the instruction, not a branch, for the same reason.
   const size_t g = __cvta_generic_to_global(p);
+  const unsigned on = live;
   if constexpr (B == 16) {
-    asm volatile("ld.relaxed.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "l"(g));
+    asm volatile(
+        "{\n\t.reg .pred on;\n\tsetp.ne.u32 on, %5, 0;\n\t"
+        "@on ld.relaxed.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
+        : "+r"(r.x), "+r"(r.y), "+r"(r.z), "+r"(r.w)
+        : "l"(g), "r"(on));
   } else if constexpr (B == 8) {
-    asm volatile("ld.relaxed.gpu.global.v2.u32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(g));
+    asm volatile(
+        "{\n\t.reg .pred on;\n\tsetp.ne.u32 on, %3, 0;\n\t"
+        "@on ld.relaxed.gpu.global.v2.u32 {%0, %1}, [%2];\n\t}"
+        : "+r"(r.x), "+r"(r.y)
+        : "l"(g), "r"(on));
   } else if constexpr (B == 4) {
-    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(r) : "l"(g));
+    asm volatile(
+        "{\n\t.reg .pred on;\n\tsetp.ne.u32 on, %2, 0;\n\t"
+        "@on ld.relaxed.gpu.global.u32 %0, [%1];\n\t}"
+        : "+r"(r)
+        : "l"(g), "r"(on));
   } else {
-    asm volatile("ld.global.u16 %0, [%1];" : "=h"(r) : "l"(g));
+    asm volatile(
+        "{\n\t.reg .pred on;\n\tsetp.ne.u32 on, %2, 0;\n\t"
+        "@on ld.global.u16 %0, [%1];\n\t}"
+        : "+h"(r)
+        : "l"(g), "r"(on));
   }
 #else
-  __builtin_memcpy(&r, p, B);
+  if (live) __builtin_memcpy(&r, p, B);
 #endif
   return r;
 }
@@ -158,23 +175,42 @@ template <int B> ANYROPE_HD typename chunk_of<B>::type load_chunk_ro(const void*
 #endif
 }
 
-template <int B> ANYROPE_HD void store_chunk(void* p, typename chunk_of<B>::type v) {
+// A store that is not `live` writes nothing; a predicate on the instruction, not a branch,
+// so that the code of a unit stays one straight line.
+template <int B>
+ANYROPE_HD void store_chunk(void* p, typename chunk_of<B>::type v, bool live = true) {
 #if defined(__CUDA_ARCH__)
   const size_t g = __cvta_generic_to_global(p);
+  const unsigned on = live;
   if constexpr (B == 16) {
-    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};"
-                 :
-                 : "l"(g), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-                 : "memory");
+    asm volatile(
+        "{\n\t.reg .pred on;\n\tsetp.ne.u32 on, %5, 0;\n\t"
+        "@on st.global.v4.u32 [%0], {%1, %2, %3, %4};\n\t}"
+        :
+        : "l"(g), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(on)
+        : "memory");
   } else if constexpr (B == 8) {
-    asm volatile("st.global.v2.u32 [%0], {%1, %2};" : : "l"(g), "r"(v.x), "r"(v.y) : "memory");
+    asm volatile(
+        "{\n\t.reg .pred on;\n\tsetp.ne.u32 on, %3, 0;\n\t"
+        "@on st.global.v2.u32 [%0], {%1, %2};\n\t}"
+        :
+        : "l"(g), "r"(v.x), "r"(v.y), "r"(on)
+        : "memory");
   } else if constexpr (B == 4) {
-    asm volatile("st.global.u32 [%0], %1;" : : "l"(g), "r"(v) : "memory");
+    asm volatile(
+        "{\n\t.reg .pred on;\n\tsetp.ne.u32 on, %2, 0;\n\t@on st.global.u32 [%0], %1;\n\t}"
+        :
+        : "l"(g), "r"(v), "r"(on)
+        : "memory");
   } else {
-    asm volatile("st.global.u16 [%0], %1;" : : "l"(g), "h"(v) : "memory");
+    asm volatile(
+        "{\n\t.reg .pred on;\n\tsetp.ne.u32 on, %2, 0;\n\t@on st.global.u16 [%0], %1;\n\t}"
+        :
+        : "l"(g), "h"(v), "r"(on)
+        : "memory");
   }
 #else
-  __builtin_memcpy(p, &v, B);
+  if (live) __builtin_memcpy(p, &v, B);
 #endif
 }
 
@@ -184,20 +220,22 @@ template <typename E, int B> union pack {
 };
 
 // N contiguous elements in B-byte accesses; p is B-byte aligned (checked on the host).
+// A load that is not `live` leaves zero bits (the x of a head past the last).
 template <bool READ_ONLY, int B, typename E, int N>
-ANYROPE_HD void load_vec(const E* p, E (&dst)[N]) {
+ANYROPE_HD void load_vec(const E* p, E (&dst)[N], bool live = true) {
   constexpr int per = B / static_cast<int>(sizeof(E));
   static_assert(per >= 1 && N % per == 0, "a whole number of B-byte accesses");
 #pragma unroll
   for (int k = 0; k < N / per; ++k) {
     pack<E, B> chunk;
-    chunk.u = READ_ONLY ? load_chunk_ro<B>(p + k * per) : load_chunk<B>(p + k * per);
+    chunk.u = READ_ONLY ? load_chunk_ro<B>(p + k * per) : load_chunk<B>(p + k * per, live);
 #pragma unroll
     for (int j = 0; j < per; ++j) dst[k * per + j] = chunk.e[j];
   }
 }
 
-template <int B, typename E, int N> ANYROPE_HD void store_vec(E* p, const E (&src)[N]) {
+template <int B, typename E, int N>
+ANYROPE_HD void store_vec(E* p, const E (&src)[N], bool live = true) {
   constexpr int per = B / static_cast<int>(sizeof(E));
   static_assert(per >= 1 && N % per == 0, "a whole number of B-byte accesses");
 #pragma unroll
@@ -205,18 +243,20 @@ template <int B, typename E, int N> ANYROPE_HD void store_vec(E* p, const E (&sr
     pack<E, B> chunk;
 #pragma unroll
     for (int j = 0; j < per; ++j) chunk.e[j] = src[k * per + j];
-    store_chunk<B>(p + k * per, chunk.u);
+    store_chunk<B>(p + k * per, chunk.u, live);
   }
 }
 
-// `bytes` (16, 8, 4, or one element) copied bit for bit; both addresses are aligned to it.
-template <typename T> ANYROPE_HD void copy_chunk(const T* src, T* dst, int bytes) {
-  switch (bytes) {
-    case 16: store_chunk<16>(dst, load_chunk<16>(src)); return;
-    case 8: store_chunk<8>(dst, load_chunk<8>(src)); return;
-    case 4: store_chunk<4>(dst, load_chunk<4>(src)); return;
-    default: store_chunk<sizeof(T)>(dst, load_chunk<sizeof(T)>(src)); return;
-  }
+// One B-byte chunk at element `d` of each live row of `src`, copied bit for bit to `dst`:
+// every load first, so that all of them are in flight together.
+template <int B, int R, typename T, typename I>
+ANYROPE_HD void copy_chunks(const T* const (&src)[R], T* const (&dst)[R],
+                            const bool (&live)[R], I d) {
+  typename chunk_of<B>::type v[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) v[r] = load_chunk<B>(src[r] + d, live[r]);
+#pragma unroll
+  for (int r = 0; r < R; ++r) store_chunk<B>(dst[r] + d, v[r], live[r]);
 }
 
 // One tensor (q or k) seen as (batch, seq, heads, dim) with element strides;
@@ -296,24 +336,70 @@ ANYROPE_HD bool table_row(const shared_args<C, I>& a, I b, I s, I& row) {
   return held;
 }
 
-// Unit u of the row (b, s, h) of one tensor: V pairs rotated, or one chunk of the
-// features past the rotated width copied.  V == 1 is the scalar variant (any strides,
-// any alignment); V > 1 moves V elements of each half (2V interleaved) per access.
+// Heads per thread, by the size of an element, for half-split pairs; interleaved pairs
+// take one.  A thread rotates the same pairs of one token in R heads: it reads its table
+// rows once for all R, and has R times the bytes of x in flight (the launch model in
+// docs/performance.rst).  Set by the host (geometry.HEADS_PER_THREAD), which sizes the
+// grid by it.
+#if !defined(ANYROPE_HEADS_PER_THREAD_2) || !defined(ANYROPE_HEADS_PER_THREAD_4) || \
+    !defined(ANYROPE_HEADS_PER_THREAD_8)
+#error "compile with -DANYROPE_HEADS_PER_THREAD_<itemsize> (anyrope._paths.cuda.geometry)"
+#endif
+template <int BYTES> struct heads_per_thread;
+template <> struct heads_per_thread<2> { static constexpr int value = ANYROPE_HEADS_PER_THREAD_2; };
+template <> struct heads_per_thread<4> { static constexpr int value = ANYROPE_HEADS_PER_THREAD_4; };
+template <> struct heads_per_thread<8> { static constexpr int value = ANYROPE_HEADS_PER_THREAD_8; };
+template <typename T, bool INTERLEAVED>
+constexpr int kHeadsPerThread = INTERLEAVED ? 1 : heads_per_thread<sizeof(T)>::value;
+
+// Unit u of the rows (b, s, first + r * step), r < R, of q and k (heads past the last
+// are not live: not read, not written): V pairs rotated, or one chunk of the features
+// past the rotated width copied.  V == 1 is the scalar variant (any strides, any
+// alignment); V > 1 moves V elements of each half (2V interleaved) per access.
 template <typename T, int V, bool INTERLEAVED, typename C, typename I>
-ANYROPE_HD void rope_unit(const tensor_view<T, I>& tv, const shared_args<C, I>& a, I b, I s, I h,
-                          I u) {
+ANYROPE_HD void rope_unit(const tensor_view<T, I>& q, const tensor_view<T, I>& k,
+                          const shared_args<C, I>& a, I b, I s, I first, I step, I u) {
+  constexpr int R = kHeadsPerThread<T, INTERLEAVED>;
   constexpr int XB = V * static_cast<int>(sizeof(T));  // bytes of one x access
   constexpr int CB = V * static_cast<int>(sizeof(C)) < 16 ? V * static_cast<int>(sizeof(C)) : 16;
   const I rot_units = a.half / V;
-  const T* src = tv.in + (b * tv.in_b + s * tv.in_s + h * tv.in_h);
-  T* dst = tv.out + (b * tv.out_b + s * tv.out_s + h * tv.out_h);
+  const T* src[R];
+  T* dst[R];
+  I in_d[R];
+  I out_d[R];
+  bool live[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const I wanted = first + r * step;
+    live[r] = wanted < a.heads;
+    const I h = live[r] ? wanted : first;
+    // Field by field, the view of q or of k: no second copy of the code below.
+    const bool is_q = h < a.q_heads;
+    const tensor_view<T, I> tv = is_q ? q : k;
+    const I head = is_q ? h : h - a.q_heads;
+    src[r] = tv.in + (b * tv.in_b + s * tv.in_s + head * tv.in_h);
+    dst[r] = tv.out + (b * tv.out_b + s * tv.out_s + head * tv.out_h);
+    in_d[r] = tv.in_d;
+    out_d[r] = tv.out_d;
+  }
 
   if (u >= rot_units) {
     const I d0 = 2 * a.half + (u - rot_units) * a.tail_elems;
     if constexpr (V == 1) {
-      dst[d0 * tv.out_d] = src[d0 * tv.in_d];
+      T v[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) v[r] = live[r] ? src[r][d0 * in_d[r]] : T{};
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (live[r]) dst[r][d0 * out_d[r]] = v[r];
+      }
     } else {
-      copy_chunk(src + d0, dst + d0, static_cast<int>(a.tail_elems * sizeof(T)));
+      switch (static_cast<int>(a.tail_elems * sizeof(T))) {
+        case 16: copy_chunks<16>(src, dst, live, d0); return;
+        case 8: copy_chunks<8>(src, dst, live, d0); return;
+        case 4: copy_chunks<4>(src, dst, live, d0); return;
+        default: copy_chunks<sizeof(T)>(src, dst, live, d0); return;
+      }
     }
     return;
   }
@@ -321,24 +407,27 @@ ANYROPE_HD void rope_unit(const tensor_view<T, I>& tv, const shared_args<C, I>& 
   const I i0 = u * V;
   // x first: its address does not depend on the position, so its loads are in flight
   // while the position, and then the table rows it selects, are fetched.
-  T x0[INTERLEAVED ? 2 * V : V];
-  T x1[V];
-  if constexpr (INTERLEAVED) {
-    // Pairs (x[2i], x[2i+1]): V pairs are 2V contiguous elements.
-    if constexpr (V == 1) {
-      x0[0] = src[(2 * i0) * tv.in_d];
-      x0[1] = src[(2 * i0 + 1) * tv.in_d];
+  T x0[R][INTERLEAVED ? 2 * V : V];
+  T x1[R][V];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if constexpr (INTERLEAVED) {
+      // Pairs (x[2i], x[2i+1]): V pairs are 2V contiguous elements.
+      if constexpr (V == 1) {
+        x0[r][0] = live[r] ? src[r][(2 * i0) * in_d[r]] : T{};
+        x0[r][1] = live[r] ? src[r][(2 * i0 + 1) * in_d[r]] : T{};
+      } else {
+        load_vec<false, XB>(src[r] + 2 * i0, x0[r], live[r]);
+      }
     } else {
-      load_vec<false, XB>(src + 2 * i0, x0);
-    }
-  } else {
-    // Half-split pairs (x[i], x[i + half]): one vector from each half.
-    if constexpr (V == 1) {
-      x0[0] = src[i0 * tv.in_d];
-      x1[0] = src[(i0 + a.half) * tv.in_d];
-    } else {
-      load_vec<false, XB>(src + i0, x0);
-      load_vec<false, XB>(src + i0 + a.half, x1);
+      // Half-split pairs (x[i], x[i + half]): one vector from each half.
+      if constexpr (V == 1) {
+        x0[r][0] = live[r] ? src[r][i0 * in_d[r]] : T{};
+        x1[r][0] = live[r] ? src[r][(i0 + a.half) * in_d[r]] : T{};
+      } else {
+        load_vec<false, XB>(src[r] + i0, x0[r], live[r]);
+        load_vec<false, XB>(src[r] + i0 + a.half, x1[r], live[r]);
+      }
     }
   }
 
@@ -360,59 +449,66 @@ ANYROPE_HD void rope_unit(const tensor_view<T, I>& tv, const shared_args<C, I>& 
     for (int j = 0; j < V; ++j) sn[j] = negate(sn[j]);
   }
 
-  if constexpr (INTERLEAVED) {
-    T y[2 * V];
 #pragma unroll
-    for (int j = 0; j < V; ++j) {
-      rotate_pair(x0[2 * j], x0[2 * j + 1], c[j], sn[j], y[2 * j], y[2 * j + 1]);
-    }
-    if constexpr (V == 1) {
-      dst[(2 * i0) * tv.out_d] = y[0];
-      dst[(2 * i0 + 1) * tv.out_d] = y[1];
-    } else {
-      store_vec<XB>(dst + 2 * i0, y);
-    }
-  } else {
-    T y0[V];
-    T y1[V];
+  for (int r = 0; r < R; ++r) {
+    if constexpr (INTERLEAVED) {
+      T y[2 * V];
 #pragma unroll
-    for (int j = 0; j < V; ++j) rotate_pair(x0[j], x1[j], c[j], sn[j], y0[j], y1[j]);
-    if constexpr (V == 1) {
-      dst[i0 * tv.out_d] = y0[0];
-      dst[(i0 + a.half) * tv.out_d] = y1[0];
+      for (int j = 0; j < V; ++j) {
+        rotate_pair(x0[r][2 * j], x0[r][2 * j + 1], c[j], sn[j], y[2 * j], y[2 * j + 1]);
+      }
+      if constexpr (V == 1) {
+        if (live[r]) {
+          dst[r][(2 * i0) * out_d[r]] = y[0];
+          dst[r][(2 * i0 + 1) * out_d[r]] = y[1];
+        }
+      } else {
+        store_vec<XB>(dst[r] + 2 * i0, y, live[r]);
+      }
     } else {
-      store_vec<XB>(dst + i0, y0);
-      store_vec<XB>(dst + i0 + a.half, y1);
+      T y0[V];
+      T y1[V];
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        rotate_pair(x0[r][j], x1[r][j], c[j], sn[j], y0[j], y1[j]);
+      }
+      if constexpr (V == 1) {
+        if (live[r]) {
+          dst[r][i0 * out_d[r]] = y0[0];
+          dst[r][(i0 + a.half) * out_d[r]] = y1[0];
+        }
+      } else {
+        store_vec<XB>(dst[r] + i0, y0, live[r]);
+        store_vec<XB>(dst[r] + i0 + a.half, y1, live[r]);
+      }
     }
   }
 }
 
 // The body of one CUDA thread.  The grid is 3-D with no division anywhere: threadIdx.x
 // walks the units of one (token, head) row, threadIdx.y the heads (q's, then k's, so
-// that both share one launch), threadIdx.z the tokens of a tile along seq; blockIdx.x
-// the seq tiles, blockIdx.y the (collapsed) batch, blockIdx.z the groups of heads.
-// Every dimension is a stride loop, so any grid covers any geometry; the host sizes the
-// grid so that each loop runs once.
+// that both share one launch; a thread takes R of them, blockDim.y apart, so that the
+// threads of a warp read adjacent rows at each step), threadIdx.z the tokens of a tile
+// along seq; blockIdx.x the seq tiles, blockIdx.y the (collapsed) batch, blockIdx.z the
+// groups of heads.  Every dimension is a stride loop, so any grid covers any geometry;
+// the host sizes the grid so that each loop runs once.
 template <typename T, int V, bool INTERLEAVED, typename C, typename I>
 ANYROPE_HD void rope_thread(const tensor_view<T, I>& q, const tensor_view<T, I>& k,
                             const shared_args<C, I>& a, uint3 block, uint3 thread,
                             uint3 block_dim, uint3 grid_dim) {
-  const I per_group = static_cast<I>(block_dim.y);
+  const I step = static_cast<I>(block_dim.y);
+  const I per_group = step * kHeadsPerThread<T, INTERLEAVED>;
   const I tile_seq = static_cast<I>(block_dim.z);
   for (I g = static_cast<I>(block.z); g * per_group < a.heads; g += static_cast<I>(grid_dim.z)) {
-    const I h = g * per_group + static_cast<I>(thread.y);
-    if (h >= a.heads) continue;
-    // Field by field, the view of q or of k: no second copy of the loops below.
-    const bool is_q = h < a.q_heads;
-    const tensor_view<T, I> tv = is_q ? q : k;
-    const I head = is_q ? h : h - a.q_heads;
+    const I first = g * per_group + static_cast<I>(thread.y);
+    if (first >= a.heads) continue;
     for (I b = static_cast<I>(block.y); b < a.batch; b += static_cast<I>(grid_dim.y)) {
       for (I tile = static_cast<I>(block.x); tile * tile_seq < a.seq;
            tile += static_cast<I>(grid_dim.x)) {
         const I s = tile * tile_seq + static_cast<I>(thread.z);
         if (s >= a.seq) continue;
         for (I u = static_cast<I>(thread.x); u < a.units; u += static_cast<I>(block_dim.x)) {
-          rope_unit<T, V, INTERLEAVED>(tv, a, b, s, head, u);
+          rope_unit<T, V, INTERLEAVED>(q, k, a, b, s, first, step, u);
         }
       }
     }
