@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import importlib.util
+import math
 import os
 import re
 import shutil
@@ -1028,6 +1029,44 @@ def _bf16_launches(
         sin_ptr=1024,
         table_rows=4096,
     )
+
+
+@pytest.mark.parametrize(
+    ("itemsize", "interleaved", "per_thread"),
+    [(2, False, 2), (4, False, 4), (8, False, 4), (2, True, 1), (4, True, 1)],
+    ids=["16-bit", "float32", "float64", "16-bit-interleaved", "float32-interleaved"],
+)
+def test_a_thread_rotates_several_heads_of_one_token(
+    itemsize: int, interleaved: bool, per_thread: int
+) -> None:
+    """The threads of a launch cover each (token, unit) once for every ``per_thread``
+    heads: the table rows of a token are read once for that many heads (the launch
+    model of docs/performance.rst). The harness tests check that every head is rotated."""
+    shape = (4, 16, 32, 128)
+    strides = (16 * 32 * 128, 32 * 128, 128, 1)
+    (launch,) = plan_launches(
+        Operand(4096, shape, strides),
+        Operand(1 << 24, shape, strides),
+        None,
+        None,
+        layout="bshd",
+        itemsize=itemsize,
+        rotary_dim=128,
+        interleaved=interleaved,
+        inverse=False,
+        inplace=False,
+        positions=None,
+        position_itemsize=0,
+        offset=0,
+        cos_ptr=512,
+        sin_ptr=1024,
+        table_rows=4096,
+    )
+    assert HEADS_PER_THREAD[itemsize] == per_thread or interleaved
+    units = 64 // launch.width
+    threads = math.prod(launch.block) * math.prod(launch.grid)
+    assert launch.block[0] == units
+    assert threads == 4 * 16 * units * 32 // per_thread
 
 
 def test_partial_rotary_copies_its_tail_in_a_launch_of_its_own() -> None:
