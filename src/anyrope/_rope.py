@@ -18,23 +18,15 @@ from ._jax import is_traced
 from ._namespace import (
     Array,
     Namespace,
+    check_dtype,
     check_namespace,
     device_of,
-    is_real_floating,
-    library_name,
     namespace_of,
     to_host,
 )
 from ._qkv import join_qkv, joint_qk, split_qkv
 from ._tables import TableSource
-from ._validation import (
-    MAX_POSITION,
-    check_base,
-    check_bool,
-    check_head_dim,
-    check_int,
-    check_rotary_dim,
-)
+from ._validation import MAX_POSITION, check_base, check_bool, check_even, check_int
 from .scaling import RopeScaling, from_hf_config, parse_rope_scaling
 from .scaling._types import FloatArray
 from .scaling.hf import from_hf_config_layers
@@ -100,11 +92,13 @@ class RoPE:
         start_index: int = 0,
         max_positions: int | None = None,
     ) -> None:
-        self.head_dim = check_head_dim(head_dim)
+        self.head_dim = check_even(head_dim, "head_dim")
         bounds = f"at least 0 and below head_dim={head_dim}"
         self.start_index = check_int(start_index, "start_index", 0, self.head_dim, bounds)
         width = self.head_dim - self.start_index
-        self.rotary_dim = width if rotary_dim is None else check_rotary_dim(rotary_dim, head_dim)
+        self.rotary_dim = (
+            width if rotary_dim is None else check_even(rotary_dim, "rotary_dim", head_dim)
+        )
         if self.rotary_dim > width:
             raise ValueError(
                 f"`rotary_dim`={self.rotary_dim} features from `start_index`={self.start_index} "
@@ -653,10 +647,7 @@ class RoPE:
             )
         device = device_of(positions) if device is None else device
         host = to_host(positions)
-        if not is_real_floating(xp, dtype):
-            raise TypeError(
-                f"`dtype` must be a real floating dtype of {library_name(xp)}; got {dtype!r}"
-            )
+        check_dtype(xp, dtype)
         # Checked in the positions' own dtype: as int64, a uint64 above 2**63 would wrap.
         if host.size and (host.min() < 0 or host.max() >= 2**53):
             raise ValueError(
