@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .._namespace import Array, Namespace
+from .._namespace import Array, Namespace, dtype_name
 
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 UNSIGNED: dict[int, type[np.unsignedinteger[Any]]] = {2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -64,15 +64,14 @@ class Backend:
 
     def to_numpy(self, x: Array) -> np.ndarray[Any, Any]:
         """A NumPy copy of ``x``; bfloat16 comes back as float32 (exact)."""
-        bits = self.to_bits(x)
-        if bits.dtype == np.uint16 and "bfloat16" in str(x.dtype):
-            return bfloat16_bits_to_float32(bits)
-        return bits.view(FLOATS[bits.dtype.type])
+        return float_values(self.to_bits(x), dtype_name(x.dtype))
 
 
-def bfloat16_bits_to_float32(bits: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """Widen bfloat16 bit patterns to float32 values (exact)."""
-    return (bits.astype(np.uint32) << 16).view(np.float32)
+def float_values(bits: np.ndarray[Any, Any], dtype: str) -> np.ndarray[Any, Any]:
+    """The values of ``dtype`` bit patterns; bfloat16 is widened to float32 (exact)."""
+    if dtype == "bfloat16":
+        return (bits.astype(np.uint32) << 16).view(np.float32)
+    return bits.view(FLOATS[bits.dtype.type])
 
 
 def float32_to_bfloat16_bits(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:

@@ -18,6 +18,7 @@ whose library is not installed, or that cannot run a dtype, are left out with th
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -33,7 +34,9 @@ from typing import Any
 
 import numpy as np
 
+from .. import __version__
 from .._rope import RoPE
+from ._cli_info import installed_version
 
 Q_HEADS = 32
 KV_HEADS = 8
@@ -274,13 +277,35 @@ def format_case(result: CaseResult) -> str:
     return "\n".join(lines)
 
 
-def write_json(path: Path, report: dict[str, Any]) -> None:
-    """Write ``report`` as JSON, with the command, machine and versions that produced it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    provenance = {
-        "command": " ".join(["python", *sys.argv]),
-        "machine": platform.processor() or platform.machine(),
+def machine() -> dict[str, Any]:
+    """What the figures were measured on."""
+    info: dict[str, Any] = {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
-        "numpy": np.__version__,
+        "anyrope": __version__,
     }
-    path.write_text(json.dumps({**provenance, **report}, indent=2) + "\n")
+    # Linux names the CPU model in /proc/cpuinfo; elsewhere the architecture stays.
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["processor"] = line.split(":", 1)[1].strip()
+                break
+    for library in ("numpy", "torch", "numba", "jax"):
+        if (version := installed_version(library, library)) is not None:
+            info[library] = version
+    if "torch" in info:
+        import torch
+
+        info["torch_threads"] = torch.get_num_threads()
+    return info
+
+
+def write_json(path: Path, report: dict[str, Any]) -> dict[str, Any]:
+    """Write ``report`` as JSON after the command (unless it says its own) and the
+    :func:`machine` that produced it; returns what was written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {"command": " ".join(["python", *sys.argv]), "machine": machine(), **report}
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    return record

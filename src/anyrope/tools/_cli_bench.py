@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.metadata
 import importlib.util
-import json
 import os
-import platform
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -21,9 +18,15 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
-from ._benchmark import CASES, DTYPES, CaseResult, format_case, load_average, measure_case
-from ._cli_info import installed_version
+from ._benchmark import (
+    CASES,
+    DTYPES,
+    CaseResult,
+    format_case,
+    load_average,
+    measure_case,
+    write_json,
+)
 from ._stdout import EXIT_MISSING_PACKAGE, add_output, fail
 
 
@@ -79,31 +82,6 @@ def _progress(cases: int, rounds: int) -> Iterator[_Progress]:
 def _overloaded(*loads: float | None) -> bool:
     """Whether timings taken under ``loads`` mislead: a load average above the cores."""
     return max(load or 0.0 for load in loads) > (os.cpu_count() or 1)
-
-
-def machine() -> dict[str, Any]:
-    """What the figures were measured on."""
-    info: dict[str, Any] = {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "anyrope": __version__,
-    }
-    # Linux names the CPU model in /proc/cpuinfo; elsewhere the architecture stays.
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                info["processor"] = line.split(":", 1)[1].strip()
-                break
-    for library in ("numpy", "torch", "numba", "jax"):
-        if (version := installed_version(library, library)) is not None:
-            info[library] = version
-    if "torch" in info:
-        import torch
-
-        info["torch_threads"] = torch.get_num_threads()
-    return info
 
 
 def chart(results: list[CaseResult], target: Path, title: str) -> None:
@@ -198,18 +176,13 @@ def run(args: argparse.Namespace) -> int:
             results.append(result)
 
     output: Path = args.output
-    report = {
-        "command": " ".join(["anyrope", *sys.argv[1:]]),
-        "machine": machine(),
-        "rounds": args.repeats,
-        "results": [asdict(r) for r in results],
-    }
-    (output / "bench.json").write_text(json.dumps(report, indent=2) + "\n")
+    report = {"command": " ".join(["anyrope", *sys.argv[1:]]), "rounds": args.repeats}
+    record = write_json(output / "bench.json", {**report, "results": [asdict(r) for r in results]})
     print(f"wrote {output / 'bench.json'}")
     if importlib.util.find_spec("matplotlib") is None:
         print("bench.png not written: matplotlib is not installed (pip install matplotlib)")
         return 0
-    title = f"anyrope bench, median of {args.repeats} rounds\n{report['machine']['processor']}"
+    title = f"anyrope bench, median of {args.repeats} rounds\n{record['machine']['processor']}"
     chart(results, output / "bench.png", title)
     print(f"wrote {output / 'bench.png'}")
     return 0

@@ -45,11 +45,10 @@ from ._accuracy import FORMATS as _FORMATS
 from ._accuracy import max_ulp_error, pair_indices, pair_magnitude
 from ._backends import (
     DTYPES,
-    FLOATS,
     Backend,
-    bfloat16_bits_to_float32,
     extra_backends,
     float32_to_bfloat16_bits,
+    float_values,
     known_backends,
     numpy_dtype,
 )
@@ -83,6 +82,14 @@ HALF_BOUND = 0.51
 PAIRINGS = ("half-split", "interleaved")
 REFERENCE_FILE = "_reference_bits.json"
 REGENERATE = f"python -m anyrope.check --write-reference src/anyrope/{REFERENCE_FILE}"
+_PARAMETERS = {
+    "seed": SEED,
+    "shape": list(SHAPE),
+    "layout": "bshd",
+    "rotary_dim": ROTARY_DIM,
+    "base": BASE,
+}
+"""The settings of the check, as the reference file holds them."""
 
 
 @dataclass(frozen=True)
@@ -235,7 +242,7 @@ def _numpy_bits(
 ) -> np.ndarray[Any, Any]:
     """The NumPy result's bits (bfloat16 without ml_dtypes: float32 result, rounded once)."""
     native = numpy_dtype(dtype)
-    x = bits.view(native) if native is not None else bfloat16_bits_to_float32(bits)
+    x = bits.view(native) if native is not None else float_values(bits, dtype)
     y = _rotate(x, positions, interleaved)
     if native is None:
         return float32_to_bfloat16_bits(y)
@@ -293,7 +300,7 @@ def compute_reference() -> dict[str, Any]:
         for pairing in PAIRINGS:
             y = _numpy_bits(bits, dtype, positions, pairing == "interleaved")
             outputs[f"{dtype} {pairing}"] = canonical_digest(y, dtype)
-    return {"regenerate": REGENERATE, **_parameters(), "inputs": inputs, "outputs": outputs}
+    return {"regenerate": REGENERATE, **_PARAMETERS, "inputs": inputs, "outputs": outputs}
 
 
 def load_reference() -> dict[str, Any]:
@@ -335,17 +342,6 @@ def write_reference(path: str | Path) -> None:
     """
     text = json.dumps(compute_reference(), indent=2) + "\n"
     Path(path).write_text(text, encoding="utf-8")
-
-
-def _parameters() -> dict[str, Any]:
-    """The settings of the check, as the reference file holds them."""
-    return {
-        "seed": SEED,
-        "shape": list(SHAPE),
-        "layout": "bshd",
-        "rotary_dim": ROTARY_DIM,
-        "base": BASE,
-    }
 
 
 def _settings(parameters: Mapping[str, Any]) -> str:
@@ -400,7 +396,7 @@ def run_check(
     (['half-split', 'interleaved'], True)
     """
     reference = load_reference() if reference is None else reference
-    ours = _parameters()
+    ours = _PARAMETERS
     written = {name: reference.get(name) for name in ours}
     if written != ours:
         raise ValueError(
@@ -415,12 +411,7 @@ def run_check(
         for dtype in DTYPES:
             bits, positions = make_inputs(dtype)
             same_inputs = _inputs_digest(bits, positions) == reference["inputs"][dtype]
-            # The float64 values of the bit patterns (exact).
-            x64 = (
-                bfloat16_bits_to_float32(bits)
-                if dtype == "bfloat16"
-                else bits.view(FLOATS[bits.dtype.type])
-            ).astype(np.float64)
+            x64 = float_values(bits, dtype).astype(np.float64)  # exact
             for pairing in PAIRINGS:
                 interleaved = pairing == "interleaved"
                 want = reference["outputs"][f"{dtype} {pairing}"]
