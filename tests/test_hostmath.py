@@ -354,7 +354,6 @@ def test_same_bits_with_numpys_simd_dispatch_switched_off() -> None:
 _NOT_ON_A_BITS_PATH = {
     "_accuracy.py",
     "_benchmark.py",
-    "_cli_bench.py",
     "_cli_plot.py",
     "attention.py",
     "linear_attention.py",

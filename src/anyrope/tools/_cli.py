@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import __version__
-from . import _cli_bench, _cli_info, _cli_plot
+from . import _benchmark, _cli_info, _cli_plot
 from ._stdout import EXIT_BROKEN_PIPE, EXIT_MISSING_PACKAGE, quiet_on_broken_pipe
 
 EXIT_CODES: tuple[tuple[int, str], ...] = (
@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     check.set_defaults(run=_check)
-    for module in (_cli_info, _cli_bench, _cli_plot):
+    for module in (_cli_info, _benchmark, _cli_plot):
         module.register(commands)
     return parser
 

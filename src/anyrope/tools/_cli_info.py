@@ -17,23 +17,24 @@ from typing import Any
 from .. import __version__
 from ._backends import extra_backends, known_backends
 
-LIBRARIES = {
-    "numpy": "numpy",
-    "array-api-compat": "array_api_compat",
-    "torch": "torch",
-    "cupy": "cupy",
-    "jax": "jax",
-    "array-api-strict": "array_api_strict",
-    "dask": "dask",
-    "ml_dtypes": "ml_dtypes",
-    "numba": "numba",
-}
-"""Distribution name on PyPI -> module name, for every library anyrope can use."""
+LIBRARIES = (
+    "numpy",
+    "array-api-compat",
+    "torch",
+    "cupy",
+    "jax",
+    "array-api-strict",
+    "dask",
+    "ml_dtypes",
+    "numba",
+)
+"""The distribution name on PyPI of every library anyrope can use (its module's name has
+``_`` for ``-``)."""
 
 
-def installed_version(distribution: str, module: str) -> str | None:
-    """The version of ``distribution`` when its ``module`` can be imported, else ``None``."""
-    if importlib.util.find_spec(module) is None:
+def installed_version(distribution: str) -> str | None:
+    """The version of ``distribution`` when its module can be imported, else ``None``."""
+    if importlib.util.find_spec(distribution.replace("-", "_")) is None:
         return None
     if distribution == "cupy":  # CuPy's wheels are named per CUDA version (cupy-cuda12x)
         try:
@@ -49,7 +50,7 @@ def installed_version(distribution: str, module: str) -> str | None:
 
 def libraries() -> dict[str, str | None]:
     """Installed version of every library anyrope can use (``None``: not installed)."""
-    return {name: installed_version(name, module) for name, module in LIBRARIES.items()}
+    return {name: installed_version(name) for name in LIBRARIES}
 
 
 def devices(why_not: dict[str, str | None]) -> list[str]:
