@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import anyrope
-from anyrope.tools._accuracy import max_ulp_error, ulp
 from anyrope.tools._backends import float32_to_bfloat16_bits
+from anyrope.tools.check import max_ulp_error, ulp
 from oracles import complex_rotation
 
 

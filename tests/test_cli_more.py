@@ -15,7 +15,7 @@ import pytest
 
 from anyrope.scaling import from_hf_config
 from anyrope.tools import _benchmark, _cli
-from anyrope.tools._cli_plot import describe_plot
+from anyrope.tools._cli import describe_plot
 from subprocess_run import SOURCE, run_python
 
 CONFIGS = Path(__file__).parent / "configs"

@@ -7,6 +7,7 @@ imported until :func:`known_backends` or :func:`extra_backends` is called.
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -240,3 +241,19 @@ def extra_backends() -> list[Backend]:
     ['jax', 'dask']
     """
     return [_jax_backend(), _dask_backend()]
+
+
+def installed_version(distribution: str) -> str | None:
+    """The version of ``distribution`` when its module can be imported, else ``None``."""
+    if importlib.util.find_spec(distribution.replace("-", "_")) is None:
+        return None
+    if distribution == "cupy":  # CuPy's wheels are named per CUDA version (cupy-cuda12x)
+        try:
+            import cupy
+        except Exception as error:  # a broken install is reported, not raised
+            return f"installed, but import fails ({type(error).__name__})"
+        return str(cupy.__version__)
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None

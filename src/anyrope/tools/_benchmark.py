@@ -42,7 +42,7 @@ import numpy as np
 
 from .. import __version__
 from .._rope import RoPE
-from ._cli_info import installed_version
+from ._backends import installed_version
 from ._stdout import EXIT_MISSING_PACKAGE, add_output, fail
 
 Q_HEADS = 32

@@ -1,4 +1,5 @@
-"""The ``anyrope`` command line (``python -m anyrope``).
+"""The ``anyrope`` command line (``python -m anyrope``): ``check``, ``info`` and ``plot``
+here, ``bench`` in :mod:`anyrope.tools._benchmark`.
 
 Its exit codes are :data:`EXIT_CODES`, the table that ``--help`` prints and that
 docs/cli.rst repeats (tests/test_cli.py checks that the two agree).
@@ -8,15 +9,26 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
+import json
+import math
 import os
+import platform
 import sys
 import textwrap
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from .. import __version__
-from . import _benchmark, _cli_info, _cli_plot
-from ._stdout import EXIT_BROKEN_PIPE, EXIT_MISSING_PACKAGE, quiet_on_broken_pipe
+from ..scaling import HFRopeConfig, RopeScaling, from_hf_config
+from ..scaling.hf import layer_types
+from . import _benchmark
+from ._backends import extra_backends, installed_version, known_backends
+from ._stdout import EXIT_BROKEN_PIPE, EXIT_MISSING_PACKAGE, add_output, fail, quiet_on_broken_pipe
 
 EXIT_CODES: tuple[tuple[int, str], ...] = (
     (0, "success"),
@@ -106,6 +118,291 @@ def _check(args: argparse.Namespace) -> int:
     return 0
 
 
+# anyrope info: versions, installed backends, devices and fast paths. Libraries are looked
+# up with importlib.util.find_spec and imported only to ask for their devices, so the
+# command works with NumPy alone.
+
+LIBRARIES = (
+    "numpy",
+    "array-api-compat",
+    "torch",
+    "cupy",
+    "jax",
+    "array-api-strict",
+    "dask",
+    "ml_dtypes",
+    "numba",
+)
+"""The distribution name on PyPI of every library anyrope can use (its module's name has
+``_`` for ``-``)."""
+
+
+def libraries() -> dict[str, str | None]:
+    """Installed version of every library anyrope can use (``None``: not installed)."""
+    return {name: installed_version(name) for name in LIBRARIES}
+
+
+def devices(why_not: dict[str, str | None]) -> list[str]:
+    """Accelerators the installed libraries can see, one line each (``why_not``: the
+    reason each backend, by id, is not usable, or ``None``)."""
+    seen: list[str] = []
+    if why_not["torch-cuda"] is None:
+        import torch
+
+        seen.extend(
+            f"torch cuda:{i}: {torch.cuda.get_device_name(i)}"
+            for i in range(torch.cuda.device_count())
+        )
+    if why_not["cupy-cuda"] is None:
+        import cupy
+
+        for i in range(cupy.cuda.runtime.getDeviceCount()):
+            name = cupy.cuda.runtime.getDeviceProperties(i)["name"]
+            seen.append(f"cupy cuda:{i}: {name.decode() if isinstance(name, bytes) else name}")
+    if importlib.util.find_spec("jax") is not None:
+        import jax
+
+        seen.extend(f"jax {d.platform}:{d.id}: {d.device_kind}" for d in jax.devices())
+    return seen
+
+
+def fast_paths(why_not: dict[str, str | None]) -> list[dict[str, Any]]:
+    """Each fast path, whether this machine can take it, and why not (``why_not``: as
+    :func:`devices` takes it)."""
+    numba = importlib.util.find_spec("numba") is None
+    cupy = why_not["cupy-cuda"]
+    paths = (
+        (
+            "numba (compiled CPU kernel, NumPy and PyTorch CPU)",
+            "numba is not installed (pip install numba)" if numba else None,
+            "numba is installed",
+        ),
+        ("blocked (cache-blocked CPU, NumPy)", None, "always available with NumPy"),
+        ("blocked (cache-blocked CPU, PyTorch)", why_not["torch-cpu"], "PyTorch CPU tensors"),
+        ("CUDA kernel (CuPy arrays)", cupy, "CuPy with a CUDA device"),
+        (
+            "CUDA kernel (PyTorch CUDA tensors, launched through CuPy)",
+            why_not["torch-cuda"] or cupy,
+            "PyTorch CUDA and CuPy with a CUDA device",
+        ),
+    )
+    return [{"path": p, "available": no is None, "reason": no or yes} for p, no, yes in paths]
+
+
+def gather() -> dict[str, Any]:
+    """Everything ``info`` reports, as plain data."""
+    why_not = {b.id: b.unavailable for b in [*known_backends(), *extra_backends()]}
+    return {
+        "anyrope": __version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "libraries": libraries(),
+        "backends": [
+            {"backend": b, "usable": no is None, "reason": no} for b, no in why_not.items()
+        ],
+        "devices": devices(why_not),
+        "fast_paths": fast_paths(why_not),
+    }
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The human-readable form of :func:`gather`'s result."""
+    usable = {True: "usable", False: "not usable: "}
+    sections = {
+        "libraries": [
+            f"{name:<18} {v or 'not installed'}" for name, v in report["libraries"].items()
+        ],
+        "backends": [
+            f"{row['backend']:<22} {usable[row['usable']]}{row['reason'] or ''}"
+            for row in report["backends"]
+        ],
+        "devices": report["devices"] or ["none (CPU only)"],
+        "fast paths": [
+            f"{'yes' if row['available'] else 'no '} {row['path']}: {row['reason']}"
+            for row in report["fast_paths"]
+        ],
+    }
+    lines = [f"anyrope {report['anyrope']} on Python {report['python']} ({report['platform']})"]
+    for title, rows in sections.items():
+        lines += ["", f"{title}:", *(f"  {row}" for row in rows)]
+    return "\n".join(lines)
+
+
+def _info(args: argparse.Namespace) -> int:
+    report = gather()
+    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    return 0
+
+
+# anyrope plot: frequencies and wavelengths of a model config, scaled and unscaled.
+
+
+def _plot(args: argparse.Namespace) -> int:
+    """Read a Hugging Face ``config.json`` with :func:`anyrope.scaling.from_hf_config` and
+    draw, per pair index, the frequency ``theta_i`` and the wavelength ``2 pi / theta_i``
+    in tokens, for the config's scaling method next to the unscaled frequencies. The title
+    and the line printed say which layers it draws: the ``--layer-type`` asked for
+    (required where the config, in its current or an older format, gives settings per
+    layer type), or every layer."""
+    try:
+        config = json.loads(Path(args.config).read_text())
+    except OSError as error:
+        return fail("plot", f"cannot read --config {args.config}: {error.strerror}")
+    except json.JSONDecodeError as error:
+        return fail("plot", f"--config {args.config} is not valid JSON: {error}")
+    try:
+        kinds = layer_types(config) if isinstance(config, dict) else None
+        if kinds is None or args.layer_type is not None:
+            settings = from_hf_config(config, layer_type=args.layer_type)
+    except (TypeError, ValueError) as error:
+        return fail("plot", f"--config {args.config}: {error}")
+    if kinds is not None and args.layer_type is None:
+        return fail(
+            "plot",
+            f"--config {args.config} gives RoPE settings per layer type; pass --layer-type, "
+            f"one of: {', '.join(kinds)}",
+        )
+    if args.seq_len is not None and args.seq_len <= 0:
+        return fail("plot", f"--seq-len must be positive; got {args.seq_len}")
+    try:
+        import matplotlib
+    except ImportError:
+        return fail(
+            "plot", "plotting needs matplotlib: pip install matplotlib", EXIT_MISSING_PACKAGE
+        )
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    content = describe_plot(settings, args.seq_len)
+    pairs = np.arange(settings.rotary_dim // 2)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7), sharex=True, layout="constrained")
+    for freq, label, color in content.curves:
+        top.semilogy(pairs, freq, ".-", color=color, label=label, markersize=3)
+        bottom.semilogy(pairs, 2 * math.pi / freq, ".-", color=color, label=label, markersize=3)
+    for length, label, style in content.contexts:
+        bottom.axhline(length, color="tab:red", linestyle=style, linewidth=1, label=label)
+    for index, (first, stop, name) in enumerate(content.sections):
+        for ax in (top, bottom):
+            ax.axvspan(first - 0.5, stop - 0.5, color=("0.94", "0.86")[index % 2], zorder=0)
+        top.annotate(
+            name,
+            xy=((first + stop - 1) / 2, 1.0),
+            xycoords=("data", "axes fraction"),
+            xytext=(0, -12),
+            textcoords="offset points",
+            ha="center",
+            fontsize=9,
+        )
+    top.set_ylabel("theta_i (radians per token)")
+    bottom.set_ylabel("wavelength 2 pi / theta_i (tokens)")
+    bottom.set_xlabel("pair index i")
+    top.legend(fontsize=9, loc="lower left")
+    bottom.legend(fontsize=9, loc="upper left")
+    drawn = _drawn_layers(config, args.layer_type)
+    fig.suptitle(f"{Path(args.config).name} [{drawn}]\n{content.title}")
+    target = args.output / (
+        "frequencies.png" if args.layer_type is None else f"frequencies-{args.layer_type}.png"
+    )
+    fig.savefig(target, dpi=110)
+    plt.close(fig)
+    print(f"wrote {target}: {drawn}, {content.title}")
+    return 0
+
+
+def _drawn_layers(config: Any, layer_type: str | None) -> str:
+    """Which layers the plot shows: the layer type asked for, or every layer."""
+    if layer_type is not None:
+        return f"layer type {layer_type}"
+    declared = config.get("layer_types") if isinstance(config, dict) else None
+    if declared and len(set(declared)) > 1:
+        return f"every layer type ({', '.join(dict.fromkeys(declared))}): one set of settings"
+    return "every layer"
+
+
+@dataclass(frozen=True)
+class PlotContent:
+    """What the plot of one config shows, as plain data (tested without matplotlib)."""
+
+    title: str
+    curves: list[tuple[Any, str, str]]
+    """(frequencies, legend label, color) per curve: the unscaled ones, then the scaled."""
+    contexts: list[tuple[int, str, str]]
+    """(tokens, legend label, line style) per context length drawn on the wavelengths."""
+    sections: list[tuple[int, int, str]]
+    """(first pair, stop pair, name) of each M-RoPE or axial section; empty otherwise."""
+
+
+def describe_plot(settings: HFRopeConfig, seq_len: int | None) -> PlotContent:
+    """The title, curves, context lines and sections of the plot of ``settings``."""
+    scaling = settings.scaling
+    rotary, base = settings.rotary_dim, settings.base
+    length = seq_len or settings.max_position_embeddings
+    scaled, factor = scaling.frequencies(rotary, base, seq_len=length)
+    plain, _ = RopeScaling().frequencies(rotary, base)
+    method = _method(scaling)
+    curves: list[tuple[Any, str, str]] = [(plain, "unscaled", "0.5")]
+    if scaling.rope_type != "default":
+        label = f"{method}, seq_len={length}" if scaling.depends_on_length else method
+        still = int(np.count_nonzero(scaled == 0.0))
+        if still:
+            # Pairs of frequency 0 do not turn: no point on a log axis, no wavelength.
+            label += f" ({still} pairs from {len(scaled) - still} on do not turn)"
+            scaled = np.where(scaled == 0.0, np.nan, scaled)
+        curves.append((scaled, label, "tab:blue"))
+    sections = _sections(scaling, rotary)
+    title = f"head_dim={settings.head_dim}, rotary_dim={rotary}, base={base:g}, {method}"
+    if sections:
+        title += " (" + ", ".join(f"{name} {stop - first}" for first, stop, name in sections)
+        title += " pairs)"
+    if factor != 1.0:
+        title += f", attention factor {factor:.4g}"
+    return PlotContent(title, curves, _contexts(settings), sections)
+
+
+def _method(scaling: RopeScaling) -> str:
+    """The scaling method's name, with M-RoPE or axial said when the sections are theirs."""
+    if scaling.rope_type == "axial":
+        return "axial"
+    if scaling.mrope_section is not None:
+        return "M-RoPE" if scaling.rope_type == "default" else f"M-RoPE, {scaling.rope_type}"
+    return scaling.rope_type
+
+
+def _sections(scaling: RopeScaling, rotary: int) -> list[tuple[int, int, str]]:
+    pairs = scaling.sections(rotary)
+    if pairs is None:
+        return []
+    if scaling.rope_type == "axial":
+        names = [f"axis {i}" for i in range(len(pairs))]
+    else:
+        names = ["temporal", "height", "width"][: len(pairs)]
+    stops = list(itertools.accumulate(pairs))
+    return list(zip([0, *stops[:-1]], stops, names, strict=True))
+
+
+def _contexts(settings: HFRopeConfig) -> list[tuple[int, str, str]]:
+    """The trained (original) context and the context the scaling reaches.
+
+    The target is ``max_position_embeddings`` when it exceeds the original context
+    (Llama 3.1: 8192 and 131072); when a config repeats the original there (Qwen2.5 with
+    YaRN: 32768 and 32768, factor 4), the target is ``factor`` x the original.
+    """
+    scaling = settings.scaling
+    original = scaling.original_max_position_embeddings
+    longest = settings.max_position_embeddings
+    if original is None or scaling.rope_type == "default":
+        return [] if longest is None else [(longest, f"max_position_embeddings = {longest}", "--")]
+    lines = [(original, f"original context = {original}", ":")]
+    if longest is not None and longest > original:
+        lines.append((longest, f"target context = {longest} (max_position_embeddings)", "--"))
+    elif scaling.factor is not None and scaling.factor != 1.0:
+        target = round(scaling.factor * original)
+        lines.append(
+            (target, f"target context = {target} (factor {scaling.factor:g} x original)", "--")
+        )
+    return lines
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with one sub-parser per subcommand."""
     parser = argparse.ArgumentParser(
@@ -130,8 +427,45 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     check.set_defaults(run=_check)
-    for module in (_cli_info, _benchmark, _cli_plot):
-        module.register(commands)
+    info = commands.add_parser(
+        "info",
+        help="versions, installed backends, devices and available fast paths",
+        description=(
+            "Print the versions of anyrope and the array libraries, which backends are "
+            "usable, the devices they see, and which fast paths this machine can take "
+            "(and why not). Exit code 0."
+        ),
+    )
+    info.add_argument("--json", action="store_true", help="print one JSON object instead")
+    info.set_defaults(run=_info)
+    _benchmark.register(commands)
+    plot = commands.add_parser(
+        "plot",
+        help="plot the frequencies and wavelengths of a model config (scaled and unscaled)",
+        description=(
+            "Draw theta_i and the wavelength 2 pi / theta_i of every rotary pair for a "
+            "Hugging Face config.json, with its frequency scaling next to the unscaled "
+            "frequencies. Exit codes: 0 written, 2 bad arguments or config, "
+            f"{EXIT_MISSING_PACKAGE} matplotlib missing."
+        ),
+    )
+    plot.add_argument("--config", required=True, help="path to a Hugging Face config.json")
+    add_output(
+        plot,
+        "folder for frequencies.png (frequencies-LAYER_TYPE.png with --layer-type; default: .)",
+    )
+    plot.add_argument(
+        "--layer-type",
+        help="the layer type to draw, for configs with RoPE settings per layer type "
+        "(Gemma 3 and 4: full_attention, sliding_attention)",
+    )
+    plot.add_argument(
+        "--seq-len",
+        type=int,
+        help="sequence length for length-dependent methods (dynamic, longrope); "
+        "default: max_position_embeddings",
+    )
+    plot.set_defaults(run=_plot)
     return parser
 
 
