@@ -439,7 +439,7 @@ def test_bench_progress_bar_steps_through_every_round():
         def update(self, task, description, completed):
             updates.append((description, completed))
 
-    progress = _benchmark._Progress(2, 2, Bar())
+    progress = _cli._Progress(2, 2, Bar())
     for index, name in enumerate(["decode-1 float32", "decode-32 float32"]):
         step = progress.case(index, name)
         for text in ("warming up", "round 1 of 2", "round 2 of 2"):

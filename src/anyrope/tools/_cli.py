@@ -1,5 +1,7 @@
-"""The ``anyrope`` command line (``python -m anyrope``): ``check``, ``info`` and ``plot``
-here, ``bench`` in :mod:`anyrope.tools._benchmark`.
+"""The ``anyrope`` command line (``python -m anyrope``): its subcommands ``check``,
+``info``, ``bench`` and ``plot``, where they write (a stdout that may be a pipe closed
+early, as in ``anyrope info | head``, and the ``--output`` folders of ``bench`` and
+``plot``), and ``python -m anyrope.check --write-reference``.
 
 Its exit codes are :data:`EXIT_CODES`, the table that ``--help`` prints and that
 docs/cli.rst repeats (tests/test_cli.py checks that the two agree).
@@ -8,6 +10,7 @@ docs/cli.rst repeats (tests/test_cli.py checks that the two agree).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import itertools
 import json
@@ -16,8 +19,9 @@ import os
 import platform
 import sys
 import textwrap
-from collections.abc import Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +32,17 @@ from ..scaling import HFRopeConfig, RopeScaling, from_hf_config
 from ..scaling.hf import layer_types
 from . import _benchmark
 from ._backends import extra_backends, installed_version, known_backends
-from ._stdout import EXIT_BROKEN_PIPE, EXIT_MISSING_PACKAGE, add_output, fail, quiet_on_broken_pipe
+
+# The exit status when stdout is a pipe whose reader has gone (``anyrope info | head``):
+# 141 = 128 + SIGPIPE, what a shell reports for ``cat`` or ``ls`` killed by SIGPIPE in the
+# same place, so ``set -o pipefail`` scripts see anyrope as they see coreutils. Python
+# ignores SIGPIPE and raises BrokenPipeError instead; we end quietly, without a traceback.
+EXIT_BROKEN_PIPE = 141
+
+# The exit status when an optional package a subcommand needs is missing (matplotlib for
+# ``plot``; ml_dtypes for ``bench`` when bfloat16 is the only dtype asked for).
+EXIT_MISSING_PACKAGE = 3
+
 
 EXIT_CODES: tuple[tuple[int, str], ...] = (
     (0, "success"),
@@ -403,6 +417,222 @@ def _contexts(settings: HFRopeConfig) -> list[tuple[int, str, str]]:
     return lines
 
 
+def quiet_on_broken_pipe(run: Callable[[], int]) -> int:
+    """Run ``run`` and flush stdout; a closed stdout pipe ends it with status 141, quietly.
+
+    The recipe of Python's documentation (:mod:`signal`, "Note on SIGPIPE"): flush inside
+    the ``try`` so that buffered output fails here and not at exit, then point stdout at
+    os.devnull so that the interpreter's own flush at exit cannot fail again. Used by
+    ``anyrope.tools._cli.main`` (``python -m anyrope`` and the ``anyrope`` script) and
+    ``python -m anyrope.check``.
+    """
+    try:
+        try:
+            code = run()
+        finally:  # also after argparse's SystemExit, which follows --help
+            if sys.stdout is not None:
+                sys.stdout.flush()
+    except BrokenPipeError:
+        # The rest of stdout (the flush at interpreter exit) goes to os.devnull.
+        with contextlib.suppress(AttributeError, OSError, ValueError):  # e.g. an io.StringIO
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        return EXIT_BROKEN_PIPE
+    return code
+
+
+def fail(command: str, message: str, code: int = 2) -> int:
+    """Say ``anyrope COMMAND: error: MESSAGE`` on standard error; returns ``code``."""
+    print(f"anyrope {command}: error: {message}", file=sys.stderr)
+    return code
+
+
+def add_output(parser: argparse.ArgumentParser, help: str) -> None:
+    """Add ``--output``, the folder the subcommand writes its files into (default: .)."""
+    parser.add_argument("--output", default=".", type=_output_folder, help=help)
+
+
+def _output_folder(text: str) -> Path:
+    """The ``--output`` folder, made now: argparse's ``type`` for the option, so that a
+    path that cannot take the files fails with the usage and exit 2 before any work."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} exists and is not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise argparse.ArgumentTypeError(
+            f"cannot make the folder {text}: {error.strerror or error}"
+        ) from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"cannot write into the folder {text}")
+    return path
+
+
+class _Progress:
+    """Case k of n, the round being timed, the time elapsed and the time left: a rich
+    progress bar when rich is installed, else one line per case on standard error."""
+
+    def __init__(self, cases: int, rounds: int, bar: Any) -> None:
+        self.cases, self.steps, self.bar = cases, rounds + 1, bar
+        self.task = None if bar is None else bar.add_task("", total=cases * self.steps)
+        self.start = time.monotonic()
+        self.done = 0
+
+    def case(self, index: int, name: str) -> Callable[[str], None]:
+        """The callback of ``measure_case`` for case ``index`` (from 0) named ``name``."""
+        head = f"case {index + 1} of {self.cases}"
+        if self.bar is None:
+            minutes, seconds = divmod(round(time.monotonic() - self.start), 60)
+            print(f"{head}: {name} ({minutes}:{seconds:02d} elapsed)", file=sys.stderr, flush=True)
+            return lambda step: None
+        first = index * self.steps
+
+        def step(text: str) -> None:
+            # _benchmark.measure_case reports a warm-up, then each of the rounds: one step each.
+            self.bar.update(self.task, description=f"{head}: {text}", completed=self.done)
+            self.done = min(self.done + 1, first + self.steps)
+
+        self.done = first
+        return step
+
+
+@contextlib.contextmanager
+def _progress(cases: int, rounds: int) -> Iterator[_Progress]:
+    if importlib.util.find_spec("rich") is None:
+        yield _Progress(cases, rounds, None)
+        return
+    from rich import progress
+    from rich.console import Console
+
+    columns = (
+        progress.TextColumn("{task.description}"),
+        progress.BarColumn(),
+        progress.MofNCompleteColumn(),
+        progress.TextColumn("elapsed"),
+        progress.TimeElapsedColumn(),
+        progress.TextColumn("left"),
+        progress.TimeRemainingColumn(),
+    )
+    with progress.Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        yield _Progress(cases, rounds, bar)
+
+
+def _overloaded(*loads: float | None) -> bool:
+    """Whether timings taken under ``loads`` mislead: a load average above the cores."""
+    return max(load or 0.0 for load in loads) > (os.cpu_count() or 1)
+
+
+def chart(results: list[_benchmark.CaseResult], target: Path, title: str) -> None:
+    """One panel per case: each candidate's time as a multiple of the copy's (log scale),
+    a bar per dtype; the copy's line at 1."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = list(dict.fromkeys(r.case for r in results))
+    dtypes = list(dict.fromkeys(r.dtype for r in results))
+    names = list(dict.fromkeys(t.name for r in results for t in r.timings if t.name != "copy"))
+    fig, axes = plt.subplots(
+        len(cases),
+        1,
+        figsize=(9, 0.22 * len(names) * len(dtypes) * len(cases) + 2),
+        layout="constrained",
+        squeeze=False,
+    )
+    height = 0.8 / len(dtypes)
+    for ax, case in zip(axes[:, 0], cases, strict=True):
+        for j, dtype in enumerate(dtypes):
+            by_name = {
+                t.name: t.x_copy
+                for r in results
+                if r.case == case and r.dtype == dtype
+                for t in r.timings
+            }
+            rows = [i + j * height for i in range(len(names))]
+            values = [by_name.get(name, float("nan")) for name in names]
+            ax.barh(rows, values, height=height, label=dtype)
+        ax.set_yticks([i + 0.4 - height / 2 for i in range(len(names))], names)
+        ax.axvline(1.0, color="0.4", linewidth=1)
+        ax.set_xscale("log")
+        ax.invert_yaxis()
+        ax.set_title(case, fontsize=9, loc="left")
+    axes[-1, 0].set_xlabel(
+        "time per call / time of a copy of q and k (1 = the copy; lower is faster)"
+    )
+    axes[0, 0].legend(fontsize=8, loc="lower right")
+    fig.suptitle(title, fontsize=10)
+    fig.savefig(target, dpi=100)
+    plt.close(fig)
+
+
+def _choices(text: str, allowed: tuple[str, ...], option: str) -> tuple[str, ...]:
+    chosen = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [c for c in chosen if c not in allowed]
+    if unknown or not chosen:
+        raise ValueError(
+            f"{option} takes a comma-separated list of {', '.join(allowed)}; got {text!r}"
+        )
+    return chosen
+
+
+def _bench(args: argparse.Namespace) -> int:
+    """Time the cases with a progress bar (``rich``, when installed), the machine
+    description, ``bench.json`` and the ``bench.png`` chart of each candidate's time as a
+    multiple of the copy's (``matplotlib``, when installed)."""
+    try:
+        if args.repeats <= 0:
+            raise ValueError(f"--repeats must be positive; got {args.repeats}")
+        cases = _choices(args.cases, tuple(_benchmark.CASES), "--cases")
+        dtypes = _choices(args.dtypes, _benchmark.DTYPES, "--dtypes")
+    except ValueError as error:
+        return fail("bench", str(error))
+    if "bfloat16" in dtypes and importlib.util.find_spec("ml_dtypes") is None:
+        # NumPy has no bfloat16 of its own: the arrays are ml_dtypes'.
+        dtypes = tuple(d for d in dtypes if d != "bfloat16")
+        print(
+            "anyrope bench: bfloat16 left out: it needs ml_dtypes (pip install ml_dtypes)",
+            file=sys.stderr,
+        )
+        if not dtypes:
+            return EXIT_MISSING_PACKAGE
+    load, cores = _benchmark.load_average(), os.cpu_count() or 1
+    if _overloaded(load):
+        print(
+            f"anyrope bench: warning: the load average ({load:.2f}) exceeds the {cores} cores: "
+            "other processes share them, so the timings are slower and noisier than this "
+            "machine's (torch.compile most of all)",
+            file=sys.stderr,
+        )
+    todo = [(case, dtype) for case in cases for dtype in dtypes]
+    results = []
+    with _progress(len(todo), args.repeats) as progress:
+        for index, (case, dtype) in enumerate(todo):
+            result = _benchmark.measure_case(
+                case, dtype, args.repeats, progress.case(index, f"{case} {dtype}")
+            )
+            print(_benchmark.format_case(result), flush=True)
+            if _overloaded(result.load_before, result.load_after):
+                print(f"  (the load average exceeded the {cores} cores: slower and noisier)")
+            results.append(result)
+
+    output: Path = args.output
+    report = {"command": " ".join(["anyrope", *sys.argv[1:]]), "rounds": args.repeats}
+    record = _benchmark.write_json(
+        output / "bench.json", {**report, "results": [asdict(r) for r in results]}
+    )
+    print(f"wrote {output / 'bench.json'}")
+    if importlib.util.find_spec("matplotlib") is None:
+        print("bench.png not written: matplotlib is not installed (pip install matplotlib)")
+        return 0
+    title = f"anyrope bench, median of {args.repeats} rounds\n{record['machine']['processor']}"
+    chart(results, output / "bench.png", title)
+    print(f"wrote {output / 'bench.png'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with one sub-parser per subcommand."""
     parser = argparse.ArgumentParser(
@@ -438,7 +668,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     info.add_argument("--json", action="store_true", help="print one JSON object instead")
     info.set_defaults(run=_info)
-    _benchmark.register(commands)
+    bench = commands.add_parser(
+        "bench",
+        help="time RoPE on the CPU next to a copy of the same arrays and its peers",
+        description=(
+            "For q (batch, seq, 32, 128) and k (batch, seq, 8, 128) of each case and dtype, "
+            "time a copy of q and k into fresh arrays (the floor), the naive Hugging Face "
+            "expression in NumPy, eager PyTorch, torch.compile and jax.jit (those "
+            "installed), and anyrope on NumPy and PyTorch CPU, round-robin in the same "
+            "rounds; print the median time per call, the interquartile range, the load "
+            "average and each time as a multiple of the copy's; write bench.json and "
+            "bench.png. bfloat16 needs ml_dtypes and is left out, with a note, without it. "
+            f"Exit codes: 0 done, 2 bad arguments, {EXIT_MISSING_PACKAGE} ml_dtypes "
+            "missing for bfloat16 alone."
+        ),
+    )
+    bench.add_argument("--repeats", type=int, default=15, help="rounds (15)")
+    for option, names in (("--cases", tuple(_benchmark.CASES)), ("--dtypes", _benchmark.DTYPES)):
+        every = ",".join(names)
+        said = f"comma-separated {option[2:]} (default all: {every})"
+        bench.add_argument(option, default=every, help=said)
+    add_output(bench, "folder for bench.json and bench.png, checked before any timing (.)")
+    bench.set_defaults(run=_bench)
     plot = commands.add_parser(
         "plot",
         help="plot the frequencies and wavelengths of a model config (scaled and unscaled)",
@@ -476,5 +727,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)  # --help and --version print too
         code: int = args.run(args)
         return code
+
+    return quiet_on_broken_pipe(run)
+
+
+def check_main(argv: Sequence[str] | None = None) -> int:
+    """``python -m anyrope.check --write-reference PATH`` (maintainers); the exit code."""
+    from .check import write_reference
+
+    def run() -> int:
+        parser = argparse.ArgumentParser(
+            prog="python -m anyrope.check",
+            description="Write the reference digests of `python -m anyrope check` (maintainers).",
+        )
+        parser.add_argument("--write-reference", metavar="PATH", required=True, type=Path)
+        args = parser.parse_args(argv)
+        write_reference(args.write_reference)
+        print(f"wrote {args.write_reference}")
+        return 0
 
     return quiet_on_broken_pipe(run)

@@ -23,7 +23,6 @@ Regenerate the reference only when the bits are meant to change::
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -99,7 +98,7 @@ _FORMATS: dict[str, tuple[int, int, type[np.unsignedinteger[Any]]]] = {
 """(exponent bits, explicit significand bits, unsigned type of the bit pattern) of each dtype."""
 
 
-def ulp(magnitude: np.ndarray[Any, Any], dtype: str) -> np.ndarray[Any, Any]:
+def _ulp(magnitude: np.ndarray[Any, Any], dtype: str) -> np.ndarray[Any, Any]:
     """The spacing of ``dtype`` at ``magnitude`` (>= the subnormal spacing)."""
     exponent_bits, significand_bits, _ = _FORMATS[dtype]
     smallest_normal = 2.0 ** (2 - 2 ** (exponent_bits - 1))
@@ -107,18 +106,18 @@ def ulp(magnitude: np.ndarray[Any, Any], dtype: str) -> np.ndarray[Any, Any]:
     return np.asarray(np.exp2(exponent - significand_bits))
 
 
-def pair_indices(rotary_dim: int, interleaved: bool) -> tuple[Any, Any]:
+def _pair_indices(rotary_dim: int, interleaved: bool) -> tuple[Any, Any]:
     """The indices of the first and the second element of each rotated pair."""
     i = np.arange(rotary_dim // 2)
     return (2 * i, 2 * i + 1) if interleaved else (i, i + rotary_dim // 2)
 
 
-def pair_magnitude(
+def _pair_magnitude(
     x: np.ndarray[Any, Any], rotary_dim: int, interleaved: bool
 ) -> np.ndarray[Any, Any]:
     """``hypot(x0, x1)`` of each element's pair; the element itself past ``rotary_dim``."""
     x = np.asarray(x, dtype=np.float64)
-    first, second = pair_indices(rotary_dim, interleaved)
+    first, second = _pair_indices(rotary_dim, interleaved)
     magnitude: np.ndarray[Any, Any] = np.abs(x)
     pair = np.hypot(x[..., first], x[..., second])
     magnitude[..., first] = pair
@@ -126,7 +125,7 @@ def pair_magnitude(
     return magnitude
 
 
-def max_ulp_error(
+def _max_ulp_error(
     result: np.ndarray[Any, Any],
     reference: np.ndarray[Any, Any],
     x: np.ndarray[Any, Any],
@@ -144,7 +143,7 @@ def max_ulp_error(
     if result.size == 0:
         return 0.0
     error = np.abs(np.asarray(result, dtype=np.float64) - reference)
-    scale = ulp(pair_magnitude(x, rotary_dim, interleaved), dtype)
+    scale = _ulp(_pair_magnitude(x, rotary_dim, interleaved), dtype)
     return float(np.max(error / scale))
 
 
@@ -314,7 +313,7 @@ def _oracle(
     the oracle is the same on every machine; it is not the code under test, which rounds
     the tables to the table dtype and computes in the compute dtype.
     """
-    first, second = pair_indices(ROTARY_DIM, interleaved)
+    first, second = _pair_indices(ROTARY_DIM, interleaved)
     s, c = sincos(positions[..., None].astype(np.float64) * default_inv_freq(ROTARY_DIM, BASE))
     s, c = s[..., None, :], c[..., None, :]
     x0, x1 = x[..., first], x[..., second]
@@ -473,11 +472,11 @@ def run_check(
                 want = reference["outputs"][f"{dtype} {pairing}"]
                 here = canonical_digest(_numpy_bits(bits, dtype, positions, interleaved), dtype)
                 # Pairs with an infinity or NaN have no ulp error; their bits are checked.
-                finite = np.isfinite(pair_magnitude(x64, ROTARY_DIM, interleaved))
+                finite = np.isfinite(_pair_magnitude(x64, ROTARY_DIM, interleaved))
                 oracle = np.where(finite, _oracle(x64, positions, interleaved), 0.0)
                 x_finite = np.where(finite, x64, 0.0)
                 ulps = partial(
-                    max_ulp_error, dtype=dtype, rotary_dim=ROTARY_DIM, interleaved=interleaved
+                    _max_ulp_error, dtype=dtype, rotary_dim=ROTARY_DIM, interleaved=interleaved
                 )
                 for backend in (b for b in backends if dtype in b.dtype_names):
                     with backend.scope():
@@ -549,24 +548,3 @@ def format_rows(rows: Sequence[Row]) -> str:
         "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
         for line in (header, *lines)
     )
-
-
-def _main(argv: Sequence[str] | None = None) -> int:
-    from ._stdout import quiet_on_broken_pipe  # exit 141, without a traceback, into `| head`
-
-    def run() -> int:
-        parser = argparse.ArgumentParser(
-            prog="python -m anyrope.check",
-            description="Write the reference digests of `python -m anyrope check` (maintainers).",
-        )
-        parser.add_argument("--write-reference", metavar="PATH", required=True, type=Path)
-        args = parser.parse_args(argv)
-        write_reference(args.write_reference)
-        print(f"wrote {args.write_reference}")
-        return 0
-
-    return quiet_on_broken_pipe(run)
-
-
-if __name__ == "__main__":
-    raise SystemExit(_main())
