@@ -30,9 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from ._namespace import Array, Namespace, device_of, library_name, namespace_of
+from ._namespace import Array, Namespace, device_of
 from ._positions import Positions, resolve_positions
-from ._validation import describe
 
 
 def resolve_streams(
@@ -60,12 +59,6 @@ def resolve_streams(
         raise TypeError(
             f"`positions` must be an integer array of shape {expected} for {name}; "
             f"got {type(positions).__name__}"
-        )
-    p_xp = namespace_of(positions, argument="positions")
-    if library_name(p_xp) != library_name(xp):
-        raise TypeError(
-            f"`positions` must be an array of the same library as the input ({library_name(xp)}); "
-            f"got {describe(positions)}"
         )
     array: Array = positions
     shape = tuple(int(n) for n in array.shape)

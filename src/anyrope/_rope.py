@@ -96,9 +96,8 @@ class RoPE:
         bounds = f"at least 0 and below head_dim={head_dim}"
         self.start_index = check_int(start_index, "start_index", 0, self.head_dim, bounds)
         width = self.head_dim - self.start_index
-        self.rotary_dim = (
-            width if rotary_dim is None else check_even(rotary_dim, "rotary_dim", head_dim)
-        )
+        rotary_dim = width if rotary_dim is None else rotary_dim
+        self.rotary_dim = check_even(rotary_dim, "rotary_dim", self.head_dim)
         if self.rotary_dim > width:
             raise ValueError(
                 f"`rotary_dim`={self.rotary_dim} features from `start_index`={self.start_index} "

@@ -115,9 +115,7 @@ def attention(
 
     scores = xp.matmul(qg, xp.matrix_transpose(kh)) * float(scale)
     scores = xp.reshape(scores, (*scores.shape[:-4], qa.heads, qa.seq, ka.seq))
-    allowed = None
-    if causal:
-        allowed = causal_mask(qa.seq, ka.seq, xp, device_of(q))
+    allowed = causal_mask(qa.seq, ka.seq, xp, device_of(q)) if causal else None
     if mask is not None:
         scores, allowed = _apply_mask(scores, allowed, mask, xp)
     if allowed is not None:

@@ -151,11 +151,6 @@ LIBRARIES = (
 ``_`` for ``-``)."""
 
 
-def libraries() -> dict[str, str | None]:
-    """Installed version of every library anyrope can use (``None``: not installed)."""
-    return {name: installed_version(name) for name in LIBRARIES}
-
-
 def devices(why_not: dict[str, str | None]) -> list[str]:
     """Accelerators the installed libraries can see, one line each (``why_not``: the
     reason each backend, by id, is not usable, or ``None``)."""
@@ -210,7 +205,7 @@ def gather() -> dict[str, Any]:
         "anyrope": __version__,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "libraries": libraries(),
+        "libraries": {name: installed_version(name) for name in LIBRARIES},
         "backends": [
             {"backend": b, "usable": no is None, "reason": no} for b, no in why_not.items()
         ],
