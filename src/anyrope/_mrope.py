@@ -73,9 +73,10 @@ def resolve_streams(
         streams = [array[index, ...] for index in range(count)]
     else:
         if len(shape) < 2 or shape[-1] != count:
+            order = f"one coordinate per axis, in the order of the {count} axial_sections"
             raise ValueError(
-                f"{count}D axial `positions` must have shape {expected} ({_coordinates(count)}); "
-                f"got shape {shape}"
+                f"{count}D axial `positions` must have shape {expected} "
+                f"({'row, column' if count == 2 else order}); got shape {shape}"
             )
         streams = [array[..., index] for index in range(count)]
     return [resolve_positions(stream, xp, x, batch, seq) for stream in streams]
@@ -83,13 +84,6 @@ def resolve_streams(
 
 def _axial_name(count: int) -> str:
     return f"{count}D axial RoPE"
-
-
-def _coordinates(count: int) -> str:
-    """What the last axis of axial positions holds."""
-    if count == 2:
-        return "row, column"
-    return f"one coordinate per axis, in the order of the {count} axial_sections"
 
 
 def split_host_streams(

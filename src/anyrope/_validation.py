@@ -69,18 +69,12 @@ def check_base(base: object) -> float:
     return check_real(base, "base", 1.0)
 
 
-def check_layout(layout: object) -> str:
-    """``layout`` must name one of :data:`LAYOUTS`."""
-    if layout not in LAYOUTS:
-        raise ValueError(f"`layout` must be one of {', '.join(map(repr, LAYOUTS))}; got {layout!r}")
-    return str(layout)
-
-
-def check_impl(impl: object, allowed: tuple[str, ...]) -> str:
-    """``impl`` must be one of ``allowed`` (the registry's path names and ``"auto"``)."""
-    if impl not in allowed:
-        raise ValueError(f"`impl` must be one of {', '.join(map(repr, allowed))}; got {impl!r}")
-    return str(impl)
+def check_choice(value: object, name: str, allowed: tuple[str, ...]) -> str:
+    """``value`` must be one of ``allowed`` (:data:`LAYOUTS` for ``layout``; the registry's
+    path names and ``"auto"`` for ``impl``)."""
+    if value not in allowed:
+        raise ValueError(f"`{name}` must be one of {', '.join(map(repr, allowed))}; got {value!r}")
+    return str(value)
 
 
 def describe(x: Any) -> str:

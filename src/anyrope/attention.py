@@ -18,7 +18,7 @@ from ._hostmath import sincos
 from ._layout import Axes, axes_of
 from ._namespace import Array, Namespace, compute_dtype, device_of, is_real_floating, namespace_of
 from ._rope import RoPE
-from ._validation import check_bool, check_layout, check_real, describe
+from ._validation import LAYOUTS, check_bool, check_choice, check_real, describe
 
 __all__ = ["attention", "relative_decay_bound"]
 
@@ -148,7 +148,7 @@ def _checked(
         raise TypeError(
             f"`rope` must be an anyrope.RoPE or None; got {rope!r} of type {type(rope).__name__}"
         )
-    check_layout(layout)
+    check_choice(layout, "layout", LAYOUTS)
     check_bool(causal, "causal")
     for name, arr in (("q", q), ("k", k), ("v", v)):
         if not is_real_floating(xp, arr.dtype):
