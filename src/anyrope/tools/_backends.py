@@ -94,12 +94,9 @@ def numpy_dtype(name: str) -> np.dtype[Any] | None:
     return bfloat16
 
 
-def _host_bits(a: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+def _host_bits(a: Array) -> np.ndarray[Any, Any]:
+    """The bit patterns of a NumPy array, or of an array NumPy can read (JAX's)."""
     return np.ascontiguousarray(a).view(UNSIGNED[a.dtype.itemsize])
-
-
-def _numpy_bits(x: Array) -> np.ndarray[Any, Any]:
-    return _host_bits(np.asarray(x))
 
 
 def _loader(module: str) -> Callable[[], Namespace]:
@@ -120,7 +117,7 @@ def _numpy_backend() -> Backend:
         return bits.view(numpy_dtype(name) or name).copy()
 
     load = _loader("array_api_compat.numpy")
-    return Backend("numpy", "cpu", None, load, from_bits, _numpy_bits, _numpy_dtype_names())
+    return Backend("numpy", "cpu", None, load, from_bits, _host_bits, _numpy_dtype_names())
 
 
 def _strict_backend() -> Backend:
@@ -209,7 +206,7 @@ def _jax_backend() -> Backend:
 
     reason = _missing("jax", "JAX")
     device = "cpu" if reason else importlib.import_module("jax").default_backend()
-    return Backend("jax", device, reason, load, from_bits, _numpy_bits, DTYPES, scope=x64)
+    return Backend("jax", device, reason, load, from_bits, _host_bits, DTYPES, scope=x64)
 
 
 def _dask_backend() -> Backend:
@@ -222,7 +219,7 @@ def _dask_backend() -> Backend:
         return da.from_array(bits.view(numpy_dtype(name) or name).copy(), chunks=chunks)
 
     def to_bits(x: Array) -> np.ndarray[Any, Any]:
-        return _numpy_bits(x.compute())
+        return _host_bits(x.compute())
 
     load, reason = _loader("array_api_compat.dask.array"), _missing("dask", "dask")
     return Backend("dask", "cpu", reason, load, from_bits, to_bits, _numpy_dtype_names())
