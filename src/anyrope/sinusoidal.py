@@ -91,8 +91,7 @@ def sinusoidal(
                 f"`positions` as a count must be at most 2**53 (positions below 2**53); "
                 f"got {positions}"
             )
-        if xp is None:
-            xp = array_api_compat.array_namespace(np.empty(0))
+        xp = array_api_compat.array_namespace(np.empty(0)) if xp is None else xp
         check_namespace(xp)
         host = np.arange(int(positions), dtype=np.int64)
     else:
@@ -102,8 +101,7 @@ def sinusoidal(
         if is_traced(positions):
             check_dtype(xp, dtype)
             return _encoded_when_run(positions, dim, base=base, dtype=dtype)
-        if device is None:
-            device = device_of(positions)
+        device = device_of(positions) if device is None else device
         host = np.asarray(to_host(positions))
         # Checked in the array's own dtype: as int64, a uint64 above 2**63 would wrap and
         # the magnitude of -2**63 would overflow.

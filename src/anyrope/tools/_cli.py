@@ -614,10 +614,9 @@ def _bench(args: argparse.Namespace) -> int:
             results.append(result)
 
     output: Path = args.output
-    report = {"command": " ".join(["anyrope", *sys.argv[1:]]), "rounds": args.repeats}
-    record = _benchmark.write_json(
-        output / "bench.json", {**report, "results": [asdict(r) for r in results]}
-    )
+    command = " ".join(["anyrope", *sys.argv[1:]])
+    report = {"command": command, "rounds": args.repeats, "results": [asdict(r) for r in results]}
+    record = _benchmark.write_json(output / "bench.json", report)
     print(f"wrote {output / 'bench.json'}")
     if importlib.util.find_spec("matplotlib") is None:
         print("bench.png not written: matplotlib is not installed (pip install matplotlib)")

@@ -451,12 +451,11 @@ def run_check(
     (['half-split', 'interleaved'], True)
     """
     reference = load_reference() if reference is None else reference
-    ours = _PARAMETERS
-    written = {name: reference.get(name) for name in ours}
-    if written != ours:
+    written = {name: reference.get(name) for name in _PARAMETERS}
+    if written != _PARAMETERS:
         raise ValueError(
             f"`reference` was written for {_settings(written)}; this check uses "
-            f"{_settings(ours)}: regenerate it with `{REGENERATE}`"
+            f"{_settings(_PARAMETERS)}: regenerate it with `{REGENERATE}`"
         )
     backends = checked_backends() if backends is None else backends
     rows = []
