@@ -277,7 +277,6 @@ PUBLIC_MODULES = (
     "src/anyrope/linear_attention.py",
     "src/anyrope/sinusoidal.py",
     "src/anyrope/_weights.py",
-    "src/anyrope/_xpos.py",
     "src/anyrope/tools/check.py",
     "src/anyrope/scaling/__init__.py",
     "src/anyrope/scaling/axial.py",

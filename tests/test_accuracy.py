@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 import anyrope
-from anyrope.tools._accuracy import max_ulp_error, ulp
 from anyrope.tools._backends import float32_to_bfloat16_bits
+from anyrope.tools.check import _max_ulp_error as max_ulp_error
+from anyrope.tools.check import _ulp as ulp
 from oracles import complex_rotation
 
 

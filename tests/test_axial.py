@@ -317,7 +317,7 @@ def test_settings_tables_and_pickling() -> None:
 
 def test_plot_names_each_axis() -> None:
     from anyrope.scaling import from_hf_config
-    from anyrope.tools._cli_plot import describe_plot
+    from anyrope.tools._cli import describe_plot
 
     settings = from_hf_config(
         {

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from anyrope.scaling import from_hf_config
-from anyrope.tools import _benchmark, _cli, _cli_bench
-from anyrope.tools._cli_plot import describe_plot
+from anyrope.tools import _benchmark, _cli
+from anyrope.tools._cli import describe_plot
 from subprocess_run import SOURCE, run_python
 
 CONFIGS = Path(__file__).parent / "configs"
@@ -393,7 +393,7 @@ def _without(monkeypatch, *modules):
 
 def test_bench_leaves_out_bfloat16_without_ml_dtypes(monkeypatch, tmp_path, capsys):
     measured = []
-    monkeypatch.setattr(_cli_bench, "measure_case", _fake_measure_case(measured))
+    monkeypatch.setattr(_benchmark, "measure_case", _fake_measure_case(measured))
     _without(monkeypatch, "ml_dtypes")
     code = _cli.main(["bench", "--cases", "decode-1", "--output", str(tmp_path)])
     assert code == 0
@@ -404,7 +404,7 @@ def test_bench_leaves_out_bfloat16_without_ml_dtypes(monkeypatch, tmp_path, caps
 
 
 def test_bench_bfloat16_alone_without_ml_dtypes_exits_3(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(_cli_bench, "measure_case", _fake_measure_case([]))
+    monkeypatch.setattr(_benchmark, "measure_case", _fake_measure_case([]))
     _without(monkeypatch, "ml_dtypes")
     code = _cli.main(["bench", "--dtypes", "bfloat16", "--output", str(tmp_path)])
     assert code == 3
@@ -413,7 +413,7 @@ def test_bench_bfloat16_alone_without_ml_dtypes_exits_3(monkeypatch, tmp_path, c
 
 
 def test_bench_progress_counts_cases_and_warns_of_load(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(_cli_bench, "measure_case", _fake_measure_case([]))
+    monkeypatch.setattr(_benchmark, "measure_case", _fake_measure_case([]))
     _without(monkeypatch, "rich")
     cores = os.cpu_count()
     monkeypatch.setattr(os, "getloadavg", lambda: (cores + 1.5, 0.0, 0.0))
@@ -439,7 +439,7 @@ def test_bench_progress_bar_steps_through_every_round():
         def update(self, task, description, completed):
             updates.append((description, completed))
 
-    progress = _cli_bench._Progress(2, 2, Bar())
+    progress = _cli._Progress(2, 2, Bar())
     for index, name in enumerate(["decode-1 float32", "decode-32 float32"]):
         step = progress.case(index, name)
         for text in ("warming up", "round 1 of 2", "round 2 of 2"):

@@ -352,10 +352,7 @@ def test_same_bits_with_numpys_simd_dispatch_switched_off() -> None:
 # of the check command, benchmark baselines, plots, and the softmax of the attention
 # helpers (computed by the caller's library on its device).
 _NOT_ON_A_BITS_PATH = {
-    "_accuracy.py",
     "_benchmark.py",
-    "_cli_bench.py",
-    "_cli_plot.py",
     "attention.py",
     "linear_attention.py",
     "check.py",

@@ -6,9 +6,8 @@ array-API library. See :func:`rotate`, :func:`rotate_qk`, :class:`RoPE` and :cla
 
 from ._functional import cache_nbytes, clear_cache, rotate, rotate_qk, rotate_qkv
 from ._offsets import Offsets
-from ._rope import RoPE
+from ._rope import RoPE, XPos
 from ._weights import permute_qk_weights
-from ._xpos import XPos
 from .attention import attention
 from .linear_attention import linear_attention
 from .scaling import RopeScaling

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ._hostmath import power
-from ._validation import check_base, check_rotary_dim
+from ._validation import check_base, check_even
 
 
 def default_inv_freq(rotary_dim: int, base: float) -> np.ndarray[Any, np.dtype[np.float64]]:
@@ -36,7 +36,7 @@ def default_inv_freq(rotary_dim: int, base: float) -> np.ndarray[Any, np.dtype[n
     >>> default_inv_freq(4, 10000.0).tolist()
     [1.0, 0.01]
     """
-    check_rotary_dim(rotary_dim, None)
+    check_even(rotary_dim, "rotary_dim")
     check_base(base)
     # The exponent -2i/r stays an exact fraction: rounding it to float64 first would move
     # theta by up to 8 ulp at base 1e7.

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._namespace import Array, Namespace
-from ._validation import LAYOUTS, check_layout, describe
+from ._validation import LAYOUTS, check_choice, describe
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class Axes:
 
 def axes_of(x: Array, layout: str, argument: str = "x") -> Axes:
     """Split the shape of ``x`` according to ``layout``."""
-    check_layout(layout)
+    check_choice(layout, "layout", LAYOUTS)
     # None is a symbolic dimension (an ndonnx graph input's), known when the graph runs.
     shape: tuple[Any, ...] = tuple(None if n is None else int(n) for n in x.shape)
     if len(shape) < 3:
@@ -48,7 +48,7 @@ def heads_axis(layout: str) -> int:
     """The heads axis of ``layout``, counted from the end (head_dim is -1); a packed
     ``"thd"`` input, ``(total_tokens, heads, head_dim)``, has it where ``"bshd"`` does."""
     if layout not in (*LAYOUTS, "thd"):
-        check_layout(layout)  # raises, naming the layouts
+        check_choice(layout, "layout", LAYOUTS)  # raises, naming the layouts
     return -3 if layout == "bhsd" else -2
 
 

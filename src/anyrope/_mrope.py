@@ -30,9 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from ._namespace import Array, Namespace, device_of, library_name, namespace_of
+from ._namespace import Array, Namespace, device_of
 from ._positions import Positions, resolve_positions
-from ._validation import describe
 
 
 def resolve_streams(
@@ -61,12 +60,6 @@ def resolve_streams(
             f"`positions` must be an integer array of shape {expected} for {name}; "
             f"got {type(positions).__name__}"
         )
-    p_xp = namespace_of(positions, argument="positions")
-    if library_name(p_xp) != library_name(xp):
-        raise TypeError(
-            f"`positions` must be an array of the same library as the input ({library_name(xp)}); "
-            f"got {describe(positions)}"
-        )
     array: Array = positions
     shape = tuple(int(n) for n in array.shape)
     if kind == "mrope":
@@ -80,9 +73,10 @@ def resolve_streams(
         streams = [array[index, ...] for index in range(count)]
     else:
         if len(shape) < 2 or shape[-1] != count:
+            order = f"one coordinate per axis, in the order of the {count} axial_sections"
             raise ValueError(
-                f"{count}D axial `positions` must have shape {expected} ({_coordinates(count)}); "
-                f"got shape {shape}"
+                f"{count}D axial `positions` must have shape {expected} "
+                f"({'row, column' if count == 2 else order}); got shape {shape}"
             )
         streams = [array[..., index] for index in range(count)]
     return [resolve_positions(stream, xp, x, batch, seq) for stream in streams]
@@ -90,13 +84,6 @@ def resolve_streams(
 
 def _axial_name(count: int) -> str:
     return f"{count}D axial RoPE"
-
-
-def _coordinates(count: int) -> str:
-    """What the last axis of axial positions holds."""
-    if count == 2:
-        return "row, column"
-    return f"one coordinate per axis, in the order of the {count} axial_sections"
 
 
 def split_host_streams(

@@ -123,6 +123,14 @@ def is_real_floating(xp: Namespace, dtype: Any) -> bool:
         return False
 
 
+def check_dtype(xp: Namespace, dtype: Any) -> None:
+    """``dtype`` must be a real floating dtype of ``xp`` (the dtype asked of a result)."""
+    if not is_real_floating(xp, dtype):
+        raise TypeError(
+            f"`dtype` must be a real floating dtype of {library_name(xp)}; got {dtype!r}"
+        )
+
+
 def compute_dtype(xp: Namespace, dtype: Any) -> Any:
     """The dtype the rotation is computed in: float32 for 16-bit floating dtypes
     (numerical-contract.rst, "How every path computes" 3), else ``dtype``."""

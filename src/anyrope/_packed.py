@@ -71,8 +71,7 @@ def packed_positions(cu_seqlens: object, offsets: object, *, x: Array, xp: Names
         )
     count = cu.size - 1
     starts = _offsets(offsets, count, xp, x)
-    lengths = np.diff(cu)
-    sequence = np.repeat(np.arange(count), lengths)
+    sequence = np.repeat(np.arange(count), np.diff(cu))  # the sequence of each token
     positions = np.arange(total, dtype=np.int64) - cu[:-1][sequence] + starts[sequence]
     if positions.size and positions.max() >= MAX_POSITION:
         raise ValueError(

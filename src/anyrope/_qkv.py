@@ -99,10 +99,8 @@ def _locate(
 
 def join_qkv(fused: FusedQKV, q: Array, k: Array, xp: Namespace) -> Array:
     """A new fused array of the rotated ``q`` and ``k`` and the untouched ``v``."""
-    if fused.stacked:
-        joined = xp.stack((q, k, fused.v), axis=fused.axis)
-    else:
-        joined = xp.concat((q, k, fused.v), axis=fused.axis)
+    join = xp.stack if fused.stacked else xp.concat
+    joined = join((q, k, fused.v), axis=fused.axis)
     if joined.dtype != fused.v.dtype:
         # NumPy joins arrays of the other byte order (">f4") in native order.
         joined = joined.astype(fused.v.dtype)

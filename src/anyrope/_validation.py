@@ -37,48 +37,44 @@ def check_int(
     return int(value)
 
 
-def check_head_dim(head_dim: object) -> int:
-    """``head_dim`` must be a positive even integer."""
-    value = check_int(head_dim, "head_dim")
-    if value <= 0 or value % 2:
-        raise ValueError(f"`head_dim` must be a positive even integer; got {value}")
+def check_even(value: object, name: str, most: int | None = None) -> int:
+    """``value`` must be a positive even integer, at most ``most`` (the head_dim) if given."""
+    value = check_int(value, name)
+    bound = "" if most is None else f" and at most head_dim={most}"
+    if value <= 0 or value % 2 or (most is not None and value > most):
+        raise ValueError(f"`{name}` must be a positive even integer{bound}; got {value}")
     return value
 
 
-def check_rotary_dim(rotary_dim: object, head_dim: int | None) -> int:
-    """``rotary_dim`` must be a positive even integer no larger than ``head_dim``."""
-    value = check_int(rotary_dim, "rotary_dim")
-    bound = "" if head_dim is None else f" and at most head_dim={head_dim}"
-    if value <= 0 or value % 2 or (head_dim is not None and value > head_dim):
-        raise ValueError(f"`rotary_dim` must be a positive even integer{bound}; got {value}")
-    return value
+def check_real(value: object, name: str, above: float, or_none: str = "") -> float:
+    """``value`` must be a finite real number greater than ``above`` (not a bool);
+    ``or_none`` ends the messages of an argument that may also be None."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"`{name}` must be a real number{or_none}; got {value!r} of type {type(value).__name__}"
+        )
+    try:
+        real = float(value)
+    except OverflowError:  # an int beyond the range of float64
+        real = math.inf
+    if not math.isfinite(real) or real <= above:
+        raise ValueError(
+            f"`{name}` must be a finite number greater than {above:g}{or_none}; got {value!r}"
+        )
+    return real
 
 
 def check_base(base: object) -> float:
     """``base`` must be a finite real number greater than 1."""
-    if isinstance(base, bool) or not isinstance(base, numbers.Real):
-        raise TypeError(f"`base` must be a real number; got {base!r} of type {type(base).__name__}")
-    try:
-        value = float(base)
-    except OverflowError:  # an int beyond the range of float64
-        value = math.inf
-    if not math.isfinite(value) or value <= 1.0:
-        raise ValueError(f"`base` must be a finite number greater than 1; got {base!r}")
-    return value
+    return check_real(base, "base", 1.0)
 
 
-def check_layout(layout: object) -> str:
-    """``layout`` must name one of :data:`LAYOUTS`."""
-    if layout not in LAYOUTS:
-        raise ValueError(f"`layout` must be one of {', '.join(map(repr, LAYOUTS))}; got {layout!r}")
-    return str(layout)
-
-
-def check_impl(impl: object, allowed: tuple[str, ...]) -> str:
-    """``impl`` must be one of ``allowed`` (the registry's path names and ``"auto"``)."""
-    if impl not in allowed:
-        raise ValueError(f"`impl` must be one of {', '.join(map(repr, allowed))}; got {impl!r}")
-    return str(impl)
+def check_choice(value: object, name: str, allowed: tuple[str, ...]) -> str:
+    """``value`` must be one of ``allowed`` (:data:`LAYOUTS` for ``layout``; the registry's
+    path names and ``"auto"`` for ``impl``)."""
+    if value not in allowed:
+        raise ValueError(f"`{name}` must be one of {', '.join(map(repr, allowed))}; got {value!r}")
+    return str(value)
 
 
 def describe(x: Any) -> str:

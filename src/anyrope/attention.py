@@ -8,7 +8,6 @@ full ``(q_seq, k_seq)`` score matrix per head.
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any
 
 import numpy as np
@@ -19,7 +18,7 @@ from ._hostmath import sincos
 from ._layout import Axes, axes_of
 from ._namespace import Array, Namespace, compute_dtype, device_of, is_real_floating, namespace_of
 from ._rope import RoPE
-from ._validation import check_bool, check_layout, describe
+from ._validation import LAYOUTS, check_bool, check_choice, check_real, describe
 
 __all__ = ["attention", "relative_decay_bound"]
 
@@ -102,7 +101,7 @@ def attention(
     xp, qa, ka = _checked(q, k, v, rope=rope, causal=causal, layout=layout, xp=xp)
     if mask is not None:
         namespace_of(q, mask, argument=("q", "mask"))
-    scale = _check_scale(scale)
+    scale = None if scale is None else check_real(scale, "scale", 0.0, " or None")
     q, k = _rotate_for_attention(
         rope, q, k, qa=qa, ka=ka, positions=positions, layout=layout, xp=xp
     )
@@ -116,9 +115,7 @@ def attention(
 
     scores = xp.matmul(qg, xp.matrix_transpose(kh)) * float(scale)
     scores = xp.reshape(scores, (*scores.shape[:-4], qa.heads, qa.seq, ka.seq))
-    allowed = None
-    if causal:
-        allowed = causal_mask(qa.seq, ka.seq, xp, device_of(q))
+    allowed = causal_mask(qa.seq, ka.seq, xp, device_of(q)) if causal else None
     if mask is not None:
         scores, allowed = _apply_mask(scores, allowed, mask, xp)
     if allowed is not None:
@@ -151,7 +148,7 @@ def _checked(
         raise TypeError(
             f"`rope` must be an anyrope.RoPE or None; got {rope!r} of type {type(rope).__name__}"
         )
-    check_layout(layout)
+    check_choice(layout, "layout", LAYOUTS)
     check_bool(causal, "causal")
     for name, arr in (("q", q), ("k", k), ("v", v)):
         if not is_real_floating(xp, arr.dtype):
@@ -183,23 +180,6 @@ def _checked(
             f"`q` must not have more tokens than `k`; got q_seq={qa.seq} and k_seq={ka.seq}"
         )
     return xp, qa, ka
-
-
-def _check_scale(scale: object) -> float | None:
-    """``scale`` must be None or a finite real number greater than 0 (not a bool)."""
-    if scale is None:
-        return None
-    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
-        raise TypeError(
-            f"`scale` must be a real number or None; got {scale!r} of type {type(scale).__name__}"
-        )
-    try:
-        value = float(scale)
-    except OverflowError:  # an int beyond float range
-        value = math.inf
-    if not math.isfinite(value) or value <= 0.0:
-        raise ValueError(f"`scale` must be a finite number greater than 0 or None; got {scale!r}")
-    return value
 
 
 def _rotate_for_attention(

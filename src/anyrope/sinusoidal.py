@@ -19,15 +19,14 @@ from ._jax import is_traced, when_run
 from ._namespace import (
     Array,
     Namespace,
+    check_dtype,
     check_namespace,
     device_of,
-    is_real_floating,
-    library_name,
     namespace_of,
     table_dtype,
     to_host,
 )
-from ._validation import MAX_POSITION, check_int, describe
+from ._validation import MAX_POSITION, check_even, describe
 
 __all__ = ["sinusoidal"]
 
@@ -83,9 +82,7 @@ def sinusoidal(
     >>> bool(np.allclose(pe[1], [np.sin(1), np.cos(1), np.sin(0.01), np.cos(0.01)]))
     True
     """
-    dim = check_int(dim, "dim")
-    if dim <= 0 or dim % 2:
-        raise ValueError(f"`dim` must be a positive even integer; got {dim}")
+    dim = check_even(dim, "dim")
     if isinstance(positions, (int, np.integer)) and not isinstance(positions, bool):
         if positions < 0:
             raise ValueError(f"`positions` as a count must be non-negative; got {positions}")
@@ -94,8 +91,7 @@ def sinusoidal(
                 f"`positions` as a count must be at most 2**53 (positions below 2**53); "
                 f"got {positions}"
             )
-        if xp is None:
-            xp = array_api_compat.array_namespace(np.empty(0))
+        xp = array_api_compat.array_namespace(np.empty(0)) if xp is None else xp
         check_namespace(xp)
         host = np.arange(int(positions), dtype=np.int64)
     else:
@@ -103,10 +99,9 @@ def sinusoidal(
         if not xp.isdtype(positions.dtype, "integral"):
             raise TypeError(f"`positions` must have an integer dtype; got {describe(positions)}")
         if is_traced(positions):
-            _check_dtype(xp, dtype)
+            check_dtype(xp, dtype)
             return _encoded_when_run(positions, dim, base=base, dtype=dtype)
-        if device is None:
-            device = device_of(positions)
+        device = device_of(positions) if device is None else device
         host = np.asarray(to_host(positions))
         # Checked in the array's own dtype: as int64, a uint64 above 2**63 would wrap and
         # the magnitude of -2**63 would overflow.
@@ -116,19 +111,12 @@ def sinusoidal(
                 f"represent every integer; got values in [{host.min()}, {host.max()}]"
             )
         host = host.astype(np.int64)
-    _check_dtype(xp, dtype)
+    check_dtype(xp, dtype)
 
     angles = host.astype(np.float64)[..., None] * default_inv_freq(dim, base)
     table = np.stack(sincos(angles), axis=-1).reshape((*host.shape, dim))
     out = xp.asarray(table.astype(table_dtype(xp, dtype)), device=device)
     return xp.astype(out, dtype, copy=False)
-
-
-def _check_dtype(xp: Namespace, dtype: Any) -> None:
-    if not is_real_floating(xp, dtype):
-        raise TypeError(
-            f"`dtype` must be a real floating dtype of {library_name(xp)}; got {dtype!r}"
-        )
 
 
 def _encoded_when_run(positions: Array, dim: int, *, base: float, dtype: Any) -> Array:

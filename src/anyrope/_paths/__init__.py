@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from .._namespace import Array
 from .._plan import Plan
-from .._validation import check_impl
+from .._validation import check_choice
 from . import blocked, cuda, dask, jax_cpu, numba_cpu, reference
 
 
@@ -75,7 +75,7 @@ def choose(impl: str, plan: Plan) -> Path:
     ValueError
         For an unknown ``impl``, or a named path that rejects the plan (saying why).
     """
-    check_impl(impl, IMPLS)
+    check_choice(impl, "impl", IMPLS)
     if impl == "auto":
         for path in AUTO_ORDER:
             if _rejects(path, plan) is None:

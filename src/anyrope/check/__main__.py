@@ -1,5 +1,5 @@
 """``python -m anyrope.check --write-reference PATH``: regenerate the shipped reference bits."""
 
-from ..tools.check import _main
+from ..tools._cli import check_main
 
-raise SystemExit(_main())
+raise SystemExit(check_main())

@@ -7,6 +7,7 @@ imported until :func:`known_backends` or :func:`extra_backends` is called.
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -15,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .._namespace import Array, Namespace
+from .._namespace import Array, Namespace, dtype_name
 
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 UNSIGNED: dict[int, type[np.unsignedinteger[Any]]] = {2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -64,15 +65,14 @@ class Backend:
 
     def to_numpy(self, x: Array) -> np.ndarray[Any, Any]:
         """A NumPy copy of ``x``; bfloat16 comes back as float32 (exact)."""
-        bits = self.to_bits(x)
-        if bits.dtype == np.uint16 and "bfloat16" in str(x.dtype):
-            return bfloat16_bits_to_float32(bits)
-        return bits.view(FLOATS[bits.dtype.type])
+        return float_values(self.to_bits(x), dtype_name(x.dtype))
 
 
-def bfloat16_bits_to_float32(bits: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """Widen bfloat16 bit patterns to float32 values (exact)."""
-    return (bits.astype(np.uint32) << 16).view(np.float32)
+def float_values(bits: np.ndarray[Any, Any], dtype: str) -> np.ndarray[Any, Any]:
+    """The values of ``dtype`` bit patterns; bfloat16 is widened to float32 (exact)."""
+    if dtype == "bfloat16":
+        return (bits.astype(np.uint32) << 16).view(np.float32)
+    return bits.view(FLOATS[bits.dtype.type])
 
 
 def float32_to_bfloat16_bits(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -94,12 +94,9 @@ def numpy_dtype(name: str) -> np.dtype[Any] | None:
     return bfloat16
 
 
-def _host_bits(a: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+def _host_bits(a: Array) -> np.ndarray[Any, Any]:
+    """The bit patterns of a NumPy array, or of an array NumPy can read (JAX's)."""
     return np.ascontiguousarray(a).view(UNSIGNED[a.dtype.itemsize])
-
-
-def _numpy_bits(x: Array) -> np.ndarray[Any, Any]:
-    return _host_bits(np.asarray(x))
 
 
 def _loader(module: str) -> Callable[[], Namespace]:
@@ -120,7 +117,7 @@ def _numpy_backend() -> Backend:
         return bits.view(numpy_dtype(name) or name).copy()
 
     load = _loader("array_api_compat.numpy")
-    return Backend("numpy", "cpu", None, load, from_bits, _numpy_bits, _numpy_dtype_names())
+    return Backend("numpy", "cpu", None, load, from_bits, _host_bits, _numpy_dtype_names())
 
 
 def _strict_backend() -> Backend:
@@ -209,7 +206,7 @@ def _jax_backend() -> Backend:
 
     reason = _missing("jax", "JAX")
     device = "cpu" if reason else importlib.import_module("jax").default_backend()
-    return Backend("jax", device, reason, load, from_bits, _numpy_bits, DTYPES, scope=x64)
+    return Backend("jax", device, reason, load, from_bits, _host_bits, DTYPES, scope=x64)
 
 
 def _dask_backend() -> Backend:
@@ -222,7 +219,7 @@ def _dask_backend() -> Backend:
         return da.from_array(bits.view(numpy_dtype(name) or name).copy(), chunks=chunks)
 
     def to_bits(x: Array) -> np.ndarray[Any, Any]:
-        return _numpy_bits(x.compute())
+        return _host_bits(x.compute())
 
     load, reason = _loader("array_api_compat.dask.array"), _missing("dask", "dask")
     return Backend("dask", "cpu", reason, load, from_bits, to_bits, _numpy_dtype_names())
@@ -241,3 +238,19 @@ def extra_backends() -> list[Backend]:
     ['jax', 'dask']
     """
     return [_jax_backend(), _dask_backend()]
+
+
+def installed_version(distribution: str) -> str | None:
+    """The version of ``distribution`` when its module can be imported, else ``None``."""
+    if importlib.util.find_spec(distribution.replace("-", "_")) is None:
+        return None
+    if distribution == "cupy":  # CuPy's wheels are named per CUDA version (cupy-cuda12x)
+        try:
+            import cupy
+        except Exception as error:  # a broken install is reported, not raised
+            return f"installed, but import fails ({type(error).__name__})"
+        return str(cupy.__version__)
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None

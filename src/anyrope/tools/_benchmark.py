@@ -1,12 +1,12 @@
 """The CPU benchmark: anyrope next to a copy of the same bytes and its peers, round-robin.
 
-Used by ``python -m anyrope bench`` and ``benchmarks/bench_cpu.py``. For each case
-(a shape and a dtype) every candidate runs in the same rounds: each round times each
-candidate once, in an order that rotates from round to round, so that a change of the
-machine's load or clock touches every candidate alike. A sample is enough back-to-back
-calls to last about :data:`SAMPLE_SECONDS`; the report gives the median time per call
-over the rounds, the interquartile range, the load average before and after, and each
-time as a multiple of the copy's ("x copy": 1.0 is as fast as copying q and k into
+Used by ``python -m anyrope bench`` and ``benchmarks/bench_cpu.py``.
+For each case (a shape and a dtype) every candidate runs in the same rounds: each round
+times each candidate once, in an order that rotates from round to round, so that a change
+of the machine's load or clock touches every candidate alike. A sample is enough
+back-to-back calls to last about :data:`SAMPLE_SECONDS`; the report gives the median time
+per call over the rounds, the interquartile range, the load average before and after, and
+each time as a multiple of the copy's ("x copy": 1.0 is as fast as copying q and k into
 fresh arrays, the floor of a rotation that reads and writes each element once).
 
 Candidates: the copy; the naive Hugging Face expression ``x * cos + rotate_half(x) *
@@ -18,6 +18,7 @@ whose library is not installed, or that cannot run a dtype, are left out with th
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -33,7 +34,9 @@ from typing import Any
 
 import numpy as np
 
+from .. import __version__
 from .._rope import RoPE
+from ._backends import installed_version
 
 Q_HEADS = 32
 KV_HEADS = 8
@@ -274,13 +277,35 @@ def format_case(result: CaseResult) -> str:
     return "\n".join(lines)
 
 
-def write_json(path: Path, report: dict[str, Any]) -> None:
-    """Write ``report`` as JSON, with the command, machine and versions that produced it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    provenance = {
-        "command": " ".join(["python", *sys.argv]),
-        "machine": platform.processor() or platform.machine(),
+def machine() -> dict[str, Any]:
+    """What the figures were measured on."""
+    info: dict[str, Any] = {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
-        "numpy": np.__version__,
+        "anyrope": __version__,
     }
-    path.write_text(json.dumps({**provenance, **report}, indent=2) + "\n")
+    # Linux names the CPU model in /proc/cpuinfo; elsewhere the architecture stays.
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["processor"] = line.split(":", 1)[1].strip()
+                break
+    for library in ("numpy", "torch", "numba", "jax"):
+        if (version := installed_version(library)) is not None:
+            info[library] = version
+    if "torch" in info:
+        import torch
+
+        info["torch_threads"] = torch.get_num_threads()
+    return info
+
+
+def write_json(path: Path, report: dict[str, Any]) -> dict[str, Any]:
+    """Write ``report`` as JSON after the command (unless it says its own) and the
+    :func:`machine` that produced it; returns what was written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {"command": " ".join(["python", *sys.argv]), "machine": machine(), **report}
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    return record

@@ -23,7 +23,6 @@ Regenerate the reference only when the bits are meant to change::
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -41,15 +40,12 @@ from .._functional import rotate
 from .._hostmath import sincos
 from .._paths.rotation import rotate_pair
 from .._rope import RoPE
-from ._accuracy import FORMATS as _FORMATS
-from ._accuracy import max_ulp_error, pair_indices, pair_magnitude
 from ._backends import (
     DTYPES,
-    FLOATS,
     Backend,
-    bfloat16_bits_to_float32,
     extra_backends,
     float32_to_bfloat16_bits,
+    float_values,
     known_backends,
     numpy_dtype,
 )
@@ -83,6 +79,72 @@ HALF_BOUND = 0.51
 PAIRINGS = ("half-split", "interleaved")
 REFERENCE_FILE = "_reference_bits.json"
 REGENERATE = f"python -m anyrope.check --write-reference src/anyrope/{REFERENCE_FILE}"
+_PARAMETERS = {
+    "seed": SEED,
+    "shape": list(SHAPE),
+    "layout": "bshd",
+    "rotary_dim": ROTARY_DIM,
+    "base": BASE,
+}
+"""The settings of the check, as the reference file holds them."""
+
+
+_FORMATS: dict[str, tuple[int, int, type[np.unsignedinteger[Any]]]] = {
+    "float16": (5, 10, np.uint16),
+    "bfloat16": (8, 7, np.uint16),
+    "float32": (8, 23, np.uint32),
+    "float64": (11, 52, np.uint64),
+}
+"""(exponent bits, explicit significand bits, unsigned type of the bit pattern) of each dtype."""
+
+
+def _ulp(magnitude: np.ndarray[Any, Any], dtype: str) -> np.ndarray[Any, Any]:
+    """The spacing of ``dtype`` at ``magnitude`` (>= the subnormal spacing)."""
+    exponent_bits, significand_bits, _ = _FORMATS[dtype]
+    smallest_normal = 2.0 ** (2 - 2 ** (exponent_bits - 1))
+    exponent = np.floor(np.log2(np.maximum(magnitude, smallest_normal)))
+    return np.asarray(np.exp2(exponent - significand_bits))
+
+
+def _pair_indices(rotary_dim: int, interleaved: bool) -> tuple[Any, Any]:
+    """The indices of the first and the second element of each rotated pair."""
+    i = np.arange(rotary_dim // 2)
+    return (2 * i, 2 * i + 1) if interleaved else (i, i + rotary_dim // 2)
+
+
+def _pair_magnitude(
+    x: np.ndarray[Any, Any], rotary_dim: int, interleaved: bool
+) -> np.ndarray[Any, Any]:
+    """``hypot(x0, x1)`` of each element's pair; the element itself past ``rotary_dim``."""
+    x = np.asarray(x, dtype=np.float64)
+    first, second = _pair_indices(rotary_dim, interleaved)
+    magnitude: np.ndarray[Any, Any] = np.abs(x)
+    pair = np.hypot(x[..., first], x[..., second])
+    magnitude[..., first] = pair
+    magnitude[..., second] = pair
+    return magnitude
+
+
+def _max_ulp_error(
+    result: np.ndarray[Any, Any],
+    reference: np.ndarray[Any, Any],
+    x: np.ndarray[Any, Any],
+    *,
+    dtype: str,
+    rotary_dim: int,
+    interleaved: bool,
+) -> float:
+    """Largest ``|result - reference|`` in ulps of ``dtype`` at the input pair's magnitude.
+
+    The ulp is taken at the magnitude of the input pair ``hypot(x0, x1)``: a rotation's
+    rounding error scales with its input, and where an output cancels to near zero no
+    method can do better than that (issue 4, numerical-contract.rst, "Accuracy").
+    """
+    if result.size == 0:
+        return 0.0
+    error = np.abs(np.asarray(result, dtype=np.float64) - reference)
+    scale = _ulp(_pair_magnitude(x, rotary_dim, interleaved), dtype)
+    return float(np.max(error / scale))
 
 
 @dataclass(frozen=True)
@@ -235,7 +297,7 @@ def _numpy_bits(
 ) -> np.ndarray[Any, Any]:
     """The NumPy result's bits (bfloat16 without ml_dtypes: float32 result, rounded once)."""
     native = numpy_dtype(dtype)
-    x = bits.view(native) if native is not None else bfloat16_bits_to_float32(bits)
+    x = bits.view(native) if native is not None else float_values(bits, dtype)
     y = _rotate(x, positions, interleaved)
     if native is None:
         return float32_to_bfloat16_bits(y)
@@ -251,7 +313,7 @@ def _oracle(
     the oracle is the same on every machine; it is not the code under test, which rounds
     the tables to the table dtype and computes in the compute dtype.
     """
-    first, second = pair_indices(ROTARY_DIM, interleaved)
+    first, second = _pair_indices(ROTARY_DIM, interleaved)
     s, c = sincos(positions[..., None].astype(np.float64) * default_inv_freq(ROTARY_DIM, BASE))
     s, c = s[..., None, :], c[..., None, :]
     x0, x1 = x[..., first], x[..., second]
@@ -293,7 +355,7 @@ def compute_reference() -> dict[str, Any]:
         for pairing in PAIRINGS:
             y = _numpy_bits(bits, dtype, positions, pairing == "interleaved")
             outputs[f"{dtype} {pairing}"] = canonical_digest(y, dtype)
-    return {"regenerate": REGENERATE, **_parameters(), "inputs": inputs, "outputs": outputs}
+    return {"regenerate": REGENERATE, **_PARAMETERS, "inputs": inputs, "outputs": outputs}
 
 
 def load_reference() -> dict[str, Any]:
@@ -335,17 +397,6 @@ def write_reference(path: str | Path) -> None:
     """
     text = json.dumps(compute_reference(), indent=2) + "\n"
     Path(path).write_text(text, encoding="utf-8")
-
-
-def _parameters() -> dict[str, Any]:
-    """The settings of the check, as the reference file holds them."""
-    return {
-        "seed": SEED,
-        "shape": list(SHAPE),
-        "layout": "bshd",
-        "rotary_dim": ROTARY_DIM,
-        "base": BASE,
-    }
 
 
 def _settings(parameters: Mapping[str, Any]) -> str:
@@ -400,12 +451,11 @@ def run_check(
     (['half-split', 'interleaved'], True)
     """
     reference = load_reference() if reference is None else reference
-    ours = _parameters()
-    written = {name: reference.get(name) for name in ours}
-    if written != ours:
+    written = {name: reference.get(name) for name in _PARAMETERS}
+    if written != _PARAMETERS:
         raise ValueError(
             f"`reference` was written for {_settings(written)}; this check uses "
-            f"{_settings(ours)}: regenerate it with `{REGENERATE}`"
+            f"{_settings(_PARAMETERS)}: regenerate it with `{REGENERATE}`"
         )
     backends = checked_backends() if backends is None else backends
     rows = []
@@ -415,22 +465,17 @@ def run_check(
         for dtype in DTYPES:
             bits, positions = make_inputs(dtype)
             same_inputs = _inputs_digest(bits, positions) == reference["inputs"][dtype]
-            # The float64 values of the bit patterns (exact).
-            x64 = (
-                bfloat16_bits_to_float32(bits)
-                if dtype == "bfloat16"
-                else bits.view(FLOATS[bits.dtype.type])
-            ).astype(np.float64)
+            x64 = float_values(bits, dtype).astype(np.float64)  # exact
             for pairing in PAIRINGS:
                 interleaved = pairing == "interleaved"
                 want = reference["outputs"][f"{dtype} {pairing}"]
                 here = canonical_digest(_numpy_bits(bits, dtype, positions, interleaved), dtype)
                 # Pairs with an infinity or NaN have no ulp error; their bits are checked.
-                finite = np.isfinite(pair_magnitude(x64, ROTARY_DIM, interleaved))
+                finite = np.isfinite(_pair_magnitude(x64, ROTARY_DIM, interleaved))
                 oracle = np.where(finite, _oracle(x64, positions, interleaved), 0.0)
                 x_finite = np.where(finite, x64, 0.0)
                 ulps = partial(
-                    max_ulp_error, dtype=dtype, rotary_dim=ROTARY_DIM, interleaved=interleaved
+                    _max_ulp_error, dtype=dtype, rotary_dim=ROTARY_DIM, interleaved=interleaved
                 )
                 for backend in (b for b in backends if dtype in b.dtype_names):
                     with backend.scope():
@@ -502,24 +547,3 @@ def format_rows(rows: Sequence[Row]) -> str:
         "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
         for line in (header, *lines)
     )
-
-
-def _main(argv: Sequence[str] | None = None) -> int:
-    from ._stdout import quiet_on_broken_pipe  # exit 141, without a traceback, into `| head`
-
-    def run() -> int:
-        parser = argparse.ArgumentParser(
-            prog="python -m anyrope.check",
-            description="Write the reference digests of `python -m anyrope check` (maintainers).",
-        )
-        parser.add_argument("--write-reference", metavar="PATH", required=True, type=Path)
-        args = parser.parse_args(argv)
-        write_reference(args.write_reference)
-        print(f"wrote {args.write_reference}")
-        return 0
-
-    return quiet_on_broken_pipe(run)
-
-
-if __name__ == "__main__":
-    raise SystemExit(_main())
