@@ -14,6 +14,7 @@ and, per case, anyrope's time over the copy's and over the fastest peer's; write
 from __future__ import annotations
 
 import argparse
+from dataclasses import asdict
 from pathlib import Path
 
 from anyrope.tools._benchmark import CASES, DTYPES, format_case, measure_case, write_json
@@ -49,7 +50,7 @@ def main() -> None:
                     )
     print("\nanyrope's time over the copy's and over the fastest peer's (< 1: faster)")
     print("\n".join(summary))
-    write_json(args.json, {"rounds": args.repeats, "results": [r.as_dict() for r in results]})
+    write_json(args.json, {"rounds": args.repeats, "results": [asdict(r) for r in results]})
     print(f"wrote {args.json}")
 
 
