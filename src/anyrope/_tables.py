@@ -544,7 +544,6 @@ class TableSource:
     def __init__(
         self,
         scaling: RopeScaling,
-        *,
         rotary_dim: int,
         base: float,
         amplitude: Amplitude | None = None,
@@ -688,10 +687,4 @@ def shared_source(
     max_positions: int | None = None,
 ) -> TableSource:
     """The :class:`TableSource` of these settings that this process keeps for unpickling."""
-    return TableSource(
-        scaling,
-        rotary_dim=rotary_dim,
-        base=base,
-        amplitude=amplitude,
-        max_positions=max_positions,
-    )
+    return TableSource(scaling, rotary_dim, base, amplitude, max_positions)

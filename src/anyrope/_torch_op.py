@@ -84,13 +84,7 @@ def table_source(
     """
     torch = sys.modules.get("torch")
     if torch is None or not torch.compiler.is_compiling():
-        source = TableSource(
-            scaling,
-            rotary_dim=rotary_dim,
-            base=base,
-            amplitude=amplitude,
-            max_positions=max_positions,
-        )
+        source = TableSource(scaling, rotary_dim, base, amplitude, max_positions)
         return source, register(source)
     # Dynamo would pass a dataclass on as one with its defaults: its fields go instead.
     key = _built_source(
@@ -117,13 +111,8 @@ def _built_source(
     *,
     amplitude: tuple[tuple[str, Any], ...] = (),
 ) -> int:
-    source = TableSource(
-        kind(**dict(scaling)),
-        rotary_dim=rotary_dim,
-        base=base,
-        amplitude=Amplitude(**dict(amplitude)) if amplitude else None,
-        max_positions=max_positions,
-    )
+    made = Amplitude(**dict(amplitude)) if amplitude else None
+    source = TableSource(kind(**dict(scaling)), rotary_dim, base, made, max_positions)
     key = register(source)
     _built[key] = source
     return key
@@ -284,6 +273,7 @@ def _gathered(
     import torch
     from torch.utils._python_dispatch import _disable_current_modes
 
+    from ._layout import Axes, place_tables
     from ._paths.rotation import rotate_pairs
     from ._tables import gather_rows
 
@@ -307,7 +297,9 @@ def _gathered(
         where = values[..., None] + steps
     else:
         where = values + steps if values.ndim == 0 else values
-    c, s = (_placed(t, layout, x.ndim) for t in gather_rows(cos, sin, where, capacity, xp))
+    # Only the layout and the number of batch axes place the rows: no size is read.
+    axes = Axes(layout, (0,) * (x.ndim - 3), 0, 0, 0)
+    c, s = (place_tables(t, axes, xp) for t in gather_rows(cos, sin, where, capacity, xp))
     rotary_dim = source.rotary_dim
     return [
         rotate_pairs(
@@ -315,17 +307,6 @@ def _gathered(
         )
         for y in arrays
     ]
-
-
-def _placed(table: Array, layout: str, ndim: int) -> Array:
-    """Gathered rows ``(*batch', seq, pairs)`` shaped to broadcast against an input of
-    ``ndim`` axes in ``layout``."""
-    if layout == "bshd":
-        return table.unsqueeze(-2)
-    if layout == "bhsd":
-        return table.unsqueeze(-3)
-    table = table[(None,) * (ndim - 1 - table.ndim)]
-    return table.movedim(-2, 0).unsqueeze(-2)
 
 
 def _rotate_shards(target: Target, call: Call) -> tuple[Array, ...]:
@@ -501,18 +482,9 @@ def _define(torch: Any) -> None:
             )
             for x in arrays
         )
-        call = Call(
-            stand_ins,
-            _NAMES[len(arrays)],
-            None,
-            None,
-            # A packed (total_tokens, heads, head_dim) array reads as one bshd sequence.
-            "bshd" if layout == "thd" else layout,
-            False,
-            False,
-            impl,
-            None,
-        )
+        # A packed (total_tokens, heads, head_dim) array reads as one bshd sequence.
+        layout = "bshd" if layout == "thd" else layout
+        call = Call(stand_ins, _NAMES[len(arrays)], None, None, layout, False, False, impl, None)
         plan = make_plan(_source(keys[0]), call, head_dim=head_dim, interleaved=interleaved)
         choose(impl, plan)
 
