@@ -32,7 +32,9 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
+from ._call import Call
 from ._namespace import Array, Namespace
+from ._offsets import Offsets
 
 
 def is_traced(x: Array) -> bool:
@@ -62,30 +64,32 @@ def outside_trace(xp: Namespace) -> contextlib.AbstractContextManager[Any]:
     return evaluate
 
 
-def on_host(
-    arrays: tuple[Array, ...], positions: object, cu_seqlens: object = None
-) -> tuple[tuple[np.ndarray[Any, Any], ...], object, object] | None:
-    """NumPy views of concrete JAX CPU ``arrays``, ``positions`` and ``cu_seqlens``,
-    else ``None``.
+def on_host(call: Call) -> Call | None:
+    """``call`` on NumPy views of its concrete JAX CPU arrays, positions (or
+    :class:`~anyrope.Offsets` of them) and ``cu_seqlens``, planned without ``xp``; else
+    ``None``.
 
-    ``None`` when anything is traced, lives on another device, or ``positions`` or
-    ``cu_seqlens`` is an array of another library (the JAX path then says so).
+    ``None`` when anything is traced, lives on another device, or the positions or
+    ``cu_seqlens`` are an array of another library (the JAX path then says so).
     """
     import jax
 
+    arrays, offsets = call.arrays, isinstance(call.positions, Offsets)
     if any(isinstance(x, jax.core.Tracer) for x in arrays):
         return None
     if any(device.platform != "cpu" for x in arrays for device in x.devices()):
         return None
     host: list[object] = []
-    for value in (positions, cu_seqlens):
+    for value in (call.positions.values if offsets else call.positions, call.cu_seqlens):
         if value is None or isinstance(value, int):
             host.append(value)
         elif array_api_compat.is_jax_array(value) and not is_traced(value):
             host.append(np.asarray(value))
         else:
             return None
-    return tuple(np.asarray(x) for x in arrays), host[0], host[1]
+    positions = Offsets(host[0]) if offsets else host[0]
+    arrays = tuple(np.asarray(x) for x in arrays)
+    return call._replace(arrays=arrays, positions=positions, cu_seqlens=host[1], xp=None)
 
 
 def back_to_jax(results: tuple[Array, ...], *, like: tuple[Array, ...]) -> tuple[Array, ...]:

@@ -19,7 +19,6 @@ import numpy as np
 
 from ._call import Call
 from ._namespace import Array, namespace_of
-from ._offsets import Offsets
 from ._paths import Path, choose, lazy_path
 from ._plan import Plan, make_plan, with_tables
 from ._tables import TableSource
@@ -207,17 +206,4 @@ def _jax_on_host(call: Call) -> Call | None:
     namespace_of(*arrays, xp=call.xp, argument=call.names)
     from ._jax import on_host
 
-    positions = call.positions
-    offsets = isinstance(positions, Offsets)
-    if isinstance(positions, Offsets):
-        positions = positions.values
-    host = on_host(arrays, positions, call.cu_seqlens)
-    if host is None:
-        return None
-    arrays, positions, cu_seqlens = host
-    return call._replace(
-        arrays=arrays,
-        positions=Offsets(positions) if offsets else positions,
-        cu_seqlens=cu_seqlens,
-        xp=None,
-    )
+    return on_host(call)

@@ -10,6 +10,7 @@ are, the positions of each stream, the flags and the namespace; once a path is c
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +22,7 @@ import numpy as np
 from ._call import Call
 from ._jax import outside_trace
 from ._layout import Axes, axes_of, place_tables, range_table_shape
-from ._memory import Extent, extent, has_internal_overlap, may_overlap
+from ._memory import extent, has_internal_overlap, may_overlap
 from ._mrope import join_sections, resolve_streams
 from ._namespace import (
     Array,
@@ -288,27 +289,15 @@ def _positions(
     M-RoPE with ``None`` or an offset (an int or a 0-d integer array) is text only, i.e.
     ordinary RoPE.
     """
-    sections = source.sections
+    sections, batch, seq = source.sections, axes.batch, axes.seq
     if sections is None or not (source.axial or getattr(positions, "ndim", 0) != 0):
         streams = [
-            resolve_positions(
-                positions,
-                xp,
-                x,
-                axes.batch,
-                axes.seq,
-                unread_bound=source.unread_bound,
-            )
+            resolve_positions(positions, xp, x, batch, seq, unread_bound=source.unread_bound)
         ]
     else:
+        kind, count = ("axial" if source.axial else "mrope"), len(sections)
         streams = resolve_streams(
-            positions,
-            kind="axial" if source.axial else "mrope",
-            count=len(sections),
-            xp=xp,
-            x=x,
-            batch=axes.batch,
-            seq=axes.seq,
+            positions, kind=kind, count=count, xp=xp, x=x, batch=batch, seq=seq
         )
     unknown = [stream for stream in streams if stream.traced or stream.unread]
     if source.depends_on_length and unknown:
@@ -397,23 +386,17 @@ def _check_writable(
             )
     if again and len(arrays) == 1:
         return
-    extents = [extent(x) for x in arrays]
-    for e, name in zip(extents, names, strict=True):
+    extents = [(extent(x), name) for x, name in zip(arrays, names, strict=True)]
+    for e, name in extents:
         if not again and e is not None and has_internal_overlap(e):
             raise ValueError(
                 f"`inplace`=True needs arrays whose elements do not overlap; `{name}` is a "
                 f"broadcast or overlapping view (shape {e.shape}, byte strides {e.strides})"
             )
-    _check_apart(extents, names)
-
-
-def _check_apart(extents: list[Extent | None], names: tuple[str, ...]) -> None:
-    """Refuse two arrays that share memory: their shared elements would be rotated twice."""
-    for i in range(len(extents)):
-        for j in range(i + 1, len(extents)):
-            a, b = extents[i], extents[j]
-            if a is not None and b is not None and may_overlap(a, b):
-                raise ValueError(
-                    f"`inplace`=True needs `{names[i]}` and `{names[j]}` in separate memory; "
-                    "they share elements, which would be rotated twice"
-                )
+    # Two arrays that share memory would have their shared elements rotated twice.
+    for (a, first), (b, second) in itertools.combinations(extents, 2):
+        if a is not None and b is not None and may_overlap(a, b):
+            raise ValueError(
+                f"`inplace`=True needs `{first}` and `{second}` in separate memory; "
+                "they share elements, which would be rotated twice"
+            )

@@ -413,26 +413,11 @@ def _define(torch: Any) -> None:
         per_row: bool,
         head_dim: int,
         interleaved: bool,
-        layout: str,
-        inverse: bool,
-        inplace: bool,
-        impl: str,
-        adjoint: bool = False,
+        **options: Any,
     ) -> tuple[Array, ...]:
-        if positions is not None:
-            positions = Offsets(positions) if per_row else positions
-        call = Call(
-            tuple(arrays),
-            _NAMES[len(arrays)],
-            offset if positions is None else positions,
-            cu_seqlens,
-            layout,
-            inverse,
-            inplace,
-            impl,
-            None,
-            adjoint,
-        )
+        # The other options (layout, inverse, inplace, impl, adjoint) are the call's.
+        where = offset if positions is None else Offsets(positions) if per_row else positions
+        call = Call(tuple(arrays), _NAMES[len(arrays)], where, cu_seqlens, xp=None, **options)
         # One key per array, or one for every array.
         sources = tuple(map(_source, keys)) * (len(arrays) if len(keys) == 1 else 1)
         return _pipeline.rotate_each(sources, call, head_dim=head_dim, interleaved=interleaved)
