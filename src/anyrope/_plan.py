@@ -141,13 +141,11 @@ def make_plan(source: TableSource, call: Call, *, head_dim: int, interleaved: bo
     """
     arrays, names, positions, cu_seqlens, layout, inverse, inplace, _, xp, adjoint = call
     xp = namespace_of(*arrays, xp=xp, argument=names)
-    torch = array_api_compat.is_torch_array(arrays[0])
-    if torch:
-        from ._torch import check_tensor, resolved
+    requires_grad = False
+    if array_api_compat.is_torch_array(arrays[0]):
+        from ._torch import checked
 
-        for x, name in zip(arrays, names, strict=True):
-            check_tensor(x, name)
-        arrays = tuple(resolved(x, inplace=inplace) for x in arrays)
+        arrays, requires_grad = checked(arrays, names, inplace=inplace)
     if layout == "thd":
         # A packed batch is one sequence whose positions restart at each cu_seqlens entry.
         with outside_trace(xp):
@@ -162,11 +160,6 @@ def make_plan(source: TableSource, call: Call, *, head_dim: int, interleaved: bo
     # Concrete positions stay concrete inside a jax.jit trace: read, checked, constants.
     with outside_trace(xp):
         where = _positions(source, positions, xp, arrays[0], axes[0])
-    requires_grad = False
-    if torch:
-        from ._torch import requires_grad as torch_requires_grad
-
-        requires_grad = torch_requires_grad(arrays)
     unread = any(stream.unread for stream in where)
     return Plan(
         arrays=arrays,

@@ -652,11 +652,8 @@ class TableSource:
     @property
     def nbytes(self) -> int:
         """Bytes held by every cached table of this source."""
-        return (
-            self.default.nbytes
-            + sum(cache.nbytes for cache in list(self._buckets.values()))
-            + sum(block.nbytes for block in list(self._ahead.values()))
-        )
+        caches = [self.default, *self._buckets.values(), *self._ahead.values()]
+        return sum(cache.nbytes for cache in caches)
 
     def clear(self) -> None:
         """Drop every cached table (they are rebuilt, with the same bits, when needed)."""

@@ -400,8 +400,6 @@ def _define(torch: Any) -> None:
     of :func:`_schema`)."""
     from . import _pipeline
     from ._layout import heads_axis
-    from ._paths import choose
-    from ._plan import make_plan
 
     def run(
         arrays: list[Array],
@@ -470,8 +468,7 @@ def _define(torch: Any) -> None:
         # A packed (total_tokens, heads, head_dim) array reads as one bshd sequence.
         layout = "bshd" if layout == "thd" else layout
         call = Call(stand_ins, _NAMES[len(arrays)], None, None, layout, False, False, impl, None)
-        plan = make_plan(_source(keys[0]), call, head_dim=head_dim, interleaved=interleaved)
-        choose(impl, plan)
+        _pipeline.path_name(_source(keys[0]), call, head_dim=head_dim, interleaved=interleaved)
 
     def rotate_fake(arrays: list[Array], *args: Any, **options: Any) -> list[Array]:
         check(arrays, *args, **options)
