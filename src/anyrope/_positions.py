@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import array_api_compat
 import numpy as np
@@ -101,6 +101,17 @@ def host_readable(values: Array) -> bool:
     if array_api_compat.is_jax_array(values):
         return not is_traced(values)
     return not array_api_compat.is_lazy_array(values)
+
+
+def host_positions(values: Array) -> np.ndarray[Any, Any]:
+    """The values of concrete positions on the host as int64, checked to lie in
+    ``[0, 2**53)`` in their own dtype (as int64, a uint64 above 2**63 would wrap)."""
+    host = to_host(values)
+    if host.size and (host.min() < 0 or host.max() >= MAX_POSITION):
+        raise ValueError(
+            f"`positions` must lie in [0, 2**53); got values in [{host.min()}, {host.max()}]"
+        )
+    return host.astype(np.int64)
 
 
 def waits_for_device(values: Array) -> bool:

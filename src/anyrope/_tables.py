@@ -22,7 +22,7 @@ from ._amplitude import Amplitude
 from ._hostmath import FAST_REDUCTION_LIMIT, sincos
 from ._jax import outside_trace
 from ._namespace import Array, Namespace, device_of, reshape_lead, to_host
-from ._positions import Positions
+from ._positions import Positions, host_positions
 from ._threads import lock
 from ._validation import MAX_POSITION
 from .scaling import RopeScaling
@@ -505,13 +505,7 @@ class TableCache:
             def checked(values: np.ndarray[Any, Any]) -> tuple[FloatArray, ...]:
                 # Out-of-range positions cannot be reported while tracing: JAX re-raises
                 # this when the compiled function runs.
-                host = values.astype(np.int64)
-                if host.size and (int(host.min()) < 0 or int(host.max()) >= MAX_POSITION):
-                    raise ValueError(
-                        "`positions` must lie in [0, 2**53); "
-                        f"got values in [{host.min()}, {host.max()}]"
-                    )
-                return self.host(host, dtype)
+                return self.host(host_positions(values), dtype)
 
             table = ((*where.array.shape, self.inv_freq.size), dtype)
             cos, sin = when_run(checked, where.array, (table, table))
