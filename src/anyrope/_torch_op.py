@@ -201,8 +201,10 @@ def rotate(target: Target, call: Call) -> tuple[Array, ...]:
     inplace = call.inplace
     exporting = torch.compiler.is_exporting() and call.cu_seqlens is None
     source = _source(keys[0]) if exporting and len(set(keys)) == 1 else None
-    if source is not None and _gathers(source):
-        rotated = _gathered(source, arrays, values, **options)
+    # An exported graph gathers the rows of tables of a fixed capacity (max_positions)
+    # whose frequencies do not depend on the length.
+    if source is not None and source.unread_bound and not source.sections:
+        rotated = _gathered(source, arrays, call, interleaved)
     elif inplace and not (torch.is_grad_enabled() and any(x.requires_grad for x in arrays)):
         ops.rotate_(list(arrays), values, call.cu_seqlens, **options)
         return whole if start else arrays
@@ -247,23 +249,8 @@ def _positions(positions: object) -> tuple[Array | None, int, bool]:
     )
 
 
-def _gathers(source: TableSource) -> bool:
-    """Whether an exported graph gathers the rows of ``source``'s tables: tables of a
-    fixed capacity (``max_positions``) whose frequencies do not depend on the length."""
-    return bool(source.max_positions) and not source.depends_on_length and not source.sections
-
-
 def _gathered(
-    source: TableSource,
-    arrays: tuple[Array, ...],
-    values: Array | None,
-    *,
-    offset: int,
-    per_row: bool,
-    layout: str,
-    interleaved: bool,
-    inverse: bool,
-    **unused: Any,
+    source: TableSource, arrays: tuple[Array, ...], call: Call, interleaved: bool
 ) -> list[Array]:
     """The rotation in plain torch ops, for ``torch.export`` and ONNX: rows of the
     capacity tables (the cached tensors, constants of the graph) gathered by the positions
@@ -277,8 +264,9 @@ def _gathered(
     from ._paths.rotation import rotate_pairs
     from ._tables import gather_rows
 
-    capacity = source.max_positions
-    assert capacity, "_gathers(source) is checked first"
+    capacity, layout, inverse = source.unread_bound, call.layout, call.inverse
+    assert capacity, "a capacity is checked first"
+    values, offset, per_row = _positions(call.positions)
     x = arrays[0]
     cache = source.default.undoing if inverse else source.default
     # The cached tables, built outside the tracer: constants of the graph. numba refuses
