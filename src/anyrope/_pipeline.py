@@ -121,12 +121,7 @@ def rotate_each(
         if key is not None and len(plan.where) == 1:
             sources[0].remember(key, plan.template())
     return tuple(
-        rotate(
-            source,
-            call.on((x,), (name,)),
-            head_dim=head_dim,
-            interleaved=interleaved,
-        )[0]
+        rotate(source, call.on((x,), (name,)), head_dim=head_dim, interleaved=interleaved)[0]
         for source, x, name in zip(sources, call.arrays, call.names, strict=True)
     )
 

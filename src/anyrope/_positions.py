@@ -196,11 +196,7 @@ def check_integer_array(values: Array, name: str, xp: Namespace, x: Array) -> No
 
 
 def _resolve_array(
-    p: Array,
-    xp: Namespace,
-    batch: tuple[int, ...],
-    seq: int,
-    unread_bound: int | None,
+    p: Array, xp: Namespace, batch: tuple[int, ...], seq: int, unread_bound: int | None
 ) -> Positions:
     target = (*batch, seq)
     if p.ndim > len(target):

@@ -89,16 +89,14 @@ def host_tables(
     for start in range(0, flat.size, rows):
         block = slice(start, start + rows)
         pair = sincos(flat[block, None] * inv_freq)
-        if attention_factor != 1.0:
-            # The tables of inverse=True: cos/a and sin/a, one float64 division each.
-            by = np.true_divide if undo else np.multiply
-            for t in pair:
-                by(t, attention_factor, out=t)
         # Far from the center an xPos amplitude leaves the float range (inf or 0, as in
         # the peers' tables); cached rows beyond a call's positions may hold such values.
         scale = None if amplitude is None else amplitude(flat[block])
         with np.errstate(over="ignore", invalid="ignore"):
             for t, out in zip(pair, (sin, cos), strict=True):
+                if attention_factor != 1.0:
+                    # The tables of inverse=True: cos/a and sin/a, one float64 division.
+                    (np.true_divide if undo else np.multiply)(t, attention_factor, out=t)
                 if scale is not None:
                     np.multiply(t, scale, out=t)
                 out[block] = t
@@ -477,14 +475,14 @@ class TableCache:
             start = max(0, min(low, MAX_POSITION - size))
             positions = np.arange(start, start + size, dtype=np.int64)
             entry = (*self.build(positions, xp, device, dtype), start)
-            self._windows.pop((library, where, dtype, start), None)
-            self._windows[(library, where, dtype, start)] = entry
-            held = sum(int(e[0].shape[0]) for e in self._windows.values()) * pairs
-            while len(self._windows) > 1 and (
-                len(self._windows) > MAX_WINDOWS or held > MAX_CACHED_ENTRIES
+            windows = self._windows
+            windows.pop((library, where, dtype, start), None)
+            windows[(library, where, dtype, start)] = entry
+            while len(windows) > 1 and (
+                len(windows) > MAX_WINDOWS
+                or sum(int(e[0].shape[0]) for e in windows.values()) * pairs > MAX_CACHED_ENTRIES
             ):
-                _, dropped = self._windows.popitem(last=False)
-                held -= int(dropped[0].shape[0]) * pairs
+                windows.popitem(last=False)
             _generation += 1
         return entry
 
