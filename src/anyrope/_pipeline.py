@@ -64,12 +64,10 @@ def rotate(
             source.remember(key, (plan.template(), path))
         return _run(path, plan, source)
     rotated = iter(())
-    if any(full):
-        subset = plan.with_arrays(
-            tuple(x for x, f in zip(arrays, full, strict=True) if f),
-            tuple(n for n, f in zip(call.names, full, strict=True) if f),
-        )
-        rotated = iter(_run(path, subset, source))
+    if any(full):  # those with elements, rotated as a call of their own
+        kept = tuple(x for x, f in zip(arrays, full, strict=True) if f)
+        names = tuple(n for n, f in zip(call.names, full, strict=True) if f)
+        rotated = iter(rotate(source, call.on(kept, names), **geometry))
     return tuple(
         next(rotated) if f else (x if call.inplace else plan.xp.asarray(x, copy=True))
         for x, f in zip(plan.arrays, full, strict=True)

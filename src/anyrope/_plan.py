@@ -118,10 +118,6 @@ class Plan:
         where = self.where if all(stream.array is None for stream in self.where) else ()
         return self._replaced(arrays=(), where=where)
 
-    def with_arrays(self, arrays: tuple[Array, ...], names: tuple[str, ...]) -> Plan:
-        """This plan for a subset of its arrays (same tokens, so the same positions)."""
-        return self._replaced(arrays=arrays, names=names, memo={})
-
     def _replaced(self, **changes: Any) -> Plan:
         # Every field was checked when this plan was made, and the callers check what
         # they change: skip the dataclass __init__ (a decode step pays for every call).
