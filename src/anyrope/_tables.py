@@ -541,11 +541,8 @@ class TableSource:
         amplitude: Amplitude | None = None,
         max_positions: int | None = None,
     ) -> None:
-        if amplitude is not None and scaling.depends_on_length:
-            raise ValueError(
-                "an xPos amplitude takes frequencies that do not depend on the length; "
-                f"got rope_type={scaling.rope_type!r}"
-            )
+        # XPos takes no scaling: its frequencies never depend on the length.
+        assert amplitude is None or not scaling.depends_on_length, scaling.rope_type
         self.scaling = scaling
         self.amplitude = amplitude
         self.rotary_dim = rotary_dim
@@ -568,10 +565,9 @@ class TableSource:
         self._buckets: OrderedDict[int, TableCache] = OrderedDict()
         self._every_length = scaling.frequencies_change_with_every_length
         self._ahead: OrderedDict[int, TableCache] = OrderedDict()
-        self._recent: TableCache | None = None
-        """The block of the latest length past the context (the next token's, usually)."""
-        self._last: tuple[int, TableCache] | None = None
-        """The latest length past the context and its tables."""
+        self._last: TableCache | None = None
+        """The cache of the latest length past the context; its block holds the next
+        token's, usually."""
         self._lock = lock()
         self.plans: dict[Hashable, Any] = {}
         """Plans of earlier calls by their geometry, for the pipeline to reuse."""
@@ -612,17 +608,16 @@ class TableSource:
         layers of one token share its cache.
         """
         last = self._last
-        if last is not None and last[0] == stop:
-            return last[1]
-        block = self._recent
+        if last is not None and last.position == stop - 1:
+            return last
+        block = None if last is None else last.block
         if block is None or not _holds(block, stop):
             with self._lock:
                 # The newest first: the next token's. A few blocks are kept: decoding again
                 # from an earlier token (a new sample, a beam) finds its block still there.
                 kept = (b for b in reversed(self._ahead.values()) if _holds(b, stop))
-                block = self._recent = next(kept, None) or self._block(stop)
-        cache = block.length(stop)
-        self._last = (stop, cache)
+                block = next(kept, None) or self._block(stop)
+        cache = self._last = block.length(stop)
         return cache
 
     def _block(self, stop: int) -> TableCache:
@@ -652,7 +647,7 @@ class TableSource:
         with self._lock:
             self._buckets.clear()
             self._ahead.clear()
-            self._recent = self._last = None
+            self._last = None
             self.plans.clear()
         self.default.clear()
 
