@@ -33,7 +33,7 @@ import array_api_compat
 import numpy as np
 
 from ._call import Call
-from ._namespace import Array, Namespace
+from ._namespace import Array, Namespace, namespace_of
 from ._offsets import Offsets
 
 
@@ -65,16 +65,25 @@ def outside_trace(xp: Namespace) -> contextlib.AbstractContextManager[Any]:
 
 
 def on_host(call: Call) -> Call | None:
-    """``call`` on NumPy views of its concrete JAX CPU arrays, positions (or
-    :class:`~anyrope.Offsets` of them) and ``cu_seqlens``, planned without ``xp``; else
-    ``None``.
+    """``call`` on NumPy views of its concrete JAX CPU arrays, which XLA would flush to
+    zero when subnormal, and of its positions (or :class:`~anyrope.Offsets` of them) and
+    ``cu_seqlens``, planned without ``xp``; ``None`` for everything else.
 
-    ``None`` when anything is traced, lives on another device, or the positions or
+    ``None`` for other libraries, in place, an ``impl`` other than the NumPy route's,
+    or when anything is traced, lives on another device, or the positions or
     ``cu_seqlens`` are an array of another library (the JAX path then says so).
     """
+    arrays, offsets = call.arrays, isinstance(call.positions, Offsets)
+    if (
+        not array_api_compat.is_jax_array(arrays[0])
+        or call.inplace
+        or call.impl not in ("auto", "array_api")
+    ):
+        return None
+    # Each array is asked for its devices.
+    namespace_of(*arrays, xp=call.xp, argument=call.names)
     import jax
 
-    arrays, offsets = call.arrays, isinstance(call.positions, Offsets)
     if any(isinstance(x, jax.core.Tracer) for x in arrays):
         return None
     if any(device.platform != "cpu" for x in arrays for device in x.devices()):

@@ -14,10 +14,10 @@ import sys
 from collections.abc import Hashable
 from typing import Any
 
-import array_api_compat
 import numpy as np
 
 from ._call import Call
+from ._jax import back_to_jax, on_host
 from ._namespace import Array, namespace_of
 from ._paths import Path, choose, lazy_path
 from ._plan import Plan, make_plan, with_tables
@@ -39,10 +39,8 @@ def rotate(
         plan, path = known
         return _run(path, plan.for_call(arrays, positions), source)
     geometry: dict[str, Any] = {"head_dim": head_dim, "interleaved": interleaved}
-    host = _jax_on_host(call)
+    host = on_host(call)
     if host is not None:
-        from ._jax import back_to_jax
-
         try:
             results = rotate(source, host, **geometry)
         except (TypeError, ValueError) as error:
@@ -180,23 +178,6 @@ def path_name(source: TableSource, call: Call, *, head_dim: int, interleaved: bo
     if lazy is not None:
         namespace_of(*call.arrays, xp=call.xp, argument=call.names)
         call = call._replace(arrays=tuple(map(lazy.block_like, call.arrays)), xp=None)
-    call = _jax_on_host(call) or call
+    call = on_host(call) or call
     plan = make_plan(source, call, head_dim=head_dim, interleaved=interleaved)
     return str(choose(call.impl, plan).NAME)
-
-
-def _jax_on_host(call: Call) -> Call | None:
-    """``call`` on NumPy views of eager JAX arrays on the CPU, which XLA would flush to
-    zero when subnormal; ``None`` for everything else."""
-    arrays = call.arrays
-    if (
-        not array_api_compat.is_jax_array(arrays[0])
-        or call.inplace
-        or call.impl not in ("auto", "array_api")
-    ):
-        return None
-    # The views are planned without `xp`, and each array is asked for its devices.
-    namespace_of(*arrays, xp=call.xp, argument=call.names)
-    from ._jax import on_host
-
-    return on_host(call)

@@ -327,14 +327,12 @@ def _rotate_shards(target: Target, call: Call) -> tuple[Array, ...]:
     if isinstance(positions, DTensor):
         positions = positions.full_tensor()
     # Anything else is refused by the call on the shards.
-    if positions is None or isinstance(positions, int):
-        positions = (positions or 0) + shift
-    elif isinstance(positions, Offsets):
+    if isinstance(positions, Offsets):
         positions = Offsets(_rows(positions.values, rows) + shift)
     elif isinstance(positions, torch.Tensor) and positions.ndim:
         positions = _rows(positions[..., shift : shift + seq], rows, skip=1)
-    elif isinstance(positions, torch.Tensor):
-        positions = positions + shift
+    elif positions is None or isinstance(positions, (int, torch.Tensor)):
+        positions = (0 if positions is None else positions) + shift
     shards = tuple(x.to_local() for x in arrays)
     rotated = rotate(target, call._replace(arrays=shards, positions=positions))
     if call.inplace:
