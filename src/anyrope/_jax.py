@@ -73,7 +73,7 @@ def on_host(call: Call) -> Call | None:
     or when anything is traced, lives on another device, or the positions or
     ``cu_seqlens`` are an array of another library (the JAX path then says so).
     """
-    arrays, offsets = call.arrays, isinstance(call.positions, Offsets)
+    arrays, positions = call.arrays, call.positions
     if (
         not array_api_compat.is_jax_array(arrays[0])
         or call.inplace
@@ -89,7 +89,11 @@ def on_host(call: Call) -> Call | None:
     if any(device.platform != "cpu" for x in arrays for device in x.devices()):
         return None
     host: list[object] = []
-    for value in (call.positions.values if offsets else call.positions, call.cu_seqlens):
+    offsets = isinstance(positions, Offsets)
+    for value in (
+        positions.values if isinstance(positions, Offsets) else positions,
+        call.cu_seqlens,
+    ):
         if value is None or isinstance(value, int):
             host.append(value)
         elif array_api_compat.is_jax_array(value) and not is_traced(value):

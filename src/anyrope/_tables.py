@@ -223,7 +223,7 @@ def _moved(tables: tuple[FloatArray, ...], xp: Namespace, device: Any) -> tuple[
 
 def _holds(block: TableCache, stop: int) -> bool:
     """Whether the length ``stop`` is one of those of ``block``."""
-    return block.first < stop <= block.first + len(block.inv_freq)
+    return block.first < stop <= block.first + block.inv_freq.shape[0]
 
 
 class TableCache:
@@ -244,6 +244,9 @@ class TableCache:
     frequencies.
     """
 
+    _tables: dict[tuple[str, str, np.dtype[Any]], tuple[Array, Array, int]]
+    _wide: dict[tuple[str, str, np.dtype[Any], bool], tuple[Array, Array, int]]
+
     def __init__(
         self,
         inv_freq: FloatArray,
@@ -254,6 +257,8 @@ class TableCache:
         capacity: int = 0,
         ahead: tuple[FloatArray, ...] = (),
         first: int = 0,
+        block: TableCache | None = None,
+        position: int = -1,
     ) -> None:
         self.inv_freq = inv_freq
         self.attention_factor = attention_factor
@@ -263,22 +268,23 @@ class TableCache:
         self.capacity = capacity
         """Rows built at once, at the first use on a device (``max_positions``), even
         beyond :data:`MAX_CACHED_ENTRIES`; 0 for none."""
-        self.ahead = ahead
+        self.block = block
+        """The block whose tables serve the one :attr:`position` of a length's cache: its
+        rows, tables, wide tables and lock are the block's."""
+        self.ahead = ahead if block is None else block.ahead
         """A block's host rows ``(cos, sin)``, float64 (empty for any other cache)."""
-        self.first = first
+        self.first = first if block is None else block.first
         """The position of row 0 of the cached tables."""
-        self.block: TableCache | None = None
-        """The block whose tables serve the one :attr:`position` of a length's cache."""
-        self.position = -1
+        self.position = position
         """The one position a length's cache serves from its block (-1 for others)."""
-        self._tables: dict[tuple[str, str, np.dtype[Any]], tuple[Array, Array, int]] = {}
-        self._wide: dict[tuple[str, str, np.dtype[Any], bool], tuple[Array, Array, int]] = {}
+        self._tables = {} if block is None else block._tables
+        self._wide = {} if block is None else block._wide
         self._windows: OrderedDict[tuple[str, str, np.dtype[Any], int], Window] = OrderedDict()
         self._reach = MIN_CACHED_ROWS
         """Rows of the largest tables from position 0 built so far (at least
         :data:`MIN_CACHED_ROWS`): calls that start within them grow them (see
         :meth:`covers`)."""
-        self._lock = lock()
+        self._lock = lock() if block is None else block._lock
 
     @property
     def nbytes(self) -> int:
@@ -324,9 +330,8 @@ class TableCache:
     def length(self, stop: int) -> TableCache:
         """The cache of the length ``stop``, one of this block's: its frequencies, and its
         last position served from the block's tables (one decoding step)."""
-        cache = TableCache(self.inv_freq[stop - 1 - self.first], self.attention_factor)
-        cache.block, cache.first, cache.position = self, self.first, stop - 1
-        return cache
+        freq, factor = self.inv_freq[stop - 1 - self.first], self.attention_factor
+        return TableCache(freq, factor, block=self, position=stop - 1)
 
     def covers(self, where: Positions) -> bool:
         """Whether the cached tables serve ``where`` (concrete positions): positions
@@ -353,7 +358,7 @@ class TableCache:
         block = self.block
         if block is not None and positions.size and (positions == self.position).all():
             # The row computed ahead (TableSource._block), for every position asked.
-            return tuple(t[positions - self.first].astype(dtype) for t in block.ahead)
+            return tuple(t[positions - self.first].astype(dtype) for t in self.ahead)
         return host_tables(
             self.inv_freq,
             positions,
@@ -375,8 +380,6 @@ class TableCache:
         """Tables covering at least positions :attr:`first` ``.. stop-1`` on ``device``
         (a length's cache: its block's tables, of which it serves row ``stop - 1 - first``).
         """
-        if self.block is not None:
-            return self.block.get(stop, xp, device, dtype)
 
         def grown() -> tuple[Array, Array, int]:
             if self.ahead:  # a block: its rows as computed, rounded once
@@ -396,8 +399,6 @@ class TableCache:
         self, stop: int, xp: Namespace, device: Any, dtype: np.dtype[Any], interleaved: bool
     ) -> tuple[Array, Array]:
         """:func:`widen` of :meth:`get`, cached (a length's cache: its block's)."""
-        if self.block is not None:
-            return self.block.get_wide(stop, xp, device, dtype, interleaved)
         cos, sin = self.get(stop, xp, device, dtype)
         key = (xp.__name__, str(device), dtype, interleaved)
         rows = int(cos.shape[0])

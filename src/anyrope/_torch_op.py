@@ -234,10 +234,8 @@ def rotate_qkv(target: Target, call: Call, num_heads_q: int | None) -> Array:
 
 def _positions(positions: object) -> tuple[Array | None, int, bool]:
     """``positions`` as the op takes them: ``(tensor or None, offset, per_row)``."""
-    if positions is None:
-        return None, 0, False
-    if type(positions) is int:
-        return None, positions, False
+    if positions is None or type(positions) is int:
+        return None, 0 if positions is None else positions, False
     if isinstance(positions, Offsets):
         return positions.values, 0, True
     torch = sys.modules["torch"]
