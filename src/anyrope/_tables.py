@@ -223,7 +223,7 @@ def _moved(tables: tuple[FloatArray, ...], xp: Namespace, device: Any) -> tuple[
 
 def _holds(block: TableCache, stop: int) -> bool:
     """Whether the length ``stop`` is one of those of ``block``."""
-    return block.first < stop <= block.first + block.inv_freq.shape[0]
+    return block.first < stop <= block.first + int(block.inv_freq.shape[0])
 
 
 class TableCache:
@@ -246,6 +246,7 @@ class TableCache:
 
     _tables: dict[tuple[str, str, np.dtype[Any]], tuple[Array, Array, int]]
     _wide: dict[tuple[str, str, np.dtype[Any], bool], tuple[Array, Array, int]]
+    _lock: Any
 
     def __init__(
         self,
@@ -271,9 +272,9 @@ class TableCache:
         self.block = block
         """The block whose tables serve the one :attr:`position` of a length's cache: its
         rows, tables, wide tables and lock are the block's."""
-        self.ahead = ahead if block is None else block.ahead
+        self.ahead: tuple[FloatArray, ...] = ahead if block is None else block.ahead
         """A block's host rows ``(cos, sin)``, float64 (empty for any other cache)."""
-        self.first = first if block is None else block.first
+        self.first: int = first if block is None else block.first
         """The position of row 0 of the cached tables."""
         self.position = position
         """The one position a length's cache serves from its block (-1 for others)."""
