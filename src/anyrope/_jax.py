@@ -32,7 +32,9 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
-from ._namespace import Array, Namespace
+from ._call import Call
+from ._namespace import Array, Namespace, namespace_of
+from ._offsets import Offsets
 
 
 def is_traced(x: Array) -> bool:
@@ -62,15 +64,24 @@ def outside_trace(xp: Namespace) -> contextlib.AbstractContextManager[Any]:
     return evaluate
 
 
-def on_host(
-    arrays: tuple[Array, ...], positions: object, cu_seqlens: object = None
-) -> tuple[tuple[np.ndarray[Any, Any], ...], object, object] | None:
-    """NumPy views of concrete JAX CPU ``arrays``, ``positions`` and ``cu_seqlens``,
-    else ``None``.
+def on_host(call: Call) -> Call | None:
+    """``call`` on NumPy views of its concrete JAX CPU arrays, which XLA would flush to
+    zero when subnormal, and of its positions (or :class:`~anyrope.Offsets` of them) and
+    ``cu_seqlens``, planned without ``xp``; ``None`` for everything else.
 
-    ``None`` when anything is traced, lives on another device, or ``positions`` or
-    ``cu_seqlens`` is an array of another library (the JAX path then says so).
+    ``None`` for other libraries, in place, an ``impl`` other than the NumPy route's,
+    or when anything is traced, lives on another device, or the positions or
+    ``cu_seqlens`` are an array of another library (the JAX path then says so).
     """
+    arrays, positions = call.arrays, call.positions
+    if (
+        not array_api_compat.is_jax_array(arrays[0])
+        or call.inplace
+        or call.impl not in ("auto", "array_api")
+    ):
+        return None
+    # Each array is asked for its devices.
+    namespace_of(*arrays, xp=call.xp, argument=call.names)
     import jax
 
     if any(isinstance(x, jax.core.Tracer) for x in arrays):
@@ -78,14 +89,20 @@ def on_host(
     if any(device.platform != "cpu" for x in arrays for device in x.devices()):
         return None
     host: list[object] = []
-    for value in (positions, cu_seqlens):
+    offsets = isinstance(positions, Offsets)
+    for value in (
+        positions.values if isinstance(positions, Offsets) else positions,
+        call.cu_seqlens,
+    ):
         if value is None or isinstance(value, int):
             host.append(value)
         elif array_api_compat.is_jax_array(value) and not is_traced(value):
             host.append(np.asarray(value))
         else:
             return None
-    return tuple(np.asarray(x) for x in arrays), host[0], host[1]
+    positions = Offsets(host[0]) if offsets else host[0]
+    arrays = tuple(np.asarray(x) for x in arrays)
+    return call._replace(arrays=arrays, positions=positions, cu_seqlens=host[1], xp=None)
 
 
 def back_to_jax(results: tuple[Array, ...], *, like: tuple[Array, ...]) -> tuple[Array, ...]:

@@ -34,11 +34,10 @@ def extent(x: Array) -> Extent | None:
         return Extent(
             int(x.data_ptr()), tuple(x.shape), tuple(int(s) * size for s in x.stride()), size
         )
-    if array_api_compat.is_cupy_array(x):
-        return Extent(int(x.data.ptr), tuple(x.shape), tuple(x.strides), int(x.dtype.itemsize))
-    if isinstance(x, np.ndarray):
-        ptr = int(x.__array_interface__["data"][0])
-        return Extent(ptr, tuple(x.shape), tuple(x.strides), int(x.dtype.itemsize))
+    numpy = isinstance(x, np.ndarray)
+    if numpy or array_api_compat.is_cupy_array(x):
+        ptr = x.__array_interface__["data"][0] if numpy else x.data.ptr
+        return Extent(int(ptr), tuple(x.shape), tuple(x.strides), int(x.dtype.itemsize))
     return None
 
 

@@ -14,12 +14,11 @@ import sys
 from collections.abc import Hashable
 from typing import Any
 
-import array_api_compat
 import numpy as np
 
 from ._call import Call
+from ._jax import back_to_jax, on_host
 from ._namespace import Array, namespace_of
-from ._offsets import Offsets
 from ._paths import Path, choose, lazy_path
 from ._plan import Plan, make_plan, with_tables
 from ._tables import TableSource
@@ -40,10 +39,8 @@ def rotate(
         plan, path = known
         return _run(path, plan.for_call(arrays, positions), source)
     geometry: dict[str, Any] = {"head_dim": head_dim, "interleaved": interleaved}
-    host = _jax_on_host(call)
+    host = on_host(call)
     if host is not None:
-        from ._jax import back_to_jax
-
         try:
             results = rotate(source, host, **geometry)
         except (TypeError, ValueError) as error:
@@ -65,12 +62,10 @@ def rotate(
             source.remember(key, (plan.template(), path))
         return _run(path, plan, source)
     rotated = iter(())
-    if any(full):
-        subset = plan.with_arrays(
-            tuple(x for x, f in zip(arrays, full, strict=True) if f),
-            tuple(n for n, f in zip(call.names, full, strict=True) if f),
-        )
-        rotated = iter(_run(path, subset, source))
+    if any(full):  # those with elements, rotated as a call of their own
+        kept = tuple(x for x, f in zip(arrays, full, strict=True) if f)
+        names = tuple(n for n, f in zip(call.names, full, strict=True) if f)
+        rotated = iter(rotate(source, call.on(kept, names), **geometry))
     return tuple(
         next(rotated) if f else (x if call.inplace else plan.xp.asarray(x, copy=True))
         for x, f in zip(plan.arrays, full, strict=True)
@@ -122,12 +117,7 @@ def rotate_each(
         if key is not None and len(plan.where) == 1:
             sources[0].remember(key, plan.template())
     return tuple(
-        rotate(
-            source,
-            call.on((x,), (name,)),
-            head_dim=head_dim,
-            interleaved=interleaved,
-        )[0]
+        rotate(source, call.on((x,), (name,)), head_dim=head_dim, interleaved=interleaved)[0]
         for source, x, name in zip(sources, call.arrays, call.names, strict=True)
     )
 
@@ -188,36 +178,6 @@ def path_name(source: TableSource, call: Call, *, head_dim: int, interleaved: bo
     if lazy is not None:
         namespace_of(*call.arrays, xp=call.xp, argument=call.names)
         call = call._replace(arrays=tuple(map(lazy.block_like, call.arrays)), xp=None)
-    call = _jax_on_host(call) or call
+    call = on_host(call) or call
     plan = make_plan(source, call, head_dim=head_dim, interleaved=interleaved)
     return str(choose(call.impl, plan).NAME)
-
-
-def _jax_on_host(call: Call) -> Call | None:
-    """``call`` on NumPy views of eager JAX arrays on the CPU, which XLA would flush to
-    zero when subnormal; ``None`` for everything else."""
-    arrays = call.arrays
-    if (
-        not array_api_compat.is_jax_array(arrays[0])
-        or call.inplace
-        or call.impl not in ("auto", "array_api")
-    ):
-        return None
-    # The views are planned without `xp`, and each array is asked for its devices.
-    namespace_of(*arrays, xp=call.xp, argument=call.names)
-    from ._jax import on_host
-
-    positions = call.positions
-    offsets = isinstance(positions, Offsets)
-    if isinstance(positions, Offsets):
-        positions = positions.values
-    host = on_host(arrays, positions, call.cu_seqlens)
-    if host is None:
-        return None
-    arrays, positions, cu_seqlens = host
-    return call._replace(
-        arrays=arrays,
-        positions=Offsets(positions) if offsets else positions,
-        cu_seqlens=cu_seqlens,
-        xp=None,
-    )

@@ -10,6 +10,7 @@ are, the positions of each stream, the flags and the namespace; once a path is c
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +22,7 @@ import numpy as np
 from ._call import Call
 from ._jax import outside_trace
 from ._layout import Axes, axes_of, place_tables, range_table_shape
-from ._memory import Extent, extent, has_internal_overlap, may_overlap
+from ._memory import extent, has_internal_overlap, may_overlap
 from ._mrope import join_sections, resolve_streams
 from ._namespace import (
     Array,
@@ -117,10 +118,6 @@ class Plan:
         where = self.where if all(stream.array is None for stream in self.where) else ()
         return self._replaced(arrays=(), where=where)
 
-    def with_arrays(self, arrays: tuple[Array, ...], names: tuple[str, ...]) -> Plan:
-        """This plan for a subset of its arrays (same tokens, so the same positions)."""
-        return self._replaced(arrays=arrays, names=names, memo={})
-
     def _replaced(self, **changes: Any) -> Plan:
         # Every field was checked when this plan was made, and the callers check what
         # they change: skip the dataclass __init__ (a decode step pays for every call).
@@ -140,13 +137,11 @@ def make_plan(source: TableSource, call: Call, *, head_dim: int, interleaved: bo
     """
     arrays, names, positions, cu_seqlens, layout, inverse, inplace, _, xp, adjoint = call
     xp = namespace_of(*arrays, xp=xp, argument=names)
-    torch = array_api_compat.is_torch_array(arrays[0])
-    if torch:
-        from ._torch import check_tensor, resolved
+    requires_grad = False
+    if array_api_compat.is_torch_array(arrays[0]):
+        from ._torch import checked
 
-        for x, name in zip(arrays, names, strict=True):
-            check_tensor(x, name)
-        arrays = tuple(resolved(x, inplace=inplace) for x in arrays)
+        arrays, requires_grad = checked(arrays, names, inplace=inplace)
     if layout == "thd":
         # A packed batch is one sequence whose positions restart at each cu_seqlens entry.
         with outside_trace(xp):
@@ -161,11 +156,6 @@ def make_plan(source: TableSource, call: Call, *, head_dim: int, interleaved: bo
     # Concrete positions stay concrete inside a jax.jit trace: read, checked, constants.
     with outside_trace(xp):
         where = _positions(source, positions, xp, arrays[0], axes[0])
-    requires_grad = False
-    if torch:
-        from ._torch import requires_grad as torch_requires_grad
-
-        requires_grad = torch_requires_grad(arrays)
     unread = any(stream.unread for stream in where)
     return Plan(
         arrays=arrays,
@@ -288,27 +278,15 @@ def _positions(
     M-RoPE with ``None`` or an offset (an int or a 0-d integer array) is text only, i.e.
     ordinary RoPE.
     """
-    sections = source.sections
+    sections, batch, seq = source.sections, axes.batch, axes.seq
     if sections is None or not (source.axial or getattr(positions, "ndim", 0) != 0):
         streams = [
-            resolve_positions(
-                positions,
-                xp,
-                x,
-                axes.batch,
-                axes.seq,
-                unread_bound=source.unread_bound,
-            )
+            resolve_positions(positions, xp, x, batch, seq, unread_bound=source.unread_bound)
         ]
     else:
+        kind, count = ("axial" if source.axial else "mrope"), len(sections)
         streams = resolve_streams(
-            positions,
-            kind="axial" if source.axial else "mrope",
-            count=len(sections),
-            xp=xp,
-            x=x,
-            batch=axes.batch,
-            seq=axes.seq,
+            positions, kind=kind, count=count, xp=xp, x=x, batch=batch, seq=seq
         )
     unknown = [stream for stream in streams if stream.traced or stream.unread]
     if source.depends_on_length and unknown:
@@ -397,23 +375,17 @@ def _check_writable(
             )
     if again and len(arrays) == 1:
         return
-    extents = [extent(x) for x in arrays]
-    for e, name in zip(extents, names, strict=True):
+    extents = [(extent(x), name) for x, name in zip(arrays, names, strict=True)]
+    for e, name in extents:
         if not again and e is not None and has_internal_overlap(e):
             raise ValueError(
                 f"`inplace`=True needs arrays whose elements do not overlap; `{name}` is a "
                 f"broadcast or overlapping view (shape {e.shape}, byte strides {e.strides})"
             )
-    _check_apart(extents, names)
-
-
-def _check_apart(extents: list[Extent | None], names: tuple[str, ...]) -> None:
-    """Refuse two arrays that share memory: their shared elements would be rotated twice."""
-    for i in range(len(extents)):
-        for j in range(i + 1, len(extents)):
-            a, b = extents[i], extents[j]
-            if a is not None and b is not None and may_overlap(a, b):
-                raise ValueError(
-                    f"`inplace`=True needs `{names[i]}` and `{names[j]}` in separate memory; "
-                    "they share elements, which would be rotated twice"
-                )
+    # Two arrays that share memory would have their shared elements rotated twice.
+    for (a, first), (b, second) in itertools.combinations(extents, 2):
+        if a is not None and b is not None and may_overlap(a, b):
+            raise ValueError(
+                f"`inplace`=True needs `{first}` and `{second}` in separate memory; "
+                "they share elements, which would be rotated twice"
+            )

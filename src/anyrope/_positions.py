@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import array_api_compat
 import numpy as np
@@ -103,6 +103,17 @@ def host_readable(values: Array) -> bool:
     return not array_api_compat.is_lazy_array(values)
 
 
+def host_positions(values: Array) -> np.ndarray[Any, Any]:
+    """The values of concrete positions on the host as int64, checked to lie in
+    ``[0, 2**53)`` in their own dtype (as int64, a uint64 above 2**63 would wrap)."""
+    host = to_host(values)
+    if host.size and (host.min() < 0 or host.max() >= MAX_POSITION):
+        raise ValueError(
+            f"`positions` must lie in [0, 2**53); got values in [{host.min()}, {host.max()}]"
+        )
+    return host.astype(np.int64)
+
+
 def waits_for_device(values: Array) -> bool:
     """Whether reading ``values`` on the host waits for a device (CuPy, torch on a GPU)."""
     # By module, without importing either library (asked at every call).
@@ -185,11 +196,7 @@ def check_integer_array(values: Array, name: str, xp: Namespace, x: Array) -> No
 
 
 def _resolve_array(
-    p: Array,
-    xp: Namespace,
-    batch: tuple[int, ...],
-    seq: int,
-    unread_bound: int | None,
+    p: Array, xp: Namespace, batch: tuple[int, ...], seq: int, unread_bound: int | None
 ) -> Positions:
     target = (*batch, seq)
     if p.ndim > len(target):

@@ -26,8 +26,8 @@ from ._namespace import (
     check_namespace,
     device_of,
     namespace_of,
-    to_host,
 )
+from ._positions import host_positions
 from ._qkv import join_qkv, joint_qk, split_qkv
 from ._tables import TableSource
 from ._validation import MAX_POSITION, check_base, check_bool, check_even, check_int
@@ -649,14 +649,8 @@ class RoPE:
                 "array, or pass the traced positions to rotate or __call__ instead"
             )
         device = device_of(positions) if device is None else device
-        host = to_host(positions)
         check_dtype(xp, dtype)
-        # Checked in the positions' own dtype: as int64, a uint64 above 2**63 would wrap.
-        if host.size and (host.min() < 0 or host.max() >= 2**53):
-            raise ValueError(
-                f"`positions` must lie in [0, 2**53); got values in [{host.min()}, {host.max()}]"
-            )
-        host = host.astype(np.int64)
+        host = host_positions(positions)
         cache = self._source.for_length(int(host.max()) + 1 if host.size else 0)
         if sections is None:
             cos, sin = cache.build(host, xp, device, np.dtype(np.float64))

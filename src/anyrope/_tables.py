@@ -22,7 +22,7 @@ from ._amplitude import Amplitude
 from ._hostmath import FAST_REDUCTION_LIMIT, sincos
 from ._jax import outside_trace
 from ._namespace import Array, Namespace, device_of, reshape_lead, to_host
-from ._positions import Positions
+from ._positions import Positions, host_positions
 from ._threads import lock
 from ._validation import MAX_POSITION
 from .scaling import RopeScaling
@@ -60,7 +60,7 @@ AHEAD_BLOCKS = 4
 
 MAX_LENGTH_BUCKETS = 8
 """Frequency sets kept per table source for length-dependent scaling (LongRoPE; dynamic
-NTK keeps blocks of lengths instead); the least recently used one is dropped first."""
+NTK keeps blocks of lengths instead); the oldest one is dropped first."""
 
 BLOCK_ENTRIES = 8192
 """Entries computed per step: the host math's temporaries stay in the L1/L2 caches."""
@@ -89,16 +89,14 @@ def host_tables(
     for start in range(0, flat.size, rows):
         block = slice(start, start + rows)
         pair = sincos(flat[block, None] * inv_freq)
-        if attention_factor != 1.0:
-            # The tables of inverse=True: cos/a and sin/a, one float64 division each.
-            by = np.true_divide if undo else np.multiply
-            for t in pair:
-                by(t, attention_factor, out=t)
         # Far from the center an xPos amplitude leaves the float range (inf or 0, as in
         # the peers' tables); cached rows beyond a call's positions may hold such values.
         scale = None if amplitude is None else amplitude(flat[block])
         with np.errstate(over="ignore", invalid="ignore"):
             for t, out in zip(pair, (sin, cos), strict=True):
+                if attention_factor != 1.0:
+                    # The tables of inverse=True: cos/a and sin/a, one float64 division.
+                    (np.true_divide if undo else np.multiply)(t, attention_factor, out=t)
                 if scale is not None:
                     np.multiply(t, scale, out=t)
                 out[block] = t
@@ -176,11 +174,17 @@ def gather_rows(
     return cos, sin
 
 
-def _memo(
-    lock: Any, store: dict[Any, Any], key: Any, fits: Callable[[Any], bool], make: Callable[[], Any]
+def _memo(  # noqa: PLR0917 - where, which entry, then how it is made and kept
+    lock: Any,
+    store: dict[Any, Any],
+    key: Any,
+    fits: Callable[[Any], bool],
+    make: Callable[[], Any],
+    bound: float = math.inf,
 ) -> Any:
     """The entry of ``store`` at ``key`` if it ``fits``, else one made (under ``lock``,
-    once however many threads ask) and kept there; counted by :func:`generation`."""
+    once however many threads ask) and kept there, the oldest entries dropped past
+    ``bound``; counted by :func:`generation`."""
     global _generation  # noqa: PLW0603 - a process-wide count, read by generation()
     entry = store.get(key)
     if entry is None or not fits(entry):
@@ -189,6 +193,8 @@ def _memo(
             if entry is None or not fits(entry):
                 entry = store[key] = make()
                 _generation += 1
+                while len(store) > bound:
+                    del store[next(iter(store))]
     return entry
 
 
@@ -208,6 +214,18 @@ def _window_holds(entry: Window, low: int, stop: int) -> bool:
     return entry[2] <= low and stop <= entry[2] + entry[0].shape[0]
 
 
+def _moved(tables: tuple[FloatArray, ...], xp: Namespace, device: Any) -> tuple[Array, Array]:
+    """Host tables ``(cos, sin)`` on ``device``; concrete even inside a jax.jit trace: the
+    caches keep them past the trace."""
+    with outside_trace(xp):
+        return xp.asarray(tables[0], device=device), xp.asarray(tables[1], device=device)
+
+
+def _holds(block: TableCache, stop: int) -> bool:
+    """Whether the length ``stop`` is one of those of ``block``."""
+    return block.first < stop <= block.first + int(block.inv_freq.shape[0])
+
+
 class TableCache:
     """Device-resident tables for positions ``0 .. rows-1``, one per (library, device, dtype).
 
@@ -215,23 +233,33 @@ class TableCache:
     :data:`MAX_CACHED_ENTRIES`; beyond, a window of rows follows the calls. A lock makes
     growth safe when several threads share one source.
 
-    ``seed``: row ``row`` of an :class:`Ahead` block, the frequencies of one
-    dynamic-NTK length and the row of its last position (one decoding step). Such a
-    cache serves that one position from the block's tables (shared by the lengths of
-    the block, built once), and builds any other position asked for on the spot.
-    Row ``r`` of the tables that :meth:`get` returns is position :attr:`first` ``+ r``;
-    in a block, only the row of :attr:`position` has this cache's frequencies.
+    Dynamic NTK past the context (see :meth:`TableSource._block`): a *block* holds, in
+    ``ahead``, the host float64 rows of consecutive decoding steps, row ``r`` the position
+    :attr:`first` ``+ r`` with the frequencies of the length ``first + r + 1`` (``inv_freq``
+    has one row per length); each library, device and dtype gets them rounded and moved
+    once per block. The cache of one of its lengths (:meth:`length`) serves the last
+    position of that length from the block's tables, and builds any other position asked
+    for on the spot. Row ``r`` of the tables that :meth:`get` returns is position
+    :attr:`first` ``+ r``; in a block, only the row of :attr:`position` has this cache's
+    frequencies.
     """
+
+    _tables: dict[tuple[str, str, np.dtype[Any]], tuple[Array, Array, int]]
+    _wide: dict[tuple[str, str, np.dtype[Any], bool], tuple[Array, Array, int]]
+    _lock: Any
 
     def __init__(
         self,
         inv_freq: FloatArray,
         attention_factor: float,
         *,
-        seed: tuple[Ahead, int] | None = None,
         amplitude: Amplitude | None = None,
         undo: bool = False,
         capacity: int = 0,
+        ahead: tuple[FloatArray, ...] = (),
+        first: int = 0,
+        block: TableCache | None = None,
+        position: int = -1,
     ) -> None:
         self.inv_freq = inv_freq
         self.attention_factor = attention_factor
@@ -241,24 +269,23 @@ class TableCache:
         self.capacity = capacity
         """Rows built at once, at the first use on a device (``max_positions``), even
         beyond :data:`MAX_CACHED_ENTRIES`; 0 for none."""
-        self._seed = seed
-        self.block = None if seed is None else seed[0]
-        """The :class:`Ahead` block of a seeded cache (``None`` when unseeded)."""
-        self.first = 0 if seed is None else seed[0].start - 1
+        self.block = block
+        """The block whose tables serve the one :attr:`position` of a length's cache: its
+        rows, tables, wide tables and lock are the block's."""
+        self.ahead: tuple[FloatArray, ...] = ahead if block is None else block.ahead
+        """A block's host rows ``(cos, sin)``, float64 (empty for any other cache)."""
+        self.first: int = first if block is None else block.first
         """The position of row 0 of the cached tables."""
-        self.position = -1 if seed is None else self.first + seed[1]
-        """The one position a seeded cache serves from its block (-1 when unseeded)."""
-        self._tables: dict[tuple[str, str, np.dtype[Any]], tuple[Array, Array, int]] = {}
-        # The lengths of a block share its lock and its wide tables.
-        self._wide: dict[tuple[str, str, np.dtype[Any], bool], tuple[Array, Array, int]] = (
-            {} if seed is None else seed[0]._wide
-        )
+        self.position = position
+        """The one position a length's cache serves from its block (-1 for others)."""
+        self._tables = {} if block is None else block._tables
+        self._wide = {} if block is None else block._wide
         self._windows: OrderedDict[tuple[str, str, np.dtype[Any], int], Window] = OrderedDict()
         self._reach = MIN_CACHED_ROWS
         """Rows of the largest tables from position 0 built so far (at least
         :data:`MIN_CACHED_ROWS`): calls that start within them grow them (see
         :meth:`covers`)."""
-        self._lock = lock() if seed is None else seed[0]._lock
+        self._lock = lock() if block is None else block._lock
 
     @property
     def nbytes(self) -> int:
@@ -288,7 +315,7 @@ class TableCache:
         A rotation by ``a * R(angle)`` is undone by ``R(-angle) / a``: tables of ``cos/a``
         and ``sin/a``, divided in float64 on the host and rounded once (the path flips
         the sign of sin). With ``a == 1`` these are this cache's own tables. The
-        frequencies of a dynamic-NTK length have ``a == 1``, so a seeded cache is its
+        frequencies of a dynamic-NTK length have ``a == 1``, so a length's cache is its
         own undoing.
         """
         if self.attention_factor == 1.0 or self.undo:
@@ -301,12 +328,18 @@ class TableCache:
             capacity=self.capacity,
         )
 
+    def length(self, stop: int) -> TableCache:
+        """The cache of the length ``stop``, one of this block's: its frequencies, and its
+        last position served from the block's tables (one decoding step)."""
+        freq, factor = self.inv_freq[stop - 1 - self.first], self.attention_factor
+        return TableCache(freq, factor, block=self, position=stop - 1)
+
     def covers(self, where: Positions) -> bool:
         """Whether the cached tables serve ``where`` (concrete positions): positions
-        ``0 .. stop-1`` small enough to keep, or the one row of a seeded cache."""
+        ``0 .. stop-1`` small enough to keep, or the one row of a length's cache."""
         if where.traced:
             return False
-        if self._seed is None:
+        if self.block is None:
             if self.capacity:
                 # Tables of a capacity never grow (nor move): a CUDA graph captured
                 # with their address stays valid; positions past them get windows.
@@ -323,41 +356,36 @@ class TableCache:
 
     def host(self, positions: np.ndarray[Any, Any], dtype: np.dtype[Any]) -> tuple[FloatArray, ...]:
         """Host tables for exactly ``positions`` (host integers), in ``dtype``."""
-        seed = self._seed
-        if seed is None or not positions.size or (positions != self.position).any():
-            return host_tables(
-                self.inv_freq,
-                positions,
-                attention_factor=self.attention_factor,
-                dtype=dtype,
-                amplitude=self.amplitude,
-                undo=self.undo,
-            )
-        # The row computed ahead (TableSource._block), for every position asked.
-        shape = (*positions.shape, self.inv_freq.size)
-        block, row = seed
-        cos, sin = block.cos[row].astype(dtype), block.sin[row].astype(dtype)
-        return np.broadcast_to(cos, shape).copy(), np.broadcast_to(sin, shape).copy()
+        block = self.block
+        if block is not None and positions.size and (positions == self.position).all():
+            # The row computed ahead (TableSource._block), for every position asked.
+            return tuple(t[positions - self.first].astype(dtype) for t in self.ahead)
+        return host_tables(
+            self.inv_freq,
+            positions,
+            attention_factor=self.attention_factor,
+            dtype=dtype,
+            amplitude=self.amplitude,
+            undo=self.undo,
+        )
 
     def build(
         self, positions: np.ndarray[Any, Any], xp: Namespace, device: Any, dtype: np.dtype[Any]
     ) -> tuple[Array, Array]:
         """:meth:`host` tables moved to ``device``."""
-        cos, sin = self.host(positions, dtype)
-        # Concrete even inside a jax.jit trace: the caches keep these past the trace.
-        with outside_trace(xp):
-            return xp.asarray(cos, device=device), xp.asarray(sin, device=device)
+        return _moved(self.host(positions, dtype), xp, device)
 
     def get(
         self, stop: int, xp: Namespace, device: Any, dtype: np.dtype[Any]
     ) -> tuple[Array, Array]:
         """Tables covering at least positions :attr:`first` ``.. stop-1`` on ``device``
-        (a seeded cache: its block's tables, of which it serves row ``stop - 1 - first``).
+        (a length's cache: its block's tables, of which it serves row ``stop - 1 - first``).
         """
-        if self.block is not None:
-            return self.block.tables(xp, device, dtype)
 
         def grown() -> tuple[Array, Array, int]:
+            if self.ahead:  # a block: its rows as computed, rounded once
+                rows = tuple(t.astype(dtype) for t in self.ahead)
+                return (*_moved(rows, xp, device), self.first + len(rows[0]))
             size = max(MIN_CACHED_ROWS, self.capacity, 1 << max(stop - 1, 0).bit_length())
             if size > self.capacity and size * self.inv_freq.size > MAX_CACHED_ENTRIES:
                 size = max(stop, self.capacity)
@@ -371,7 +399,7 @@ class TableCache:
     def get_wide(
         self, stop: int, xp: Namespace, device: Any, dtype: np.dtype[Any], interleaved: bool
     ) -> tuple[Array, Array]:
-        """:func:`widen` of :meth:`get`, cached (a seeded cache: its block's)."""
+        """:func:`widen` of :meth:`get`, cached (a length's cache: its block's)."""
         cos, sin = self.get(stop, xp, device, dtype)
         key = (xp.__name__, str(device), dtype, interleaved)
         rows = int(cos.shape[0])
@@ -389,7 +417,7 @@ class TableCache:
         tables built for just the positions asked for (an array is then replaced by the
         indices of its distinct values)."""
         if self.covers(where):
-            # Arrays index rows from position 0: a seeded cache (first row elsewhere)
+            # Arrays index rows from position 0: a length's cache (first row elsewhere)
             # covers a range only.
             cos, sin = self.get(where.stop, xp, device, dtype)
             return Rows(cos, sin, where.array, where.offset - self.first)
@@ -419,8 +447,8 @@ class TableCache:
         """Cached rows ``start .. start + n - 1`` holding the ``asked`` positions of a call,
         ``low .. stop - 1``, as ``(cos, sin, start)``; ``None`` when they span more than
         :data:`MAX_CACHED_ENTRIES`, or far rows (see :data:`WINDOW_ENTRIES`) more than
-        twice the positions asked for (or the cache is seeded: its one position is served
-        otherwise).
+        twice the positions asked for (or the cache is a length's: its one position is
+        served otherwise).
 
         A missing window is built from ``low`` on: the rows asked for and, unless their
         angles are far, rows ahead up to :data:`WINDOW_ENTRIES` entries. The work of a
@@ -429,7 +457,7 @@ class TableCache:
         """
         global _generation  # noqa: PLW0603 - a process-wide count, read by generation()
         pairs = max(self.inv_freq.size, 1)
-        if self._seed is not None or (stop - low) * pairs > MAX_CACHED_ENTRIES:
+        if self.block is not None or (stop - low) * pairs > MAX_CACHED_ENTRIES:
             return None
         library, where = xp.__name__, str(device)
         for key, entry in list(self._windows.items())[::-1]:  # the newest first
@@ -449,14 +477,14 @@ class TableCache:
             start = max(0, min(low, MAX_POSITION - size))
             positions = np.arange(start, start + size, dtype=np.int64)
             entry = (*self.build(positions, xp, device, dtype), start)
-            self._windows.pop((library, where, dtype, start), None)
-            self._windows[(library, where, dtype, start)] = entry
-            held = sum(int(e[0].shape[0]) for e in self._windows.values()) * pairs
-            while len(self._windows) > 1 and (
-                len(self._windows) > MAX_WINDOWS or held > MAX_CACHED_ENTRIES
+            windows = self._windows
+            windows.pop((library, where, dtype, start), None)
+            windows[(library, where, dtype, start)] = entry
+            while len(windows) > 1 and (
+                len(windows) > MAX_WINDOWS
+                or sum(int(e[0].shape[0]) for e in windows.values()) * pairs > MAX_CACHED_ENTRIES
             ):
-                _, dropped = self._windows.popitem(last=False)
-                held -= int(dropped[0].shape[0]) * pairs
+                windows.popitem(last=False)
             _generation += 1
         return entry
 
@@ -477,13 +505,7 @@ class TableCache:
             def checked(values: np.ndarray[Any, Any]) -> tuple[FloatArray, ...]:
                 # Out-of-range positions cannot be reported while tracing: JAX re-raises
                 # this when the compiled function runs.
-                host = values.astype(np.int64)
-                if host.size and (int(host.min()) < 0 or int(host.max()) >= MAX_POSITION):
-                    raise ValueError(
-                        "`positions` must lie in [0, 2**53); "
-                        f"got values in [{host.min()}, {host.max()}]"
-                    )
-                return self.host(host, dtype)
+                return self.host(host_positions(values), dtype)
 
             table = ((*where.array.shape, self.inv_freq.size), dtype)
             cos, sin = when_run(checked, where.array, (table, table))
@@ -497,57 +519,6 @@ class TableCache:
         return cos, sin
 
 
-class Ahead:
-    """Dynamic-NTK decoding computed ahead: the frequencies of the consecutive lengths
-    ``start, start + 1, ...`` and the cos/sin row of the last position of each
-    (``length - 1``), host float64 (see :meth:`TableSource._block`).
-
-    Row ``r`` of :attr:`cos` / :attr:`sin` is position ``start - 1 + r`` with the
-    frequencies of length ``start + r``: the rows of a block are the tables of
-    consecutive decoding steps, so each library, device and dtype gets them rounded and
-    moved once per block, and a step only picks its row.
-    """
-
-    def __init__(
-        self, start: int, many: FloatArray, cos: FloatArray, sin: FloatArray, factor: float
-    ) -> None:
-        self.start = start
-        self.end = start + int(many.shape[0])
-        """One past the last length of the block."""
-        self.many, self.cos, self.sin, self.factor = many, cos, sin, factor
-        self._tables: dict[tuple[str, str, np.dtype[Any]], tuple[Array, Array]] = {}
-        self._wide: dict[tuple[str, str, np.dtype[Any], bool], tuple[Array, Array, int]] = {}
-        """Wide tables of its rows, made by the caches of its lengths
-        (:meth:`TableCache.get_wide`)."""
-        self._lock = lock()
-
-    def holds(self, stop: int) -> bool:
-        """Whether the length ``stop`` is one of this block's."""
-        return self.start <= stop < self.end
-
-    def cache(self, stop: int) -> TableCache:
-        """The tables of the length ``stop`` (one of this block's), for its last position."""
-        row = stop - self.start
-        return TableCache(self.many[row], self.factor, seed=(self, row))
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held by the rounded rows (cos and sin, every library, device and dtype)."""
-        return _held_bytes(self._tables, self._wide)
-
-    def tables(self, xp: Namespace, device: Any, dtype: np.dtype[Any]) -> tuple[Array, Array]:
-        """The rows rounded once to ``dtype`` (the bits of :func:`host_tables`), on ``device``."""
-
-        def rounded() -> tuple[Array, Array]:
-            with outside_trace(xp):
-                cos, sin = self.cos.astype(dtype), self.sin.astype(dtype)
-                return xp.asarray(cos, device=device), xp.asarray(sin, device=device)
-
-        key = (xp.__name__, str(device), dtype)
-        entry: tuple[Array, Array] = _memo(self._lock, self._tables, key, bool, rounded)
-        return entry
-
-
 class TableSource:
     """The frequencies of one RoPE and their tables, per length bucket.
 
@@ -556,7 +527,7 @@ class TableSource:
     sequence reaching a given position uses. Length-dependent scaling (LongRoPE) keeps
     one :class:`TableCache` per length bucket, at most :data:`MAX_LENGTH_BUCKETS`;
     dynamic NTK, whose every length past the context is a bucket, keeps
-    :data:`AHEAD_BLOCKS` :class:`Ahead` blocks of lengths instead. Pickles and
+    :data:`AHEAD_BLOCKS` blocks of lengths instead (see :class:`TableCache`). Pickles and
     deep-copies without its tables.
 
     ``amplitude`` (xPos) multiplies the tables of each position and pair; it takes
@@ -567,17 +538,13 @@ class TableSource:
     def __init__(
         self,
         scaling: RopeScaling,
-        *,
         rotary_dim: int,
         base: float,
         amplitude: Amplitude | None = None,
         max_positions: int | None = None,
     ) -> None:
-        if amplitude is not None and scaling.depends_on_length:
-            raise ValueError(
-                "an xPos amplitude takes frequencies that do not depend on the length; "
-                f"got rope_type={scaling.rope_type!r}"
-            )
+        # XPos takes no scaling: its frequencies never depend on the length.
+        assert amplitude is None or not scaling.depends_on_length, scaling.rope_type
         self.scaling = scaling
         self.amplitude = amplitude
         self.rotary_dim = rotary_dim
@@ -599,11 +566,10 @@ class TableSource:
         )
         self._buckets: OrderedDict[int, TableCache] = OrderedDict()
         self._every_length = scaling.frequencies_change_with_every_length
-        self._ahead: OrderedDict[int, Ahead] = OrderedDict()
-        self._recent: Ahead | None = None
-        """The block of the latest length past the context (the next token's, usually)."""
-        self._last: tuple[int, TableCache] | None = None
-        """The latest length past the context and its tables."""
+        self._ahead: OrderedDict[int, TableCache] = OrderedDict()
+        self._last: TableCache | None = None
+        """The cache of the latest length past the context; its block holds the next
+        token's, usually."""
         self._lock = lock()
         self.plans: dict[Hashable, Any] = {}
         """Plans of earlier calls by their geometry, for the pipeline to reuse."""
@@ -629,15 +595,8 @@ class TableSource:
             return self.default
         if self._every_length:
             return self._one_length(stop)
-        with self._lock:
-            cache = self._buckets.get(bucket)
-            if cache is None:
-                cache = TableCache(*self.frequencies(stop))
-                self._buckets[bucket] = cache
-                if len(self._buckets) > MAX_LENGTH_BUCKETS:
-                    self._buckets.popitem(last=False)
-            else:
-                self._buckets.move_to_end(bucket)
+        made = lambda: TableCache(*self.frequencies(stop))  # noqa: E731 - made on a miss only
+        cache: TableCache = _memo(self._lock, self._buckets, bucket, bool, made, MAX_LENGTH_BUCKETS)
         return cache
 
     def _one_length(self, stop: int) -> TableCache:
@@ -646,59 +605,51 @@ class TableSource:
         Decoding past the trained context meets ``stop``, ``stop + 1``, ... one per
         token, each with its own frequencies, and usually asks for its last position
         only. The frequencies and that last row of :data:`AHEAD` lengths are computed
-        at once (an :class:`Ahead` block), element by element as one length would be,
+        at once (a block, see :class:`TableCache`), element by element as one length would be,
         and rounded to a table once: a token costs a lookup and picks its row. The
         layers of one token share its cache.
         """
         last = self._last
-        if last is not None and last[0] == stop:
-            return last[1]
-        block = self._recent
-        if block is None or not block.holds(stop):
+        if last is not None and last.position == stop - 1:
+            return last
+        block = None if last is None else last.block
+        if block is None or not _holds(block, stop):
             with self._lock:
-                block = self._block(stop)
-        cache = block.cache(stop)
-        self._last = (stop, cache)
+                # The newest first: the next token's. A few blocks are kept: decoding again
+                # from an earlier token (a new sample, a beam) finds its block still there.
+                kept = (b for b in reversed(self._ahead.values()) if _holds(b, stop))
+                block = next(kept, None) or self._block(stop)
+        cache = self._last = block.length(stop)
         return cache
 
-    def _block(self, stop: int) -> Ahead:
-        """The block holding the length ``stop``, computed if not kept; lock held."""
-        for block in reversed(self._ahead.values()):  # the newest first: the next token's
-            if block.holds(stop):
-                break
-        else:
-            lengths = np.arange(stop, stop + AHEAD, dtype=np.int64)
-            lengths = lengths[lengths <= MAX_POSITION]
-            many, factor = self.scaling.frequencies_per_length(self.rotary_dim, self.base, lengths)
-            many.flags.writeable = False
-            # The last position of each length, exactly as host_tables computes it.
-            s, c = sincos((lengths - 1).astype(np.float64)[:, None] * many)
-            if factor != 1.0:
-                s *= factor
-                c *= factor
-            block = self._ahead[stop] = Ahead(stop, many, c, s, factor)
-            # A few blocks: decoding again from an earlier token (a new sample, a beam)
-            # finds its block still there.
-            if len(self._ahead) > AHEAD_BLOCKS:
-                self._ahead.popitem(last=False)
-        self._recent = block
+    def _block(self, stop: int) -> TableCache:
+        """The block of the :data:`AHEAD` lengths from ``stop`` on, kept; lock held."""
+        lengths = np.arange(stop, stop + AHEAD, dtype=np.int64)
+        lengths = lengths[lengths <= MAX_POSITION]
+        many, factor = self.scaling.frequencies_per_length(self.rotary_dim, self.base, lengths)
+        many.flags.writeable = False
+        # The last position of each length, exactly as host_tables computes it.
+        s, c = sincos((lengths - 1).astype(np.float64)[:, None] * many)
+        if factor != 1.0:
+            s *= factor
+            c *= factor
+        block = self._ahead[stop] = TableCache(many, factor, ahead=(c, s), first=stop - 1)
+        if len(self._ahead) > AHEAD_BLOCKS:
+            self._ahead.popitem(last=False)
         return block
 
     @property
     def nbytes(self) -> int:
         """Bytes held by every cached table of this source."""
-        return (
-            self.default.nbytes
-            + sum(cache.nbytes for cache in list(self._buckets.values()))
-            + sum(block.nbytes for block in list(self._ahead.values()))
-        )
+        caches = [self.default, *self._buckets.values(), *self._ahead.values()]
+        return sum(cache.nbytes for cache in caches)
 
     def clear(self) -> None:
         """Drop every cached table (they are rebuilt, with the same bits, when needed)."""
         with self._lock:
             self._buckets.clear()
             self._ahead.clear()
-            self._recent = self._last = None
+            self._last = None
             self.plans.clear()
         self.default.clear()
 
@@ -722,10 +673,4 @@ def shared_source(
     max_positions: int | None = None,
 ) -> TableSource:
     """The :class:`TableSource` of these settings that this process keeps for unpickling."""
-    return TableSource(
-        scaling,
-        rotary_dim=rotary_dim,
-        base=base,
-        amplitude=amplitude,
-        max_positions=max_positions,
-    )
+    return TableSource(scaling, rotary_dim, base, amplitude, max_positions)

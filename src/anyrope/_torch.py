@@ -63,36 +63,31 @@ def positions_view(t: Array) -> np.ndarray[Any, Any]:
     return numpy_view(t)
 
 
-def check_tensor(x: Array, name: str) -> None:
-    """A dense tensor with data: sparse layouts and the meta device are refused by name."""
-    import torch
+def checked(
+    arrays: tuple[Array, ...], names: tuple[str, ...], *, inplace: bool
+) -> tuple[tuple[Array, ...], bool]:
+    """Dense tensors with data (sparse layouts and the meta device are refused by name),
+    each with its values in its memory; and whether autograd would record a rotation.
 
-    if x.layout != torch.strided:
-        raise TypeError(f"`{name}` must be a dense (strided) tensor; got layout {x.layout}")
-    if x.device.type == "meta":
-        raise ValueError(
-            f"`{name}` is on the meta device, which holds no values to rotate; got {describe(x)}"
-        )
-
-
-def resolved(x: Array, *, inplace: bool) -> Array:
-    """``x`` with its values in its memory: a tensor with the negative bit set (the
-    imaginary part of a conjugate view, ``torch._neg_view``) holds ``-x`` there, which the
-    paths read through ``data_ptr()``.
-
-    Such a tensor is copied, unless it is rotated in place: a rotation is linear and
-    IEEE rounding symmetric, so rotating ``-x`` in its memory leaves there exactly
-    ``-R(x)``, which the view reads as ``R(x)``. (A conjugate bit needs a complex dtype,
-    which is refused.)
+    A tensor with the negative bit set (the imaginary part of a conjugate view,
+    ``torch._neg_view``) holds ``-x`` in the memory the paths read through
+    ``data_ptr()``. Such a tensor is copied, unless it is rotated in place: a rotation is
+    linear and IEEE rounding symmetric, so rotating ``-x`` in its memory leaves there
+    exactly ``-R(x)``, which the view reads as ``R(x)``. (A conjugate bit needs a complex
+    dtype, which is refused.)
     """
-    return x if inplace or not x.is_neg() else x.resolve_neg()
-
-
-def requires_grad(arrays: tuple[Array, ...]) -> bool:
-    """Whether autograd would record a rotation of ``arrays``."""
     import torch
 
-    return torch.is_grad_enabled() and any(x.requires_grad for x in arrays)
+    for x, name in zip(arrays, names, strict=True):
+        if x.layout != torch.strided:
+            raise TypeError(f"`{name}` must be a dense (strided) tensor; got layout {x.layout}")
+        if x.device.type == "meta":
+            raise ValueError(
+                f"`{name}` is on the meta device, which holds no values to rotate; "
+                f"got {describe(x)}"
+            )
+    arrays = tuple(x if inplace or not x.is_neg() else x.resolve_neg() for x in arrays)
+    return arrays, torch.is_grad_enabled() and any(x.requires_grad for x in arrays)
 
 
 def bump_versions(arrays: tuple[Array, ...]) -> None:

@@ -84,13 +84,7 @@ def table_source(
     """
     torch = sys.modules.get("torch")
     if torch is None or not torch.compiler.is_compiling():
-        source = TableSource(
-            scaling,
-            rotary_dim=rotary_dim,
-            base=base,
-            amplitude=amplitude,
-            max_positions=max_positions,
-        )
+        source = TableSource(scaling, rotary_dim, base, amplitude, max_positions)
         return source, register(source)
     # Dynamo would pass a dataclass on as one with its defaults: its fields go instead.
     key = _built_source(
@@ -117,13 +111,8 @@ def _built_source(
     *,
     amplitude: tuple[tuple[str, Any], ...] = (),
 ) -> int:
-    source = TableSource(
-        kind(**dict(scaling)),
-        rotary_dim=rotary_dim,
-        base=base,
-        amplitude=Amplitude(**dict(amplitude)) if amplitude else None,
-        max_positions=max_positions,
-    )
+    made = Amplitude(**dict(amplitude)) if amplitude else None
+    source = TableSource(kind(**dict(scaling)), rotary_dim, base, made, max_positions)
     key = register(source)
     _built[key] = source
     return key
@@ -212,8 +201,10 @@ def rotate(target: Target, call: Call) -> tuple[Array, ...]:
     inplace = call.inplace
     exporting = torch.compiler.is_exporting() and call.cu_seqlens is None
     source = _source(keys[0]) if exporting and len(set(keys)) == 1 else None
-    if source is not None and _gathers(source):
-        rotated = _gathered(source, arrays, values, **options)
+    # An exported graph gathers the rows of tables of a fixed capacity (max_positions)
+    # whose frequencies do not depend on the length.
+    if source is not None and source.unread_bound and not source.sections:
+        rotated = _gathered(source, arrays, call, interleaved)
     elif inplace and not (torch.is_grad_enabled() and any(x.requires_grad for x in arrays)):
         ops.rotate_(list(arrays), values, call.cu_seqlens, **options)
         return whole if start else arrays
@@ -243,10 +234,8 @@ def rotate_qkv(target: Target, call: Call, num_heads_q: int | None) -> Array:
 
 def _positions(positions: object) -> tuple[Array | None, int, bool]:
     """``positions`` as the op takes them: ``(tensor or None, offset, per_row)``."""
-    if positions is None:
-        return None, 0, False
-    if type(positions) is int:
-        return None, positions, False
+    if positions is None or type(positions) is int:
+        return None, 0 if positions is None else positions, False
     if isinstance(positions, Offsets):
         return positions.values, 0, True
     torch = sys.modules["torch"]
@@ -258,23 +247,8 @@ def _positions(positions: object) -> tuple[Array | None, int, bool]:
     )
 
 
-def _gathers(source: TableSource) -> bool:
-    """Whether an exported graph gathers the rows of ``source``'s tables: tables of a
-    fixed capacity (``max_positions``) whose frequencies do not depend on the length."""
-    return bool(source.max_positions) and not source.depends_on_length and not source.sections
-
-
 def _gathered(
-    source: TableSource,
-    arrays: tuple[Array, ...],
-    values: Array | None,
-    *,
-    offset: int,
-    per_row: bool,
-    layout: str,
-    interleaved: bool,
-    inverse: bool,
-    **unused: Any,
+    source: TableSource, arrays: tuple[Array, ...], call: Call, interleaved: bool
 ) -> list[Array]:
     """The rotation in plain torch ops, for ``torch.export`` and ONNX: rows of the
     capacity tables (the cached tensors, constants of the graph) gathered by the positions
@@ -284,11 +258,13 @@ def _gathered(
     import torch
     from torch.utils._python_dispatch import _disable_current_modes
 
+    from ._layout import Axes, place_tables
     from ._paths.rotation import rotate_pairs
     from ._tables import gather_rows
 
-    capacity = source.max_positions
-    assert capacity, "_gathers(source) is checked first"
+    capacity, layout, inverse = source.unread_bound, call.layout, call.inverse
+    assert capacity, "a capacity is checked first"
+    values, offset, per_row = _positions(call.positions)
     x = arrays[0]
     cache = source.default.undoing if inverse else source.default
     # The cached tables, built outside the tracer: constants of the graph. numba refuses
@@ -307,7 +283,9 @@ def _gathered(
         where = values[..., None] + steps
     else:
         where = values + steps if values.ndim == 0 else values
-    c, s = (_placed(t, layout, x.ndim) for t in gather_rows(cos, sin, where, capacity, xp))
+    # Only the layout and the number of batch axes place the rows: no size is read.
+    axes = Axes(layout, (0,) * (x.ndim - 3), 0, 0, 0)
+    c, s = (place_tables(t, axes, xp) for t in gather_rows(cos, sin, where, capacity, xp))
     rotary_dim = source.rotary_dim
     return [
         rotate_pairs(
@@ -315,17 +293,6 @@ def _gathered(
         )
         for y in arrays
     ]
-
-
-def _placed(table: Array, layout: str, ndim: int) -> Array:
-    """Gathered rows ``(*batch', seq, pairs)`` shaped to broadcast against an input of
-    ``ndim`` axes in ``layout``."""
-    if layout == "bshd":
-        return table.unsqueeze(-2)
-    if layout == "bhsd":
-        return table.unsqueeze(-3)
-    table = table[(None,) * (ndim - 1 - table.ndim)]
-    return table.movedim(-2, 0).unsqueeze(-2)
 
 
 def _rotate_shards(target: Target, call: Call) -> tuple[Array, ...]:
@@ -358,14 +325,12 @@ def _rotate_shards(target: Target, call: Call) -> tuple[Array, ...]:
     if isinstance(positions, DTensor):
         positions = positions.full_tensor()
     # Anything else is refused by the call on the shards.
-    if positions is None or isinstance(positions, int):
-        positions = (positions or 0) + shift
-    elif isinstance(positions, Offsets):
+    if isinstance(positions, Offsets):
         positions = Offsets(_rows(positions.values, rows) + shift)
     elif isinstance(positions, torch.Tensor) and positions.ndim:
         positions = _rows(positions[..., shift : shift + seq], rows, skip=1)
-    elif isinstance(positions, torch.Tensor):
-        positions = positions + shift
+    elif positions is None or isinstance(positions, (int, torch.Tensor)):
+        positions = (0 if positions is None else positions) + shift
     shards = tuple(x.to_local() for x in arrays)
     rotated = rotate(target, call._replace(arrays=shards, positions=positions))
     if call.inplace:
@@ -419,8 +384,6 @@ def _define(torch: Any) -> None:
     of :func:`_schema`)."""
     from . import _pipeline
     from ._layout import heads_axis
-    from ._paths import choose
-    from ._plan import make_plan
 
     def run(
         arrays: list[Array],
@@ -432,26 +395,11 @@ def _define(torch: Any) -> None:
         per_row: bool,
         head_dim: int,
         interleaved: bool,
-        layout: str,
-        inverse: bool,
-        inplace: bool,
-        impl: str,
-        adjoint: bool = False,
+        **options: Any,
     ) -> tuple[Array, ...]:
-        if positions is not None:
-            positions = Offsets(positions) if per_row else positions
-        call = Call(
-            tuple(arrays),
-            _NAMES[len(arrays)],
-            offset if positions is None else positions,
-            cu_seqlens,
-            layout,
-            inverse,
-            inplace,
-            impl,
-            None,
-            adjoint,
-        )
+        # The other options (layout, inverse, inplace, impl, adjoint) are the call's.
+        where = offset if positions is None else Offsets(positions) if per_row else positions
+        call = Call(tuple(arrays), _NAMES[len(arrays)], where, cu_seqlens, xp=None, **options)
         # One key per array, or one for every array.
         sources = tuple(map(_source, keys)) * (len(arrays) if len(keys) == 1 else 1)
         return _pipeline.rotate_each(sources, call, head_dim=head_dim, interleaved=interleaved)
@@ -501,20 +449,10 @@ def _define(torch: Any) -> None:
             )
             for x in arrays
         )
-        call = Call(
-            stand_ins,
-            _NAMES[len(arrays)],
-            None,
-            None,
-            # A packed (total_tokens, heads, head_dim) array reads as one bshd sequence.
-            "bshd" if layout == "thd" else layout,
-            False,
-            False,
-            impl,
-            None,
-        )
-        plan = make_plan(_source(keys[0]), call, head_dim=head_dim, interleaved=interleaved)
-        choose(impl, plan)
+        # A packed (total_tokens, heads, head_dim) array reads as one bshd sequence.
+        layout = "bshd" if layout == "thd" else layout
+        call = Call(stand_ins, _NAMES[len(arrays)], None, None, layout, False, False, impl, None)
+        _pipeline.path_name(_source(keys[0]), call, head_dim=head_dim, interleaved=interleaved)
 
     def rotate_fake(arrays: list[Array], *args: Any, **options: Any) -> list[Array]:
         check(arrays, *args, **options)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Literal
 
 from ._namespace import Array, Namespace, namespace_of
+from ._validation import check_int
 
 __all__ = ["permute_qk_weights"]
 
@@ -79,10 +80,7 @@ def permute_qk_weights(
     """
     if to not in ("half", "interleaved"):
         raise ValueError(f'`to` must be "half" or "interleaved"; got {to!r}')
-    if isinstance(n_heads, bool) or not isinstance(n_heads, int):
-        raise TypeError(f"`n_heads` must be an int; got {type(n_heads).__name__}")
-    if n_heads <= 0:
-        raise ValueError(f"`n_heads` must be positive; got {n_heads}")
+    n_heads = check_int(n_heads, "n_heads", 1, 2**63, "positive")
     xp = namespace_of(w, xp=xp, argument="w")
     if w.ndim not in (1, 2):
         raise ValueError(
