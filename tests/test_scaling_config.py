@@ -178,7 +178,7 @@ def test_frozen() -> None:
             {"rope_type": "longrope", "short_factor": [1.0], "long_factor": [0.0]},
             {"max_position_embeddings": 4096},
             ValueError,
-            "`long_factor` entries must be positive",
+            "`long_factor\\[0\\]` must be positive; got 0.0",
         ),
         (
             {"rope_type": "longrope", "short_factor": "1", "long_factor": [1.0]},

@@ -37,12 +37,12 @@ where transformers drops such a key or replaces it by a default, the error names
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from typing import Any
 
-from .._validation import check_base
-from ._checks import flag
+from .._validation import check_base, check_rotary_dim
+from ._checks import flag, positive_int
+from ._checks import fraction as check_fraction
 from ._hf_older import current_format, is_nested
 from .config import RopeScaling, parse_rope_scaling
 
@@ -174,11 +174,7 @@ def _setting(
 def _int(config: Any, key: str) -> int | None:
     """The positive integer ``config[key]``, or ``None`` when the config lacks it."""
     value = _get(config, key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"`{key}` must be a positive integer in the model config; got {value!r}")
-    return value
+    return None if value is None else positive_int(value, key)
 
 
 def _head_dim(config: Any, *, axial: bool) -> int:
@@ -466,29 +462,17 @@ def _rotary_dim(config: Any, inner: Mapping[str, Any], head_dim: int) -> int:
     ``qk_rope_head_dim`` (``head_dim`` here)."""
     key, fraction = _setting(config, ("partial_rotary_factor", "rotary_pct"), inner)
     explicit = _get(config, "model_type") in ROTARY_DIM_MODEL_TYPES
-    rotary_dim = _int(config, "rotary_dim") if explicit else None
+    rotary_dim = _get(config, "rotary_dim") if explicit else None
     if rotary_dim is not None:
         if fraction is not None:
             raise ValueError(
                 f"the model config gives both `rotary_dim`={rotary_dim} and `{key}`; "
                 "keep one of them"
             )
-        if rotary_dim % 2 or rotary_dim > head_dim:
-            raise ValueError(
-                f"`rotary_dim`={rotary_dim} must be even and at most the head width {head_dim} "
-                "in the model config"
-            )
-        return rotary_dim
+        return check_rotary_dim(rotary_dim, head_dim)
     if fraction is None:
         return head_dim
-    if (
-        isinstance(fraction, bool)
-        or not isinstance(fraction, (int, float))
-        or not (math.isfinite(fraction) and 0.0 < fraction <= 1.0)
-    ):
-        raise ValueError(
-            f"`{key}` must be a number in (0, 1] in the model config; got {fraction!r}"
-        )
+    fraction = check_fraction(fraction, key)
     if _get(config, "qk_rope_head_dim") is not None:
         # A latent-attention model (DeepSeek, Mistral 4, dots) rotates all of its rope part;
         # the fraction is of the full head_dim (transformers builds the frequencies from
