@@ -121,6 +121,18 @@ def check_sum(key: str, sections: Sequence[int] | None, rotary_dim: int) -> None
         )
 
 
+def agreed(sources: Sequence[tuple[str, Any]], where: str = "") -> tuple[str, Any]:
+    """Return the first of the ``(key, value)`` ``sources`` whose value is not ``None`` (the
+    first source when none is); raise ``ValueError`` naming two present values that differ,
+    ``where`` said after them."""
+    present = [source for source in sources if source[1] is not None] or [sources[0]]
+    (key, value), *others = present
+    for other, given in others:
+        if given != value:
+            raise ValueError(f"`{key}`={value!r} and `{other}`={given!r} disagree{where}")
+    return key, value
+
+
 def _real_in(bounds: str, within: Callable[[float], bool]) -> Check:
     """The check of a finite float for which ``within`` holds, ``bounds`` in its message."""
 

@@ -22,6 +22,8 @@ import copy
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
+from ._checks import agreed
+
 __all__ = [
     "AXIAL_MODEL_TYPES",
     "DEFAULT_PARTIAL_ROTARY_FACTOR",
@@ -330,12 +332,8 @@ def _hunyuan_vl(config: dict[str, Any], model_type: str) -> None:
     scaling = _flat_scaling(config)
     section = scaling.pop("xdrope_section", None)
     if section is not None:
-        given = scaling.get("mrope_section")
-        if given is not None and [float(s) for s in given] != [float(s) for s in section]:
-            raise ValueError(
-                f"`mrope_section`={given!r} and `xdrope_section`={section!r} disagree in the "
-                "model config"
-            )
+        given = [("mrope_section", scaling.get("mrope_section")), ("xdrope_section", section)]
+        agreed(given, " in the model config")
         scaling["mrope_section"] = [int(s) for s in section]
     _rename_method(scaling, ("xdrope",), "dynamic")
 

@@ -17,7 +17,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
-from ._checks import Base, Check, Fraction, check_sum, field_checks
+from ._checks import Base, Check, Fraction, agreed, check_sum, field_checks
 from ._types import FloatArray, Frequencies, IntArray
 
 __all__ = ["RopeScaling", "get", "names", "parse_rope_scaling", "register", "unregister"]
@@ -430,10 +430,8 @@ def _attention_factor(scaling: RopeScaling, rotary_dim: int, base: float) -> flo
 
 
 def _method(scaling: Mapping[str, Any]) -> type[RopeScaling]:
-    new, old = scaling.get("rope_type"), scaling.get("type")
-    if new is not None and old is not None and new != old:
-        raise ValueError(f"`rope_type` and `type` disagree: rope_type={new!r}, type={old!r}")
-    kind = new if new is not None else old if old is not None else "default"
+    _, kind = agreed([("rope_type", scaling.get("rope_type")), ("type", scaling.get("type"))])
+    kind = "default" if kind is None else kind
     if not isinstance(kind, str):
         raise TypeError(f"`rope_type` must be a string; got {kind!r}")
     try:

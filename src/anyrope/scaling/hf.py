@@ -41,7 +41,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._validation import check_base, check_rotary_dim
-from ._checks import flag, positive_int
+from ._checks import agreed, flag, positive_int
 from ._checks import fraction as check_fraction
 from ._hf_older import current_format, is_nested
 from .config import RopeScaling, parse_rope_scaling
@@ -156,19 +156,10 @@ def _setting(
 ) -> tuple[str, Any]:
     """The key and value of the first present of ``keys``, or of the scaling dict's
     ``keys[0]`` (newer configs keep it there); an error if two present sources disagree."""
-    sources = [(key, key, _get(config, key)) for key in keys]
+    sources = [(key, _get(config, key)) for key in keys]
     if inner is not None:
-        sources.append((keys[0], f"rope_parameters['{keys[0]}']", inner.get(keys[0])))
-    present = [source for source in sources if source[2] is not None]
-    if not present:
-        return keys[0], None
-    key, label, value = present[0]
-    for _, other, given in present[1:]:
-        if given != value:
-            raise ValueError(
-                f"`{label}`={value!r} and `{other}`={given!r} disagree in the model config"
-            )
-    return key, value
+        sources.append((f"rope_parameters['{keys[0]}']", inner.get(keys[0])))
+    return agreed(sources, " in the model config")
 
 
 def _int(config: Any, key: str) -> int | None:
