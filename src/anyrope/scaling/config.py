@@ -13,7 +13,6 @@ that would change the model.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
@@ -139,9 +138,9 @@ class RopeScaling(metaclass=_ByRopeType):
 
     def _frequencies_per_length(
         self, rotary_dim: int, base: float, lengths: IntArray
-    ) -> FloatArray:
-        """The ``inv_freq`` of each of ``lengths`` (a hook of a method whose frequencies
-        change with every length)."""
+    ) -> Frequencies:
+        """``(inv_freq of each of lengths, attention_factor)`` (a hook of a method whose
+        frequencies change with every length)."""
         raise ValueError(
             f"rope_type={self.rope_type!r} has the same frequencies for many lengths; "
             "use frequencies()"
@@ -305,8 +304,7 @@ class RopeScaling(metaclass=_ByRopeType):
         (True, 1.0)
         """
         self.check_rotary_dim(rotary_dim)
-        many = self._frequencies_per_length(rotary_dim, base, lengths)
-        return many, _attention_factor(self, rotary_dim, base)
+        return self._frequencies_per_length(rotary_dim, base, lengths)
 
 
 _METHODS: dict[str, type[RopeScaling]] = {}
@@ -420,13 +418,6 @@ def names() -> tuple[str, ...]:
     ('axial', 'default', 'dynamic')
     """
     return tuple(sorted(_METHODS))
-
-
-@functools.lru_cache(maxsize=64)
-def _attention_factor(scaling: RopeScaling, rotary_dim: int, base: float) -> float:
-    """The attention factor of a method whose frequencies change with every length (the
-    same for all lengths): computed once, not with every block of lengths."""
-    return scaling.frequencies(rotary_dim, base)[1]
 
 
 def _method(scaling: Mapping[str, Any]) -> type[RopeScaling]:

@@ -202,9 +202,9 @@ class DynamicNTK(NTK):
 
     def _frequencies_per_length(
         self, rotary_dim: int, base: float, lengths: IntArray
-    ) -> FloatArray:
+    ) -> Frequencies:
         keys = self._keys("factor", "max_position_embeddings")
-        return inv_freq_per_length(rotary_dim, base, lengths=lengths, **keys)
+        return inv_freq_per_length(rotary_dim, base, lengths=lengths, **keys), 1.0
 
     def length_bucket(self, seq_len: int | None) -> int:
         """``max(seq_len, max_position_embeddings)``: each length past ``L_max`` its own.
