@@ -327,7 +327,9 @@ def test_per_layer_type_settings_need_a_layer_type() -> None:
     assert (full.base, full.scaling.rope_type, full.scaling.factor) == (1e6, "linear", 8.0)
     sliding = from_hf_config(_GEMMA3, layer_type="sliding_attention")
     assert (sliding.base, sliding.scaling.rope_type) == (10000.0, "default")
-    with pytest.raises(ValueError, match=r"`layer_type`='global' is not a layer type"):
+    with pytest.raises(
+        ValueError, match=r"`layer_type`='global' is not one of the model config's layer types"
+    ):
         from_hf_config(_GEMMA3, layer_type="global")
 
 

@@ -191,13 +191,12 @@ def _head_dim(config: Any, *, axial: bool) -> int:
     return hidden // heads
 
 
-def _scaling_dict(config: Any) -> Mapping[str, Any] | None:
+def _scaling_dict(config: Any) -> Mapping[str, Any]:
+    """The config's scaling dict, empty when it has none."""
     key, scaling = _setting(config, ("rope_parameters", "rope_scaling"))
-    if scaling is None:
-        return None
-    if not isinstance(scaling, Mapping):
+    if scaling is not None and not isinstance(scaling, Mapping):
         raise TypeError(f"`{key}` must be a dict in the model config; got {scaling!r}")
-    return scaling
+    return scaling or {}
 
 
 def layer_types(config: Any) -> tuple[str, ...] | None:
@@ -230,7 +229,7 @@ def layer_types(config: Any) -> tuple[str, ...] | None:
     True
     """
     scaling = _scaling_dict(current_format(config))
-    return tuple(scaling) if scaling is not None and is_nested(scaling) else None
+    return tuple(scaling) if is_nested(scaling) else None
 
 
 def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfig:
@@ -269,10 +268,9 @@ def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfi
     """
     config = _as_layer_type_sees_it(current_format(config), layer_type)
     scaling = _layer_scaling(config, layer_type)
-    inner = {} if scaling is None else scaling
     model_type = _get(config, "model_type")
-    _refuse(model_type, inner)
-    theta = _setting(config, ("rope_theta", "rotary_emb_base"), inner)[1]
+    _refuse(model_type, scaling)
+    theta = _setting(config, ("rope_theta", "rotary_emb_base"), scaling)[1]
     base = 10000.0 if theta is None else check_base(theta)
     max_positions = _int(config, "max_position_embeddings")
     parsed = parse_rope_scaling(
@@ -283,7 +281,7 @@ def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfi
     head_dim = _head_dim(config, axial=parsed.rope_type == "axial")
     rotary_dim = head_dim
     if parsed.partial_rotary_factor_sets_width:
-        rotary_dim = _rotary_dim(config, inner, head_dim)
+        rotary_dim = _rotary_dim(config, scaling, head_dim)
     if _get(config, "qk_rope_head_dim") is not None and parsed.partial_rotary_factor:
         # The fraction was of the full head_dim and is now the rope part's whole width.
         parsed = dataclasses.replace(parsed, partial_rotary_factor=None)
@@ -328,7 +326,7 @@ def from_hf_config_layers(config: Any) -> dict[str, HFRopeConfig | None]:
     """
     config = current_format(config)
     scaling = _scaling_dict(config)
-    if scaling is not None and is_nested(scaling):
+    if is_nested(scaling):
         return {
             name: None if values is None else from_hf_config(config, layer_type=name)
             for name, values in scaling.items()
@@ -416,28 +414,22 @@ def _refuse(model_type: Any, inner: Mapping[str, Any]) -> None:
         )
 
 
-def _layer_scaling(config: Any, layer_type: str | None) -> Mapping[str, Any] | None:
+def _layer_scaling(config: Any, layer_type: str | None) -> Mapping[str, Any]:
     """The scaling dict of ``layer_type`` (or of every layer), checked against the config."""
     scaling = _scaling_dict(config)
-    if scaling is None or not is_nested(scaling):
-        declared = _get(config, "layer_types")
-        if layer_type is not None and declared is not None and layer_type not in declared:
-            raise ValueError(
-                f"`layer_type`={layer_type!r} is not one of the model config's "
-                f"`layer_types` ({', '.join(sorted(set(declared)))})"
-            )
+    known = tuple(scaling) if is_nested(scaling) else _get(config, "layer_types")
+    if layer_type is not None and known is not None and layer_type not in known:
+        raise ValueError(
+            f"`layer_type`={layer_type!r} is not one of the model config's layer types "
+            f"({', '.join(map(repr, sorted(set(known))))})"
+        )
+    if not is_nested(scaling):
         return scaling
-    names = ", ".join(map(repr, scaling))
     if layer_type is None:
         raise ValueError(
-            f"the model config gives RoPE settings per layer type ({names}); pass "
-            "layer_type= one of them, or use anyrope.RoPE.from_hf_config_layers(config) "
+            f"the model config gives RoPE settings per layer type ({', '.join(map(repr, known))}); "
+            "pass layer_type= one of them, or use anyrope.RoPE.from_hf_config_layers(config) "
             "for every layer type at once"
-        )
-    if layer_type not in scaling:
-        raise ValueError(
-            f"`layer_type`={layer_type!r} is not a layer type of the model config's "
-            f"RoPE settings ({names})"
         )
     if scaling[layer_type] is None:
         raise ValueError(
