@@ -483,9 +483,8 @@ def parse_rope_scaling(
     if isinstance(scaling, RopeScaling):
         method = type(scaling)
         given = {key: getattr(scaling, key) for key in method.keys}
-    elif scaling is None:
-        method, given = get("default"), {}
-    elif isinstance(scaling, Mapping):
+    elif isinstance(scaling, Mapping) or scaling is None:
+        scaling = {} if scaling is None else scaling
         method = _method(scaling)
         given = {key: value for key, value in scaling.items() if key not in ("rope_type", "type")}
         unknown = sorted(str(key) for key in given if key not in method.keys)
