@@ -456,27 +456,26 @@ def _rotary_dim(config: Any, inner: Mapping[str, Any], head_dim: int) -> int:
     if fraction is None:
         return head_dim
     fraction = check_fraction(fraction, key)
-    if _get(config, "qk_rope_head_dim") is not None:
-        # A latent-attention model (DeepSeek, Mistral 4, dots) rotates all of its rope part;
-        # the fraction is of the full head_dim (transformers builds the frequencies from
-        # int(head_dim * factor)), so the two must agree.
-        full = _int(config, "head_dim")
-        if full is None:
-            raise ValueError(
-                f"`{key}`={fraction!r} with `qk_rope_head_dim`={head_dim} needs `head_dim` "
-                "in the model config, the width the fraction is of"
-            )
-        if int(full * fraction) != head_dim:
-            raise ValueError(
-                f"`{key}`={fraction!r} of `head_dim`={full} is {int(full * fraction)} features, "
-                f"but `qk_rope_head_dim` is {head_dim}: the model config disagrees on the "
-                "rotary width"
-            )
-        return head_dim
-    rotary_dim = int(head_dim * fraction)
+    # A latent-attention model (DeepSeek, Mistral 4, dots) rotates all of its rope part,
+    # `qk_rope_head_dim` (`head_dim` here); the fraction is of the full head_dim
+    # (transformers builds the frequencies from int(head_dim * factor)), so the two must agree.
+    latent = _get(config, "qk_rope_head_dim") is not None
+    full = _int(config, "head_dim") if latent else head_dim
+    if full is None:
+        raise ValueError(
+            f"`{key}`={fraction!r} with `qk_rope_head_dim`={head_dim} needs `head_dim` "
+            "in the model config, the width the fraction is of"
+        )
+    rotary_dim = int(full * fraction)
+    if latent and rotary_dim != head_dim:
+        raise ValueError(
+            f"`{key}`={fraction!r} of `head_dim`={full} is {rotary_dim} features, "
+            f"but `qk_rope_head_dim` is {head_dim}: the model config disagrees on the "
+            "rotary width"
+        )
     if rotary_dim <= 0 or rotary_dim % 2:
         raise ValueError(
             f"`{key}`={fraction!r} gives an odd or empty rotary width "
-            f"int({head_dim} * {fraction}) = {rotary_dim}; it must be even and positive"
+            f"int({full} * {fraction}) = {rotary_dim}; it must be even and positive"
         )
     return rotary_dim
