@@ -24,14 +24,6 @@ from typing import Any
 
 from ._checks import agreed
 
-__all__ = [
-    "AXIAL_MODEL_TYPES",
-    "DEFAULT_PARTIAL_ROTARY_FACTOR",
-    "DEFAULT_ROPE_THETA",
-    "current_format",
-    "is_nested",
-]
-
 DEFAULT_ROPE_THETA = {
     family: value
     for value, families in {
