@@ -20,8 +20,6 @@ from typing import Annotated, Any, TypeAlias
 
 from .._validation import MAX_POSITION, check_base, check_int
 
-__all__ = ["CHECK_OF_TYPE", "Base", "Factor", "Fraction", "Positive", "check_sum", "field_checks"]
-
 Check: TypeAlias = Callable[[Any, str], Any]
 
 
