@@ -139,10 +139,6 @@ _RETURNS_ONLY_ROPE_PARAMETERS = frozenset(
 # NeoMME's settings per layer type when its config leaves them out: (rope_theta, fraction).
 _NEOMME_DEFAULTS = {"full_attention": (1_000_000.0, 0.25), "sliding_attention": (10_000.0, 1.0)}
 
-# DeepSeek-V4's fraction qk_rope_head_dim / head_dim (64 / 512) transformers gives a config
-# without either.
-_DEEPSEEK_V4_FRACTION = 64 / 512
-
 
 def current_format(config: Any) -> Any:
     """The config with its older keys in the current format, as transformers reads them.
@@ -378,12 +374,10 @@ def _deepseek_v4(config: dict[str, Any], model_type: str) -> None:
         return
     fraction = config.pop("partial_rotary_factor", None)
     if fraction is None:
-        rope_part, head_dim = config.get("qk_rope_head_dim"), config.get("head_dim")
-        fraction = (
-            rope_part / head_dim
-            if rope_part is not None and head_dim is not None
-            else _DEEPSEEK_V4_FRACTION
-        )
+        # As transformers reads it: qk_rope_head_dim / head_dim (head_dim 512 when absent),
+        # or 64 / 512 without qk_rope_head_dim, whatever the head_dim.
+        rope_part = config.get("qk_rope_head_dim")
+        fraction = 64 / 512 if rope_part is None else rope_part / (config.get("head_dim") or 512)
     scaling = {key: value for key, value in given.items() if key not in ("main", "compress")}
     compress = {**scaling, "rope_theta": compress_theta, "partial_rotary_factor": fraction}
     compress.setdefault("rope_type", compress.pop("type", "default"))
