@@ -40,7 +40,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from .._validation import check_base, check_rotary_dim
+from .._validation import check_base
 from ._checks import agreed, flag, positive_int
 from ._checks import fraction as check_fraction
 from ._hf_older import current_format, is_nested
@@ -445,14 +445,19 @@ def _rotary_dim(config: Any, inner: Mapping[str, Any], head_dim: int) -> int:
     ``qk_rope_head_dim`` (``head_dim`` here)."""
     key, fraction = _setting(config, ("partial_rotary_factor", "rotary_pct"), inner)
     explicit = _get(config, "model_type") in ROTARY_DIM_MODEL_TYPES
-    rotary_dim = _get(config, "rotary_dim") if explicit else None
+    rotary_dim = _int(config, "rotary_dim") if explicit else None
     if rotary_dim is not None:
         if fraction is not None:
             raise ValueError(
                 f"the model config gives both `rotary_dim`={rotary_dim} and `{key}`; "
                 "keep one of them"
             )
-        return check_rotary_dim(rotary_dim, head_dim)
+        if rotary_dim % 2 or rotary_dim > head_dim:
+            raise ValueError(
+                f"`rotary_dim`={rotary_dim} must be even and at most the head width {head_dim} "
+                "in the model config"
+            )
+        return rotary_dim
     if fraction is None:
         return head_dim
     fraction = check_fraction(fraction, key)
