@@ -10,7 +10,6 @@ config points at its line.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import numbers
 import types
@@ -183,7 +182,6 @@ CHECK_OF_TYPE: dict[object, Check] = {
 entries of a list of floats are factors: positive)."""
 
 
-@functools.cache
 def field_checks(record: type) -> dict[str, Check]:
     """Return the check of each field of the dataclass ``record``, in field order.
 
