@@ -126,10 +126,6 @@ class Axial(RopeScaling):
         if self.mrope_section is not None:
             raise ValueError(f"`mrope_section` does not apply to rope_type={self.rope_type!r}")
 
-    def _check_rotary_dim(self, rotary_dim: int) -> None:
-        # RoPE calls this when it is built, so a bad width fails before any table.
-        self.sections(rotary_dim)
-
     def sections(self, rotary_dim: int) -> tuple[int, ...]:
         """The pairs per axis: ``axial_sections``, or two equal halves (:func:`sections`).
 

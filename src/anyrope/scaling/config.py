@@ -161,12 +161,19 @@ class RopeScaling(metaclass=_ByRopeType):
             The pairs of each position stream, in order; ``None`` when there is a single
             stream.
 
+        Raises
+        ------
+        ValueError
+            If the sections do not sum to ``rotary_dim // 2`` (or, for axial without
+            ``axial_sections``, ``rotary_dim`` is not a multiple of 4).
+
         Examples
         --------
         >>> from anyrope.scaling import RopeScaling
         >>> RopeScaling("axial").sections(64), RopeScaling().sections(64)
         ((16, 16), None)
         """
+        check_sum("mrope_section", self.mrope_section, rotary_dim)
         return self.mrope_section
 
     def length_bucket(self, seq_len: int | None) -> int:
@@ -230,7 +237,7 @@ class RopeScaling(metaclass=_ByRopeType):
             ``rotary_dim // 2``.
         """
         self._check_rotary_dim(rotary_dim)
-        check_sum("mrope_section", self.mrope_section, rotary_dim)
+        self.sections(rotary_dim)
 
     def frequencies(
         self, rotary_dim: int, base: float, *, seq_len: int | None = None
