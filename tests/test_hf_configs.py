@@ -190,10 +190,14 @@ def test_partial_rotary_inside_rope_parameters() -> None:
             "`partial_rotary_factor`=0.5",
         ),
         ({"partial_rotary_factor": 0.09}, ValueError, "odd or empty rotary width"),
-        ({"partial_rotary_factor": 0.0}, ValueError, "`partial_rotary_factor` must be a number in"),
+        (
+            {"partial_rotary_factor": 0.0},
+            ValueError,
+            r"`partial_rotary_factor` must be in \(0, 1\]",
+        ),
         ({"hidden_size": 100, "num_attention_heads": 3}, ValueError, "not a multiple"),
         ({"head_dim": -4}, ValueError, "`head_dim` must be a positive integer"),
-        ({"max_position_embeddings": "4096"}, ValueError, "`max_position_embeddings` must be"),
+        ({"max_position_embeddings": "4096"}, TypeError, "`max_position_embeddings` must be an"),
         ({"rope_scaling": "su"}, TypeError, "`rope_scaling` must be a dict"),
         ({"rope_interleave": 1}, TypeError, "`rope_interleave` must be true or false"),
         ({"rope_theta": 0.5}, ValueError, "`base` must be a finite number greater than 1"),
@@ -323,7 +327,9 @@ def test_per_layer_type_settings_need_a_layer_type() -> None:
     assert (full.base, full.scaling.rope_type, full.scaling.factor) == (1e6, "linear", 8.0)
     sliding = from_hf_config(_GEMMA3, layer_type="sliding_attention")
     assert (sliding.base, sliding.scaling.rope_type) == (10000.0, "default")
-    with pytest.raises(ValueError, match=r"`layer_type`='global' is not a layer type"):
+    with pytest.raises(
+        ValueError, match=r"`layer_type`='global' is not one of the model config's layer types"
+    ):
         from_hf_config(_GEMMA3, layer_type="global")
 
 

@@ -35,7 +35,7 @@ def test_both_type_keys_must_agree() -> None:
     assert (
         parse_rope_scaling({"type": "linear", "rope_type": "linear", "factor": 2.0}).factor == 2.0
     )
-    with pytest.raises(ValueError, match=r"`rope_type` and `type` disagree"):
+    with pytest.raises(ValueError, match=r"`rope_type`='dynamic' and `type`='linear' disagree"):
         parse_rope_scaling({"type": "linear", "rope_type": "dynamic", "factor": 2.0})
 
 
@@ -178,7 +178,7 @@ def test_frozen() -> None:
             {"rope_type": "longrope", "short_factor": [1.0], "long_factor": [0.0]},
             {"max_position_embeddings": 4096},
             ValueError,
-            "`long_factor` entries must be positive",
+            "`long_factor\\[0\\]` must be positive; got 0.0",
         ),
         (
             {"rope_type": "longrope", "short_factor": "1", "long_factor": [1.0]},

@@ -10,7 +10,6 @@ config points at its line.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import numbers
 import types
@@ -18,9 +17,7 @@ import typing
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, TypeAlias
 
-from .._validation import MAX_POSITION, check_base
-
-__all__ = ["CHECK_OF_TYPE", "Base", "Factor", "Fraction", "Positive", "check_sum", "field_checks"]
+from .._validation import MAX_POSITION, check_base, check_int
 
 Check: TypeAlias = Callable[[Any, str], Any]
 
@@ -82,11 +79,7 @@ def positive_int(value: object, key: str) -> int:
     ValueError
         If it is zero, negative or above ``2**53`` (a length no position reaches).
     """
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"`{key}` must be an integer; got {value!r} of type {type(value).__name__}")
-    if not 0 < int(value) <= MAX_POSITION:
-        raise ValueError(f"`{key}` must be a positive integer at most 2**53; got {value!r}")
-    return int(value)
+    return check_int(value, key, 1, MAX_POSITION + 1, "a positive integer at most 2**53")
 
 
 def flag(value: object, key: str) -> bool:
@@ -115,68 +108,6 @@ def flag(value: object, key: str) -> bool:
     return value
 
 
-def factor_list(value: object, key: str) -> tuple[float, ...]:
-    """Return ``value`` as a tuple of positive finite floats.
-
-    Parameters
-    ----------
-    value : object
-        The list to check (any sequence but a string), such as longrope's ``short_factor``.
-    key : str
-        The name of the key, quoted in the error message; a bad entry is named
-        ``key[index]``.
-
-    Returns
-    -------
-    tuple of float
-        The entries converted with :class:`float`, in their order.
-
-    Raises
-    ------
-    TypeError
-        If ``value`` is not a sequence of real numbers (a string is not one here).
-    ValueError
-        If an entry is infinite, NaN, zero or negative.
-    """
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-        raise TypeError(f"`{key}` must be a list of numbers; got {value!r}")
-    factors = tuple(real(item, f"{key}[{index}]") for index, item in enumerate(value))
-    bad = [index for index, item in enumerate(factors) if item <= 0.0]
-    if bad:
-        raise ValueError(
-            f"`{key}` entries must be positive; got {factors[bad[0]]!r} at index {bad[0]}"
-        )
-    return factors
-
-
-def positive_int_list(value: object, key: str) -> tuple[int, ...]:
-    """Return ``value`` as a tuple of positive ``int``.
-
-    Parameters
-    ----------
-    value : object
-        The list to check (any sequence but a string), such as ``mrope_section``.
-    key : str
-        The name of the key, quoted in the error message; a bad entry is named
-        ``key[index]``.
-
-    Returns
-    -------
-    tuple of int
-        The entries as built-in ``int``, in their order.
-
-    Raises
-    ------
-    TypeError
-        If ``value`` is not a sequence of integers (a string is not one here).
-    ValueError
-        If an entry is zero or negative.
-    """
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-        raise TypeError(f"`{key}` must be a list of integers; got {value!r}")
-    return tuple(positive_int(item, f"{key}[{index}]") for index, item in enumerate(value))
-
-
 def check_sum(key: str, sections: Sequence[int] | None, rotary_dim: int) -> None:
     """Raise ``ValueError`` unless the pairs ``sections`` (``None``: no sections) sum to
     ``rotary_dim // 2``, naming ``key`` and the sum received."""
@@ -185,6 +116,18 @@ def check_sum(key: str, sections: Sequence[int] | None, rotary_dim: int) -> None
             f"`{key}` must sum to rotary_dim // 2 = {rotary_dim // 2}; got "
             f"{list(sections)} (sum {sum(sections)})"
         )
+
+
+def agreed(sources: Sequence[tuple[str, Any]], where: str = "") -> tuple[str, Any]:
+    """Return the first of the ``(key, value)`` ``sources`` whose value is not ``None`` (the
+    first source when none is); raise ``ValueError`` naming two present values that differ,
+    ``where`` said after them."""
+    present = [source for source in sources if source[1] is not None] or [sources[0]]
+    (key, value), *others = present
+    for other, given in others:
+        if given != value:
+            raise ValueError(f"`{key}`={value!r} and `{other}`={given!r} disagree{where}")
+    return key, value
 
 
 def _real_in(bounds: str, within: Callable[[float], bool]) -> Check:
@@ -202,26 +145,43 @@ def _real_in(bounds: str, within: Callable[[float], bool]) -> Check:
 Factor: TypeAlias = Annotated[float, _real_in(">= 1", lambda x: x >= 1.0)]
 """A scaling factor: a finite float >= 1."""
 
-Positive: TypeAlias = Annotated[float, _real_in("positive", lambda x: x > 0.0)]
+_positive = _real_in("positive", lambda x: x > 0.0)
+
+Positive: TypeAlias = Annotated[float, _positive]
 """A finite float > 0."""
 
-Fraction: TypeAlias = Annotated[float, _real_in("in (0, 1]", lambda x: 0.0 < x <= 1.0)]
+fraction = _real_in("in (0, 1]", lambda x: 0.0 < x <= 1.0)
+
+Fraction: TypeAlias = Annotated[float, fraction]
 """A share of the head: a float in (0, 1]."""
 
 Base: TypeAlias = Annotated[float, lambda value, key: check_base(value)]
 """A RoPE base (``rope_theta``): a finite float > 1."""
 
+
+def _list_of(entry: Check, entries: str) -> Check:
+    """The check of a list (any sequence but a string) of ``entries``, each passing ``entry``
+    under the name ``key[index]``; it returns them as a tuple."""
+
+    def check(value: object, key: str) -> tuple[Any, ...]:
+        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+            raise TypeError(f"`{key}` must be a list of {entries}; got {value!r}")
+        return tuple(entry(item, f"{key}[{index}]") for index, item in enumerate(value))
+
+    return check
+
+
 CHECK_OF_TYPE: dict[object, Check] = {
     float: real,
     int: positive_int,
     bool: flag,
-    tuple[float, ...]: factor_list,
-    tuple[int, ...]: positive_int_list,
+    tuple[float, ...]: _list_of(_positive, "numbers"),
+    tuple[int, ...]: _list_of(positive_int, "integers"),
 }
-"""The check of a field typed with a plain type (integers are lengths or counts: positive)."""
+"""The check of a field typed with a plain type (integers are lengths or counts, and the
+entries of a list of floats are factors: positive)."""
 
 
-@functools.cache
 def field_checks(record: type) -> dict[str, Check]:
     """Return the check of each field of the dataclass ``record``, in field order.
 

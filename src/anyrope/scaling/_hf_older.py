@@ -22,13 +22,7 @@ import copy
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-__all__ = [
-    "AXIAL_MODEL_TYPES",
-    "DEFAULT_PARTIAL_ROTARY_FACTOR",
-    "DEFAULT_ROPE_THETA",
-    "current_format",
-    "is_nested",
-]
+from ._checks import agreed
 
 DEFAULT_ROPE_THETA = {
     family: value
@@ -145,14 +139,6 @@ _RETURNS_ONLY_ROPE_PARAMETERS = frozenset(
 # NeoMME's settings per layer type when its config leaves them out: (rope_theta, fraction).
 _NEOMME_DEFAULTS = {"full_attention": (1_000_000.0, 0.25), "sliding_attention": (10_000.0, 1.0)}
 
-# DeepSeek-V4's fraction qk_rope_head_dim / head_dim (64 / 512) transformers gives a config
-# without either.
-_DEEPSEEK_V4_FRACTION = 64 / 512
-
-# Phi-3 and Phi-4-multimodal read these older scaling names as "longrope".
-_PHI3_LONGROPE_ALIASES = frozenset({"su", "yarn"})
-_PHI3_FAMILIES = frozenset({"phi3", "phi4_multimodal"})
-
 
 def current_format(config: Any) -> Any:
     """The config with its older keys in the current format, as transformers reads them.
@@ -228,23 +214,17 @@ def _setdefault(scaling: dict[str, Any], key: str, value: Any) -> None:
             values.setdefault(key, value)
 
 
-def _refuse_flat(config: Mapping[str, Any], model_type: str, names: tuple[str, ...]) -> None:
-    scaling = config.get("rope_parameters")
-    if scaling and not is_nested(scaling):
-        kinds = ", ".join(repr(name) for name in names)
-        flat = sorted(key for key, value in scaling.items() if not isinstance(value, Mapping))
-        raise ValueError(
-            f"model_type={model_type!r} gives RoPE settings per layer type ({kinds}): "
-            f"transformers ignores the keys {flat} of a flat `rope_parameters` and uses its "
-            "defaults; give `rope_parameters` per layer type"
-        )
-
-
 def _two_kinds(config: dict[str, Any], model_type: str) -> None:
     """Gemma 3, Gemma 3n, T5Gemma 2, ModernBERT and OLMo 3: ``rope_scaling`` and two bases."""
     (full_key, full_default), (sliding_key, sliding_default), scaled = _TWO_KINDS[model_type]
-    _refuse_flat(config, model_type, _BOTH_KINDS)
     params = config.get("rope_parameters") or {}
+    if params and not is_nested(params):
+        flat = sorted(key for key, value in params.items() if not isinstance(value, Mapping))
+        raise ValueError(
+            f"model_type={model_type!r} gives RoPE settings per layer type {_BOTH_KINDS}: "
+            f"transformers ignores the keys {flat} of a flat `rope_parameters` and uses its "
+            "defaults; give `rope_parameters` per layer type"
+        )
     for name in _BOTH_KINDS:
         if params.get(name) is None:
             params[name] = {"rope_type": "default"}
@@ -304,9 +284,9 @@ def _rename_method(scaling: dict[str, Any], older: Collection[str], name: str) -
 
 
 def _phi3(config: dict[str, Any], model_type: str) -> None:
-    """Phi-3's older ``"su"`` and ``"yarn"`` scaling are its ``"longrope"``."""
-    if _present(config, "rope_scaling") or _present(config, "rope_parameters"):
-        _rename_method(_flat_scaling(config), _PHI3_LONGROPE_ALIASES, "longrope")
+    """Phi-3's (and Phi-4-multimodal's) older ``"su"`` and ``"yarn"`` scaling are its
+    ``"longrope"``."""
+    _rename_method(_flat_scaling(config), ("su", "yarn"), "longrope")
 
 
 def _minimax_m2(config: dict[str, Any], model_type: str) -> None:
@@ -325,17 +305,11 @@ def _minimax_m2(config: dict[str, Any], model_type: str) -> None:
 
 def _hunyuan_vl(config: dict[str, Any], model_type: str) -> None:
     """HunYuan-VL's ``"xdrope"`` is dynamic NTK with M-RoPE's ``xdrope_section``."""
-    if not (_present(config, "rope_scaling") or _present(config, "rope_parameters")):
-        return
     scaling = _flat_scaling(config)
     section = scaling.pop("xdrope_section", None)
     if section is not None:
-        given = scaling.get("mrope_section")
-        if given is not None and [float(s) for s in given] != [float(s) for s in section]:
-            raise ValueError(
-                f"`mrope_section`={given!r} and `xdrope_section`={section!r} disagree in the "
-                "model config"
-            )
+        given = [("mrope_section", scaling.get("mrope_section")), ("xdrope_section", section)]
+        agreed(given, " in the model config")
         scaling["mrope_section"] = [int(s) for s in section]
     _rename_method(scaling, ("xdrope",), "dynamic")
 
@@ -400,12 +374,10 @@ def _deepseek_v4(config: dict[str, Any], model_type: str) -> None:
         return
     fraction = config.pop("partial_rotary_factor", None)
     if fraction is None:
-        rope_part, head_dim = config.get("qk_rope_head_dim"), config.get("head_dim")
-        fraction = (
-            rope_part / head_dim
-            if rope_part is not None and head_dim is not None
-            else _DEEPSEEK_V4_FRACTION
-        )
+        # As transformers reads it: qk_rope_head_dim / head_dim (head_dim 512 when absent),
+        # or 64 / 512 without qk_rope_head_dim, whatever the head_dim.
+        rope_part = config.get("qk_rope_head_dim")
+        fraction = 64 / 512 if rope_part is None else rope_part / (config.get("head_dim") or 512)
     scaling = {key: value for key, value in given.items() if key not in ("main", "compress")}
     compress = {**scaling, "rope_theta": compress_theta, "partial_rotary_factor": fraction}
     compress.setdefault("rope_type", compress.pop("type", "default"))
@@ -460,7 +432,7 @@ def _needs_rope_parameters(config: Mapping[str, Any], model_type: str) -> None:
 _CONVERTERS: dict[str, Callable[[dict[str, Any], str], None]] = {
     **dict.fromkeys(_TWO_KINDS, _two_kinds),
     **dict.fromkeys(_NEOX_ROTARY_PCT, _gpt_neox),
-    **dict.fromkeys(_PHI3_FAMILIES, _phi3),
+    **dict.fromkeys(("phi3", "phi4_multimodal"), _phi3),
     **dict.fromkeys(_RETURNS_ONLY_ROPE_PARAMETERS, _needs_rope_parameters),
     "minimax_m2": _minimax_m2,
     "hunyuan_vl_text": _hunyuan_vl,

@@ -38,16 +38,22 @@ def sections(rotary_dim: int, *, axial_sections: Sequence[int] | None = None) ->
     Parameters
     ----------
     rotary_dim : int
-        The rotated width ``d``: a multiple of 4 without ``axial_sections`` (checked by
-        :func:`inv_freq`, not here).
+        The rotated width ``d``: a multiple of 4 without ``axial_sections``.
     axial_sections : sequence of int, optional
-        The pairs of each axis, in axis order; default ``None``, two equal halves.
+        The pairs of each axis, in axis order, summing to ``d // 2``; default ``None``, two
+        equal halves.
 
     Returns
     -------
     tuple of int
         ``axial_sections`` as given, or ``(d // 4, d // 4)``: the pairs that follow the
         row, then those that follow the column.
+
+    Raises
+    ------
+    ValueError
+        If ``rotary_dim`` is not a multiple of 4 (two equal halves), or if
+        ``axial_sections`` does not sum to ``rotary_dim // 2``.
 
     Examples
     --------
@@ -58,7 +64,13 @@ def sections(rotary_dim: int, *, axial_sections: Sequence[int] | None = None) ->
     (12, 10, 10)
     """
     if axial_sections is None:
+        if rotary_dim % 4:
+            raise ValueError(
+                "axial RoPE without `axial_sections` splits the pairs between two axes: "
+                f"`rotary_dim` must be a multiple of 4; got {rotary_dim}"
+            )
         return (rotary_dim // 4, rotary_dim // 4)
+    check_sum("axial_sections", axial_sections, rotary_dim)
     return tuple(int(pairs) for pairs in axial_sections)
 
 
@@ -97,19 +109,9 @@ def inv_freq(
     >>> axial.inv_freq(8, 10000.0, axial_sections=[2, 1, 1]).tolist()
     [1.0, 0.01, 1.0, 1.0]
     """
-    _check_sections(rotary_dim, axial_sections, "axial RoPE")
     pairs = sections(rotary_dim, axial_sections=axial_sections)
     result: FloatArray = np.concatenate([default.inv_freq(2 * p, base) for p in pairs])
     return result
-
-
-def _check_sections(rotary_dim: int, axial_sections: Sequence[int] | None, name: str) -> None:
-    if axial_sections is None and rotary_dim % 4:
-        raise ValueError(
-            f"{name} without `axial_sections` splits the pairs between two axes: "
-            f"`rotary_dim` must be a multiple of 4; got {rotary_dim}"
-        )
-    check_sum("axial_sections", axial_sections, rotary_dim)
 
 
 @register
@@ -123,11 +125,6 @@ class Axial(RopeScaling):
     def _validate(self) -> None:
         if self.mrope_section is not None:
             raise ValueError(f"`mrope_section` does not apply to rope_type={self.rope_type!r}")
-
-    def _check_rotary_dim(self, rotary_dim: int) -> None:
-        # RoPE calls this when it is built, so a bad width fails before any table, naming the
-        # config's rope_type.
-        _check_sections(rotary_dim, self.axial_sections, "rope_type='axial'")
 
     def sections(self, rotary_dim: int) -> tuple[int, ...]:
         """The pairs per axis: ``axial_sections``, or two equal halves (:func:`sections`).

@@ -13,11 +13,10 @@ that would change the model.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
-from ._checks import Base, Check, Fraction, check_sum, field_checks
+from ._checks import Base, Check, Fraction, agreed, check_sum, field_checks
 from ._types import FloatArray, Frequencies, IntArray
 
 __all__ = ["RopeScaling", "get", "names", "parse_rope_scaling", "register", "unregister"]
@@ -139,9 +138,9 @@ class RopeScaling(metaclass=_ByRopeType):
 
     def _frequencies_per_length(
         self, rotary_dim: int, base: float, lengths: IntArray
-    ) -> FloatArray:
-        """The ``inv_freq`` of each of ``lengths`` (a hook of a method whose frequencies
-        change with every length)."""
+    ) -> Frequencies:
+        """``(inv_freq of each of lengths, attention_factor)`` (a hook of a method whose
+        frequencies change with every length)."""
         raise ValueError(
             f"rope_type={self.rope_type!r} has the same frequencies for many lengths; "
             "use frequencies()"
@@ -162,12 +161,19 @@ class RopeScaling(metaclass=_ByRopeType):
             The pairs of each position stream, in order; ``None`` when there is a single
             stream.
 
+        Raises
+        ------
+        ValueError
+            If the sections do not sum to ``rotary_dim // 2`` (or, for axial without
+            ``axial_sections``, ``rotary_dim`` is not a multiple of 4).
+
         Examples
         --------
         >>> from anyrope.scaling import RopeScaling
         >>> RopeScaling("axial").sections(64), RopeScaling().sections(64)
         ((16, 16), None)
         """
+        check_sum("mrope_section", self.mrope_section, rotary_dim)
         return self.mrope_section
 
     def length_bucket(self, seq_len: int | None) -> int:
@@ -231,7 +237,7 @@ class RopeScaling(metaclass=_ByRopeType):
             ``rotary_dim // 2``.
         """
         self._check_rotary_dim(rotary_dim)
-        check_sum("mrope_section", self.mrope_section, rotary_dim)
+        self.sections(rotary_dim)
 
     def frequencies(
         self, rotary_dim: int, base: float, *, seq_len: int | None = None
@@ -305,8 +311,7 @@ class RopeScaling(metaclass=_ByRopeType):
         (True, 1.0)
         """
         self.check_rotary_dim(rotary_dim)
-        many = self._frequencies_per_length(rotary_dim, base, lengths)
-        return many, _attention_factor(self, rotary_dim, base)
+        return self._frequencies_per_length(rotary_dim, base, lengths)
 
 
 _METHODS: dict[str, type[RopeScaling]] = {}
@@ -422,18 +427,9 @@ def names() -> tuple[str, ...]:
     return tuple(sorted(_METHODS))
 
 
-@functools.lru_cache(maxsize=64)
-def _attention_factor(scaling: RopeScaling, rotary_dim: int, base: float) -> float:
-    """The attention factor of a method whose frequencies change with every length (the
-    same for all lengths): computed once, not with every block of lengths."""
-    return scaling.frequencies(rotary_dim, base)[1]
-
-
 def _method(scaling: Mapping[str, Any]) -> type[RopeScaling]:
-    new, old = scaling.get("rope_type"), scaling.get("type")
-    if new is not None and old is not None and new != old:
-        raise ValueError(f"`rope_type` and `type` disagree: rope_type={new!r}, type={old!r}")
-    kind = new if new is not None else old if old is not None else "default"
+    _, kind = agreed([("rope_type", scaling.get("rope_type")), ("type", scaling.get("type"))])
+    kind = "default" if kind is None else kind
     if not isinstance(kind, str):
         raise TypeError(f"`rope_type` must be a string; got {kind!r}")
     try:
@@ -494,9 +490,8 @@ def parse_rope_scaling(
     if isinstance(scaling, RopeScaling):
         method = type(scaling)
         given = {key: getattr(scaling, key) for key in method.keys}
-    elif scaling is None:
-        method, given = get("default"), {}
-    elif isinstance(scaling, Mapping):
+    elif isinstance(scaling, Mapping) or scaling is None:
+        scaling = {} if scaling is None else scaling
         method = _method(scaling)
         given = {key: value for key, value in scaling.items() if key not in ("rope_type", "type")}
         unknown = sorted(str(key) for key in given if key not in method.keys)

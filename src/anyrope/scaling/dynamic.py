@@ -13,7 +13,7 @@ import dataclasses
 import numpy as np
 
 from .._hostmath import power
-from . import default
+from . import ntk
 from ._types import FloatArray, Frequencies, IntArray
 from .config import register
 from .ntk import NTK
@@ -87,9 +87,9 @@ def scaled_base(
     >>> dynamic.scaled_base(4, 100.0, factor=2.0, seq_len=20, max_position_embeddings=10)
     900.0
     """
-    length = effective_length(seq_len, max_position_embeddings=max_position_embeddings)
-    stretch = factor * length / max_position_embeddings - (factor - 1.0)
-    return float(base * power(stretch, rotary_dim, rotary_dim - 2))
+    return ntk.scaled_base(
+        rotary_dim, base, factor=_stretch(factor, seq_len, max_position_embeddings)
+    )
 
 
 def inv_freq(
@@ -128,14 +128,14 @@ def inv_freq(
     >>> dynamic.inv_freq(4, 100.0, factor=2.0, seq_len=20, max_position_embeddings=10).tolist()
     [1.0, 0.03333333333333333]
     """
-    scaled = scaled_base(
-        rotary_dim,
-        base,
-        factor=factor,
-        seq_len=seq_len,
-        max_position_embeddings=max_position_embeddings,
-    )
-    return default.inv_freq(rotary_dim, scaled)
+    return ntk.inv_freq(rotary_dim, base, factor=_stretch(factor, seq_len, max_position_embeddings))
+
+
+def _stretch(factor: float, seq_len: int | None, max_position_embeddings: int) -> float:
+    """The factor of static NTK that gives dynamic NTK's base for a sequence of ``seq_len``:
+    ``factor * L / L_max - (factor - 1)``, with ``L`` at least ``L_max``."""
+    length = effective_length(seq_len, max_position_embeddings=max_position_embeddings)
+    return factor * length / max_position_embeddings - (factor - 1.0)
 
 
 def inv_freq_per_length(
@@ -202,9 +202,9 @@ class DynamicNTK(NTK):
 
     def _frequencies_per_length(
         self, rotary_dim: int, base: float, lengths: IntArray
-    ) -> FloatArray:
+    ) -> Frequencies:
         keys = self._keys("factor", "max_position_embeddings")
-        return inv_freq_per_length(rotary_dim, base, lengths=lengths, **keys)
+        return inv_freq_per_length(rotary_dim, base, lengths=lengths, **keys), 1.0
 
     def length_bucket(self, seq_len: int | None) -> int:
         """``max(seq_len, max_position_embeddings)``: each length past ``L_max`` its own.

@@ -37,12 +37,12 @@ where transformers drops such a key or replaces it by a default, the error names
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from typing import Any
 
 from .._validation import check_base
-from ._checks import flag
+from ._checks import agreed, flag, positive_int
+from ._checks import fraction as check_fraction
 from ._hf_older import current_format, is_nested
 from .config import RopeScaling, parse_rope_scaling
 
@@ -156,29 +156,16 @@ def _setting(
 ) -> tuple[str, Any]:
     """The key and value of the first present of ``keys``, or of the scaling dict's
     ``keys[0]`` (newer configs keep it there); an error if two present sources disagree."""
-    sources = [(key, key, _get(config, key)) for key in keys]
+    sources = [(key, _get(config, key)) for key in keys]
     if inner is not None:
-        sources.append((keys[0], f"rope_parameters['{keys[0]}']", inner.get(keys[0])))
-    present = [source for source in sources if source[2] is not None]
-    if not present:
-        return keys[0], None
-    key, label, value = present[0]
-    for _, other, given in present[1:]:
-        if given != value:
-            raise ValueError(
-                f"`{label}`={value!r} and `{other}`={given!r} disagree in the model config"
-            )
-    return key, value
+        sources.append((f"rope_parameters['{keys[0]}']", inner.get(keys[0])))
+    return agreed(sources, " in the model config")
 
 
 def _int(config: Any, key: str) -> int | None:
     """The positive integer ``config[key]``, or ``None`` when the config lacks it."""
     value = _get(config, key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"`{key}` must be a positive integer in the model config; got {value!r}")
-    return value
+    return None if value is None else positive_int(value, key)
 
 
 def _head_dim(config: Any, *, axial: bool) -> int:
@@ -204,13 +191,12 @@ def _head_dim(config: Any, *, axial: bool) -> int:
     return hidden // heads
 
 
-def _scaling_dict(config: Any) -> Mapping[str, Any] | None:
+def _scaling_dict(config: Any) -> Mapping[str, Any]:
+    """The config's scaling dict, empty when it has none."""
     key, scaling = _setting(config, ("rope_parameters", "rope_scaling"))
-    if scaling is None:
-        return None
-    if not isinstance(scaling, Mapping):
+    if scaling is not None and not isinstance(scaling, Mapping):
         raise TypeError(f"`{key}` must be a dict in the model config; got {scaling!r}")
-    return scaling
+    return scaling or {}
 
 
 def layer_types(config: Any) -> tuple[str, ...] | None:
@@ -243,7 +229,7 @@ def layer_types(config: Any) -> tuple[str, ...] | None:
     True
     """
     scaling = _scaling_dict(current_format(config))
-    return tuple(scaling) if scaling is not None and is_nested(scaling) else None
+    return tuple(scaling) if is_nested(scaling) else None
 
 
 def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfig:
@@ -282,10 +268,9 @@ def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfi
     """
     config = _as_layer_type_sees_it(current_format(config), layer_type)
     scaling = _layer_scaling(config, layer_type)
-    inner = {} if scaling is None else scaling
     model_type = _get(config, "model_type")
-    _refuse(model_type, inner)
-    theta = _setting(config, ("rope_theta", "rotary_emb_base"), inner)[1]
+    _refuse(model_type, scaling)
+    theta = _setting(config, ("rope_theta", "rotary_emb_base"), scaling)[1]
     base = 10000.0 if theta is None else check_base(theta)
     max_positions = _int(config, "max_position_embeddings")
     parsed = parse_rope_scaling(
@@ -296,7 +281,7 @@ def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfi
     head_dim = _head_dim(config, axial=parsed.rope_type == "axial")
     rotary_dim = head_dim
     if parsed.partial_rotary_factor_sets_width:
-        rotary_dim = _rotary_dim(config, inner, head_dim)
+        rotary_dim = _rotary_dim(config, scaling, head_dim)
     if _get(config, "qk_rope_head_dim") is not None and parsed.partial_rotary_factor:
         # The fraction was of the full head_dim and is now the rope part's whole width.
         parsed = dataclasses.replace(parsed, partial_rotary_factor=None)
@@ -341,7 +326,7 @@ def from_hf_config_layers(config: Any) -> dict[str, HFRopeConfig | None]:
     """
     config = current_format(config)
     scaling = _scaling_dict(config)
-    if scaling is not None and is_nested(scaling):
+    if is_nested(scaling):
         return {
             name: None if values is None else from_hf_config(config, layer_type=name)
             for name, values in scaling.items()
@@ -429,28 +414,22 @@ def _refuse(model_type: Any, inner: Mapping[str, Any]) -> None:
         )
 
 
-def _layer_scaling(config: Any, layer_type: str | None) -> Mapping[str, Any] | None:
+def _layer_scaling(config: Any, layer_type: str | None) -> Mapping[str, Any]:
     """The scaling dict of ``layer_type`` (or of every layer), checked against the config."""
     scaling = _scaling_dict(config)
-    if scaling is None or not is_nested(scaling):
-        declared = _get(config, "layer_types")
-        if layer_type is not None and declared is not None and layer_type not in declared:
-            raise ValueError(
-                f"`layer_type`={layer_type!r} is not one of the model config's "
-                f"`layer_types` ({', '.join(sorted(set(declared)))})"
-            )
+    known = tuple(scaling) if is_nested(scaling) else _get(config, "layer_types")
+    if layer_type is not None and known is not None and layer_type not in known:
+        raise ValueError(
+            f"`layer_type`={layer_type!r} is not one of the model config's layer types "
+            f"({', '.join(map(repr, sorted(set(known))))})"
+        )
+    if not is_nested(scaling):
         return scaling
-    names = ", ".join(map(repr, scaling))
     if layer_type is None:
         raise ValueError(
-            f"the model config gives RoPE settings per layer type ({names}); pass "
-            "layer_type= one of them, or use anyrope.RoPE.from_hf_config_layers(config) "
+            f"the model config gives RoPE settings per layer type ({', '.join(map(repr, known))}); "
+            "pass layer_type= one of them, or use anyrope.RoPE.from_hf_config_layers(config) "
             "for every layer type at once"
-        )
-    if layer_type not in scaling:
-        raise ValueError(
-            f"`layer_type`={layer_type!r} is not a layer type of the model config's "
-            f"RoPE settings ({names})"
         )
     if scaling[layer_type] is None:
         raise ValueError(
@@ -481,35 +460,27 @@ def _rotary_dim(config: Any, inner: Mapping[str, Any], head_dim: int) -> int:
         return rotary_dim
     if fraction is None:
         return head_dim
-    if (
-        isinstance(fraction, bool)
-        or not isinstance(fraction, (int, float))
-        or not (math.isfinite(fraction) and 0.0 < fraction <= 1.0)
-    ):
+    fraction = check_fraction(fraction, key)
+    # A latent-attention model (DeepSeek, Mistral 4, dots) rotates all of its rope part,
+    # `qk_rope_head_dim` (`head_dim` here); the fraction is of the full head_dim
+    # (transformers builds the frequencies from int(head_dim * factor)), so the two must agree.
+    latent = _get(config, "qk_rope_head_dim") is not None
+    full = _int(config, "head_dim") if latent else head_dim
+    if full is None:
         raise ValueError(
-            f"`{key}` must be a number in (0, 1] in the model config; got {fraction!r}"
+            f"`{key}`={fraction!r} with `qk_rope_head_dim`={head_dim} needs `head_dim` "
+            "in the model config, the width the fraction is of"
         )
-    if _get(config, "qk_rope_head_dim") is not None:
-        # A latent-attention model (DeepSeek, Mistral 4, dots) rotates all of its rope part;
-        # the fraction is of the full head_dim (transformers builds the frequencies from
-        # int(head_dim * factor)), so the two must agree.
-        full = _int(config, "head_dim")
-        if full is None:
-            raise ValueError(
-                f"`{key}`={fraction!r} with `qk_rope_head_dim`={head_dim} needs `head_dim` "
-                "in the model config, the width the fraction is of"
-            )
-        if int(full * fraction) != head_dim:
-            raise ValueError(
-                f"`{key}`={fraction!r} of `head_dim`={full} is {int(full * fraction)} features, "
-                f"but `qk_rope_head_dim` is {head_dim}: the model config disagrees on the "
-                "rotary width"
-            )
-        return head_dim
-    rotary_dim = int(head_dim * fraction)
+    rotary_dim = int(full * fraction)
+    if latent and rotary_dim != head_dim:
+        raise ValueError(
+            f"`{key}`={fraction!r} of `head_dim`={full} is {rotary_dim} features, "
+            f"but `qk_rope_head_dim` is {head_dim}: the model config disagrees on the "
+            "rotary width"
+        )
     if rotary_dim <= 0 or rotary_dim % 2:
         raise ValueError(
             f"`{key}`={fraction!r} gives an odd or empty rotary width "
-            f"int({head_dim} * {fraction}) = {rotary_dim}; it must be even and positive"
+            f"int({full} * {fraction}) = {rotary_dim}; it must be even and positive"
         )
     return rotary_dim

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from . import default
+from . import linear
 from ._checks import Factor
 from ._types import FloatArray, Frequencies
 from .config import RopeScaling, register
@@ -45,10 +45,9 @@ def inv_freq(head_dim: int, base: float, *, fraction: float, factor: float = 1.0
     >>> proportional.inv_freq(8, 10000.0, fraction=0.5).tolist()
     [1.0, 0.1, 0.0, 0.0]
     """
-    result = default.inv_freq(head_dim, base)
+    result = linear.inv_freq(head_dim, base, factor=factor)
     result[int(fraction * head_dim // 2) :] = 0.0
-    scaled: FloatArray = result / factor
-    return scaled
+    return result
 
 
 @register
