@@ -30,6 +30,7 @@ from .. import _threads
 from .._cpu_memory import empty_like, host_rejects
 from .._namespace import Array
 from .._plan import Plan
+from .._torch import bump_versions, numpy_view
 from .rotation import halves
 
 NAME = "blocked"
@@ -83,9 +84,6 @@ def run(plan: Plan) -> tuple[Array, ...]:
     # Tables with the two elements of each pair as an axis of their own (`split`),
     # shaped to broadcast against the input split likewise.
     split = (r // 2, 2) if interleaved else (2, r // 2)
-    if torch:
-        from .._torch import bump_versions, numpy_view
-
     # Slicing and indexing NumPy's tables cost less than torch's; torch then views them.
     pairs = plan.tables[:2]
     if torch_ops:
@@ -109,7 +107,7 @@ def run(plan: Plan) -> tuple[Array, ...]:
             wide_cos, wide_sin = (p.reshape((*p.shape[:-2], r)) for p in pairs)
             _rotate_blocks(xv, wide_cos, wide_sin, outv, r, interleaved, ops, plan.library)
         if out is not x and r < x.shape[-1]:
-            ops.copy(outv[..., r:], xv[..., r:])
+            outv[..., r:] = xv[..., r:]
         results.append(out)
     if torch and plan.inplace:
         # Written through NumPy views, or by out= operations: autograd must see it.
@@ -216,8 +214,6 @@ class _Ops:
     """``out`` (viewed as ``shape``) = ``a + b``, rounded once to the dtype of ``out``."""
     swap: Callable[[Array, bool], Array]
     """The pairs' elements exchanged (the pairs are an axis of their own)."""
-    copy: Callable[[Array, Array], Any]
-    """``copy(target, source)``."""
 
 
 _NUMPY = _Ops(
@@ -226,7 +222,6 @@ _NUMPY = _Ops(
     whole_elements=WHOLE_ELEMENTS,
     add_into=lambda a, b, out, shape: np.add(a, b, out=out.reshape(shape), casting="same_kind"),
     swap=lambda a, interleaved: a[..., ::-1] if interleaved else a[..., ::-1, :],  # a view
-    copy=np.copyto,
 )
 
 
@@ -249,5 +244,4 @@ def _torch_ops() -> _Ops:
         add_into=add_into,
         # torch has no negative strides: a copy.
         swap=lambda a, interleaved: a.flip(-1 if interleaved else -2),
-        copy=torch.Tensor.copy_,
     )
