@@ -84,25 +84,31 @@ def run(plan: Plan) -> tuple[Array, ...]:
     # Tables with the two elements of each pair as an axis of their own (`split`),
     # shaped to broadcast against the input split likewise.
     split = (r // 2, 2) if interleaved else (2, r // 2)
+    ops = _torch_ops() if torch_ops else _NUMPY
     # Slicing and indexing NumPy's tables cost less than torch's; torch then views them.
     pairs = plan.tables[:2]
     if torch_ops:
-        import torch as torch_module
-
-        pairs = (torch_module.from_numpy(pairs[0]), torch_module.from_numpy(pairs[1]))
+        pairs = (ops.library.from_numpy(pairs[0]), ops.library.from_numpy(pairs[1]))
     if plan.inverse:
         pairs = (pairs[0], -pairs[1])
-    ops = _torch_ops() if torch_ops else _NUMPY
     results = []
     for x in plan.arrays:
         out = x if plan.inplace else empty_like(x)
-        xv, outv = (numpy_view(x), numpy_view(out)) if torch and not torch_ops else (x, out)
+        xv, outv = x, out
+        if torch and not torch_ops:
+            xv = numpy_view(x)
+            outv = xv if plan.inplace else numpy_view(out)
         if x.shape[-1] == r:
             rotated, rotated_out = xv, outv
         else:
             rotated, rotated_out = xv[..., :r], outv[..., :r]
         if math.prod(rotated.shape) <= ops.whole_elements:
-            _rotate_whole(rotated, pairs, rotated_out, split, interleaved, ops)
+            # Three operations over the whole input: for the small arrays of a decode step.
+            xr = rotated.reshape((*rotated.shape[:-1], *split))
+            first = xr * pairs[0]
+            second = ops.swap(xr, interleaved) * pairs[1]
+            # Both products are read before out (which may be x) is written.
+            ops.add_into(first, second, rotated_out, xr.shape)
         else:
             wide_cos, wide_sin = (p.reshape((*p.shape[:-2], r)) for p in pairs)
             _rotate_blocks(xv, wide_cos, wide_sin, outv, r, interleaved, ops, plan.library)
@@ -113,23 +119,6 @@ def run(plan: Plan) -> tuple[Array, ...]:
         # Written through NumPy views, or by out= operations: autograd must see it.
         bump_versions(plan.arrays)
     return tuple(results)
-
-
-def _rotate_whole(  # noqa: PLR0917 - the operands, in the order they are used
-    rotated: Array,
-    pairs: tuple[Array, Array],
-    out: Array,
-    split: tuple[int, int],
-    interleaved: bool,
-    ops: _Ops,
-) -> None:
-    """Three operations over the whole input: for the small arrays of a decode step."""
-    shape = (*rotated.shape[:-1], *split)
-    xr = rotated.reshape(shape)
-    first = xr * pairs[0]
-    second = ops.swap(xr, interleaved) * pairs[1]
-    # Both products are read before out (which may be x) is written.
-    ops.add_into(first, second, out, shape)
 
 
 def _rotate_blocks(  # noqa: PLR0917 - the loop's operands, in the order they are used
