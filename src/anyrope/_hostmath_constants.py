@@ -43,12 +43,6 @@ def expansion(value: Fraction, terms: int) -> tuple[float, ...]:
     return tuple(parts)
 
 
-def _truncated(value: Fraction, bits: int) -> float:
-    """``value`` in [0.5, 1) cut to ``bits`` significant bits, so small multiples are exact."""
-    scale = 1 << bits
-    return float(Fraction(math.floor(value * scale), scale))
-
-
 def _alternating_inverse_factorial(n: int) -> Fraction:
     """The coefficient of ``r**n`` in the Taylor series of sin (odd n) or cos (even n)."""
     return Fraction(-1 if (n // 2) % 2 else 1, math.factorial(n))
@@ -62,8 +56,9 @@ PI = pi(300)
 PIO2 = expansion(PI / 2, 4)
 TWO_OVER_PI = float(2 / PI)
 LN2 = 2 * _inverse_series(3, 200, 1)  # 2 atanh(1/3)
-# log 2 split so that e * LN2_HI is exact for every float64 exponent |e| < 2**11.
-LN2_HI = _truncated(LN2, 42)
+# log 2 cut to 42 significant bits (it is in [0.5, 1)), so that e * LN2_HI is exact for
+# every float64 exponent |e| < 2**11, and the rest.
+LN2_HI = float(Fraction(math.floor(LN2 * 2**42), 2**42))
 LN2_LO = float(LN2 - Fraction(LN2_HI))
 INV_LN2 = float(1 / LN2)
 

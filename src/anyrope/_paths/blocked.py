@@ -76,7 +76,7 @@ def run(plan: Plan) -> tuple[Array, ...]:
     # block's worth per core, are computed by torch's operations (over its threads);
     # otherwise NumPy computes, on views of the tensors' memory.
     torch_ops = torch and (
-        plan.dtype in _TORCH_DTYPES
+        plan.dtype in ("float16", "bfloat16")
         or VIEW_ELEMENTS
         < max(math.prod((*x.shape[:-1], r)) for x in plan.arrays)
         <= TORCH_WHOLE_ELEMENTS
@@ -168,9 +168,6 @@ def _rotate_blocks(  # noqa: PLR0917 - the loop's operands, in the order they ar
         run_chunk(blocks)
     else:
         list(_threads.executor().map(run_chunk, chunks))
-
-
-_TORCH_DTYPES = ("float16", "bfloat16")
 
 
 def _blocks(shape: tuple[int, ...], row: int, elements: int) -> Iterator[tuple[Any, ...]]:
