@@ -130,7 +130,7 @@ def _elementwise(
         getattr(compiled, name)(*inputs, *outputs)
         return
     for block in _blocks(size):
-        for out, value in zip(outputs, step(*(a[block] for a in inputs)), strict=False):
+        for out, value in zip(outputs, step(*[a[block] for a in inputs]), strict=False):
             out[block] = value
 
 
