@@ -263,5 +263,5 @@ def power(x: Any, numerator: Any, denominator: Any) -> Float64:
     # exp of the product as s 2**k, then one exact scaling (inf or 0 beyond the range).
     _elementwise("power", power_scaled, parts, (s.reshape(-1), k.reshape(-1)))
     with np.errstate(over="ignore"):
-        result: Float64 = np.ldexp(s, k.astype(np.int64))
+        result: Float64 = np.ldexp(s, k.astype(np.int64), out=s)
     return result if result.ndim else result[()]
