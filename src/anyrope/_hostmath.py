@@ -39,7 +39,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -118,6 +118,22 @@ def _blocks(size: int) -> Iterator[slice]:
     return (slice(start, start + _BLOCK) for start in range(0, size, _BLOCK))
 
 
+def _elementwise(
+    name: str, step: Callable[..., tuple[Any, ...]], inputs: tuple[Any, ...], outputs: DD
+) -> None:
+    """``outputs = step(*inputs)`` for 1-d arrays of one size: by the function ``name`` of
+    :mod:`anyrope._hostmath_numba` where :func:`_compiled` offers it, else by ``step`` on
+    NumPy blocks. Both give every element the same bits."""
+    size = outputs[0].size
+    compiled = _compiled(size)
+    if compiled is not None:
+        getattr(compiled, name)(*inputs, *outputs)
+        return
+    for block in _blocks(size):
+        for out, value in zip(outputs, step(*[a[block] for a in inputs]), strict=False):
+            out[block] = value
+
+
 def sincos(x: Any) -> DD:
     """Return ``(sin(x), cos(x))`` of a finite float64 array, within one ulp.
 
@@ -146,29 +162,27 @@ def sincos(x: Any) -> DD:
         return sin, cos
     # NaN fails both comparisons.
     fast = flat.min() > -FAST_REDUCTION_LIMIT and flat.max() < FAST_REDUCTION_LIMIT
-    compiled = _compiled(flat.size)
-    if compiled is not None and fast:
-        compiled.sincos(flat, flat_sin, flat_cos)
-        return sin, cos
-    if fast:
-        angles = flat
-    elif not np.all(np.isfinite(flat)):
-        raise ValueError("sincos needs finite angles; got inf or nan")
-    else:
+    angles = flat
+    if not fast:
+        if not np.all(np.isfinite(flat)):
+            raise ValueError("sincos needs finite angles; got inf or nan")
         # The fast reduction runs on 0 there; the exact one then replaces its results.
         large = np.flatnonzero(~(np.abs(flat) < FAST_REDUCTION_LIMIT))
         angles = flat.copy()
         angles[large] = 0.0
-    for block in _blocks(flat.size):
-        k, rh, rl = reduce(angles[block])
-        s, c = sincos_reduced(rh, rl)
-        # k mod 4 is in the low bits of k as an integer (two's complement for k < 0).
-        flat_sin[block], flat_cos[block] = _to_quadrant(k.astype(np.int64) & 3, s, c)
+    _elementwise("sincos", _sincos_fast, (angles,), (flat_sin, flat_cos))
     if not fast:
         q, rh, rl = np.array([_reduce_exact(angle) for angle in flat[large].tolist()]).T
         s, c = sincos_reduced(rh, rl)
         flat_sin[large], flat_cos[large] = _to_quadrant(q.astype(np.int64), s, c)
     return sin, cos
+
+
+def _sincos_fast(x: Float64) -> DD:
+    k, rh, rl = reduce(x)
+    s, c = sincos_reduced(rh, rl)
+    # k mod 4 is in the low bits of k as an integer (two's complement for k < 0).
+    return _to_quadrant(k.astype(np.int64) & 3, s, c)
 
 
 def _to_quadrant(quadrant: Any, s: Float64, c: Float64) -> DD:
@@ -202,17 +216,16 @@ def _compiled_module() -> Any:
     return _hostmath_numba
 
 
-def _log_dd(x: Float64) -> DD:
-    """``log(x)`` of positive finite ``x`` as a double-double, to about ``2**-63``."""
-    flat = x.reshape(-1)
-    hi, lo = np.empty(flat.shape), np.empty(flat.shape)
-    compiled = _compiled(flat.size)
-    if compiled is not None:
-        compiled.log(flat, hi, lo)
-    else:
-        for block in _blocks(flat.size):
-            hi[block], lo[block] = log_reduced(*np.frexp(flat[block]))
-    return hi.reshape(x.shape), lo.reshape(x.shape)
+def _log_dd(x: Any, function: str) -> DD:
+    """``log(x)`` of positive finite ``x`` as a double-double, to about ``2**-63``;
+    ``function`` names the caller in the error for other ``x``."""
+    x = np.asarray(x, dtype=np.float64)
+    if not np.all((x > 0) & np.isfinite(x)):
+        raise ValueError(f"{function} needs positive finite values")
+    hi, lo = np.empty(x.shape), np.empty(x.shape)
+    m, e = np.frexp(x.reshape(-1))
+    _elementwise("log", log_reduced, (m, e), (hi.reshape(-1), lo.reshape(-1)))
+    return hi, lo
 
 
 def log(x: Any) -> Float64:
@@ -224,10 +237,7 @@ def log(x: Any) -> Float64:
     >>> log([1.0, 2.0, 10.0]).tolist()
     [0.0, 0.6931471805599453, 2.302585092994046]
     """
-    x = np.asarray(x, dtype=np.float64)
-    if not np.all((x > 0) & np.isfinite(x)):
-        raise ValueError("log needs positive finite values")
-    hi: Float64 = _log_dd(x)[0]
+    hi: Float64 = _log_dd(x, "log")[0]
     return hi if hi.ndim else hi[()]
 
 
@@ -244,22 +254,14 @@ def power(x: Any, numerator: Any, denominator: Any) -> Float64:
     >>> power(10000.0, [0, -2], 4).tolist()
     [1.0, 0.01]
     """
-    x = np.asarray(x, dtype=np.float64)
-    if not np.all((x > 0) & np.isfinite(x)):
-        raise ValueError("power needs a positive finite base")
+    log_x = _log_dd(x, "power")  # the log of each base once; the rest element by element
     num = np.asarray(numerator, dtype=np.float64)
     den = np.asarray(denominator, dtype=np.float64)
-    shape = np.broadcast_shapes(x.shape, num.shape, den.shape)
-    result = np.empty(shape)
-    out = result.reshape(-1)
-    # The log of each base once; the rest element by element.
-    parts = [np.broadcast_to(a, shape).reshape(-1) for a in (*_log_dd(x), num, den)]
-    compiled = _compiled(out.size)
-    if compiled is not None:
-        compiled.power(*parts, out)
-        return result if result.ndim else result[()]
-    for block in _blocks(out.size):
-        s, k = power_scaled(*(part[block] for part in parts))
-        with np.errstate(over="ignore"):
-            out[block] = np.ldexp(s, k.astype(np.int64))
+    shape = np.broadcast_shapes(log_x[0].shape, num.shape, den.shape)
+    s, k = np.empty(shape), np.empty(shape)
+    parts = tuple(np.broadcast_to(a, shape).reshape(-1) for a in (*log_x, num, den))
+    # exp of the product as s 2**k, then one exact scaling (inf or 0 beyond the range).
+    _elementwise("power", power_scaled, parts, (s.reshape(-1), k.reshape(-1)))
+    with np.errstate(over="ignore"):
+        result: Float64 = np.ldexp(s, k.astype(np.int64), out=s)
     return result if result.ndim else result[()]

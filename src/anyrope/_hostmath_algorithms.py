@@ -4,8 +4,8 @@ for NumPy and numba.
 Only ``+``, ``-``, ``*``, ``/`` and ``rint``, on operands that may be float64 scalars or
 arrays: each operation is one IEEE-754 rounding in NumPy (one ufunc call) and in numba
 (which forms no FMA without ``fastmath``). :mod:`anyrope._hostmath` runs them on blocks
-of NumPy arrays; :mod:`anyrope._hostmath_numba` compiles every function of
-:data:`__all__` as it is, so they keep to what numba types: floats, tuples of floats and
+of NumPy arrays; :mod:`anyrope._hostmath_numba` compiles every function of this module
+as it is, so they keep to what numba types: floats, tuples of floats and
 the constants of :mod:`anyrope._hostmath_constants`.
 """
 
@@ -16,19 +16,6 @@ from typing import Any
 import numpy as np
 
 from . import _hostmath_constants as constants
-
-__all__ = [
-    "fast_two_sum",
-    "horner",
-    "log_reduced",
-    "power_scaled",
-    "product_error",
-    "reduce",
-    "sincos_reduced",
-    "split",
-    "times",
-    "two_sum",
-]
 
 _P0, _P1, _P2, _P3 = constants.PIO2
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
 from fractions import Fraction
 
 
@@ -44,18 +43,6 @@ def expansion(value: Fraction, terms: int) -> tuple[float, ...]:
     return tuple(parts)
 
 
-def _truncated(value: Fraction, bits: int) -> float:
-    """``value`` in [0.5, 1) cut to ``bits`` significant bits, so small multiples are exact."""
-    scale = 1 << bits
-    return float(Fraction(math.floor(value * scale), scale))
-
-
-def _taylor(
-    first: int, step: int, count: int, coefficient: Callable[[int], Fraction]
-) -> tuple[float, ...]:
-    return tuple(float(coefficient(first + step * j)) for j in range(count))
-
-
 def _alternating_inverse_factorial(n: int) -> Fraction:
     """The coefficient of ``r**n`` in the Taylor series of sin (odd n) or cos (even n)."""
     return Fraction(-1 if (n // 2) % 2 else 1, math.factorial(n))
@@ -69,19 +56,20 @@ PI = pi(300)
 PIO2 = expansion(PI / 2, 4)
 TWO_OVER_PI = float(2 / PI)
 LN2 = 2 * _inverse_series(3, 200, 1)  # 2 atanh(1/3)
-# log 2 split so that e * LN2_HI is exact for every float64 exponent |e| < 2**11.
-LN2_HI = _truncated(LN2, 42)
+# log 2 cut to 42 significant bits (it is in [0.5, 1)), so that e * LN2_HI is exact for
+# every float64 exponent |e| < 2**11, and the rest.
+LN2_HI = float(Fraction(math.floor(LN2 * 2**42), 2**42))
 LN2_LO = float(LN2 - Fraction(LN2_HI))
 INV_LN2 = float(1 / LN2)
 
 # sin(r) = r - r**3/6 + r**5 S(r**2); cos(r) = 1 - r**2/2 + r**4/24 + r**6 C(r**2), |r| <= pi/4:
 # the first omitted terms are below 2**-70 of the result.
-SIN_TAIL = _taylor(5, 2, 8, _alternating_inverse_factorial)
-COS_TAIL = _taylor(6, 2, 8, _alternating_inverse_factorial)
+SIN_TAIL = tuple(float(_alternating_inverse_factorial(n)) for n in range(5, 21, 2))
+COS_TAIL = tuple(float(_alternating_inverse_factorial(n)) for n in range(6, 22, 2))
 # exp(r) = 1 + r + r**2/2 + r**3/6 + r**4 * E(r), |r| <= log(2)/2.
-EXP_TAIL = _taylor(4, 1, 12, lambda n: Fraction(1, math.factorial(n)))
+EXP_TAIL = tuple(float(Fraction(1, math.factorial(n))) for n in range(4, 16))
 # log(m) = 2s + 2s**3/3 + s**5 * L(s**2), s = (m - 1)/(m + 1), |s| <= 0.172.
-LOG_TAIL = _taylor(5, 2, 11, lambda n: Fraction(2, n))
+LOG_TAIL = tuple(float(Fraction(2, n)) for n in range(5, 27, 2))
 # Double-doubles.
 SIXTH = expansion(Fraction(1, 6), 2)
 MINUS_SIXTH = expansion(Fraction(-1, 6), 2)

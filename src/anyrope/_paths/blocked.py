@@ -30,6 +30,7 @@ from .. import _threads
 from .._cpu_memory import empty_like, host_rejects
 from .._namespace import Array
 from .._plan import Plan
+from .._torch import bump_versions, numpy_view
 from .rotation import halves
 
 NAME = "blocked"
@@ -75,7 +76,7 @@ def run(plan: Plan) -> tuple[Array, ...]:
     # block's worth per core, are computed by torch's operations (over its threads);
     # otherwise NumPy computes, on views of the tensors' memory.
     torch_ops = torch and (
-        plan.dtype in _TORCH_DTYPES
+        plan.dtype in ("float16", "bfloat16")
         or VIEW_ELEMENTS
         < max(math.prod((*x.shape[:-1], r)) for x in plan.arrays)
         <= TORCH_WHOLE_ELEMENTS
@@ -83,55 +84,41 @@ def run(plan: Plan) -> tuple[Array, ...]:
     # Tables with the two elements of each pair as an axis of their own (`split`),
     # shaped to broadcast against the input split likewise.
     split = (r // 2, 2) if interleaved else (2, r // 2)
-    if torch:
-        from .._torch import bump_versions, numpy_view
-
+    ops = _torch_ops() if torch_ops else _NUMPY
     # Slicing and indexing NumPy's tables cost less than torch's; torch then views them.
     pairs = plan.tables[:2]
     if torch_ops:
-        import torch as torch_module
-
-        pairs = (torch_module.from_numpy(pairs[0]), torch_module.from_numpy(pairs[1]))
+        pairs = (ops.library.from_numpy(pairs[0]), ops.library.from_numpy(pairs[1]))
     if plan.inverse:
         pairs = (pairs[0], -pairs[1])
-    ops = _torch_ops() if torch_ops else _NUMPY
     results = []
     for x in plan.arrays:
         out = x if plan.inplace else empty_like(x)
-        xv, outv = (numpy_view(x), numpy_view(out)) if torch and not torch_ops else (x, out)
+        xv, outv = x, out
+        if torch and not torch_ops:
+            xv = numpy_view(x)
+            outv = xv if plan.inplace else numpy_view(out)
         if x.shape[-1] == r:
             rotated, rotated_out = xv, outv
         else:
             rotated, rotated_out = xv[..., :r], outv[..., :r]
         if math.prod(rotated.shape) <= ops.whole_elements:
-            _rotate_whole(rotated, pairs, rotated_out, split, interleaved, ops)
+            # Three operations over the whole input: for the small arrays of a decode step.
+            xr = rotated.reshape((*rotated.shape[:-1], *split))
+            first = xr * pairs[0]
+            second = ops.swap(xr, interleaved) * pairs[1]
+            # Both products are read before out (which may be x) is written.
+            ops.add_into(first, second, rotated_out, xr.shape)
         else:
             wide_cos, wide_sin = (p.reshape((*p.shape[:-2], r)) for p in pairs)
             _rotate_blocks(xv, wide_cos, wide_sin, outv, r, interleaved, ops, plan.library)
         if out is not x and r < x.shape[-1]:
-            ops.copy(outv[..., r:], xv[..., r:])
+            outv[..., r:] = xv[..., r:]
         results.append(out)
     if torch and plan.inplace:
         # Written through NumPy views, or by out= operations: autograd must see it.
         bump_versions(plan.arrays)
     return tuple(results)
-
-
-def _rotate_whole(  # noqa: PLR0917 - the operands, in the order they are used
-    rotated: Array,
-    pairs: tuple[Array, Array],
-    out: Array,
-    split: tuple[int, int],
-    interleaved: bool,
-    ops: _Ops,
-) -> None:
-    """Three operations over the whole input: for the small arrays of a decode step."""
-    shape = (*rotated.shape[:-1], *split)
-    xr = rotated.reshape(shape)
-    first = xr * pairs[0]
-    second = ops.swap(xr, interleaved) * pairs[1]
-    # Both products are read before out (which may be x) is written.
-    ops.add_into(first, second, out, shape)
 
 
 def _rotate_blocks(  # noqa: PLR0917 - the loop's operands, in the order they are used
@@ -183,9 +170,6 @@ def _rotate_blocks(  # noqa: PLR0917 - the loop's operands, in the order they ar
         list(_threads.executor().map(run_chunk, chunks))
 
 
-_TORCH_DTYPES = ("float16", "bfloat16")
-
-
 def _blocks(shape: tuple[int, ...], row: int, elements: int) -> Iterator[tuple[Any, ...]]:
     """Index tuples that cover ``shape`` (the axes before the last) in blocks of about
     ``elements`` elements, splitting the outermost axes first."""
@@ -216,8 +200,6 @@ class _Ops:
     """``out`` (viewed as ``shape``) = ``a + b``, rounded once to the dtype of ``out``."""
     swap: Callable[[Array, bool], Array]
     """The pairs' elements exchanged (the pairs are an axis of their own)."""
-    copy: Callable[[Array, Array], Any]
-    """``copy(target, source)``."""
 
 
 _NUMPY = _Ops(
@@ -226,7 +208,6 @@ _NUMPY = _Ops(
     whole_elements=WHOLE_ELEMENTS,
     add_into=lambda a, b, out, shape: np.add(a, b, out=out.reshape(shape), casting="same_kind"),
     swap=lambda a, interleaved: a[..., ::-1] if interleaved else a[..., ::-1, :],  # a view
-    copy=np.copyto,
 )
 
 
@@ -249,5 +230,4 @@ def _torch_ops() -> _Ops:
         add_into=add_into,
         # torch has no negative strides: a copy.
         swap=lambda a, interleaved: a.flip(-1 if interleaved else -2),
-        copy=torch.Tensor.copy_,
     )

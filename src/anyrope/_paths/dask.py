@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import array_api_compat
@@ -83,10 +84,14 @@ def rotate(
             f"rope_type={source.scaling.rope_type!r}: its frequencies depend on all positions "
             "at once, so rotate the computed array, or each block with its own call"
         )
-    for x, name in zip(arrays, names, strict=True):
-        _check_known_chunks(x, name)
-    if array_api_compat.is_dask_array(positions):
-        _check_known_chunks(positions, "positions")
+    for x, name in zip((*arrays, positions), (*names, "positions"), strict=True):
+        # Blocks are matched to their positions by their place in x: dask must know it.
+        if array_api_compat.is_dask_array(x) and any(math.isnan(n) for n in x.shape):
+            raise ValueError(
+                f"`{name}` must be a dask array with known chunk sizes; got shape {x.shape} "
+                f"(unknown sizes, as after boolean indexing): call `{name}.compute_chunk_sizes()` "
+                "first"
+            )
     if isinstance(positions, Offsets) and not array_api_compat.is_numpy_array(positions.values):
         raise TypeError(
             "`positions`=Offsets(...) for a dask array takes a NumPy integer array of offsets; "
@@ -106,7 +111,9 @@ def rotate(
     )
     geometry: dict[str, Any] = {"head_dim": head_dim, "interleaved": interleaved}
     plan = make_plan(source, stand_ins, **geometry)
-    tasks = [BlockRotation(rotate_block, source, call, **geometry) for source in sources]
+    # The options of each block's call; its arrays and positions are the block's.
+    options = call._replace(arrays=(), names=("x",), positions=None, xp=None)
+    tasks = [BlockRotation(rotate_block, source, options, geometry) for source in sources]
     where = plan.where[0]
     lazy = None
     if array_api_compat.is_dask_array(positions) and positions.ndim == 0:
@@ -122,16 +129,6 @@ def rotate(
     offsets = isinstance(positions, Offsets)
     spread = _spread_positions(where.array if offsets else positions, plan.axes, arrays[0].ndim)
     return tuple(_map(task.by_positions, x, spread) for task, x in zip(tasks, arrays, strict=True))
-
-
-def _check_known_chunks(x: Array, name: str) -> None:
-    """Blocks are matched to their positions by their place in ``x``: dask must know it."""
-    if any(math.isnan(n) for n in x.shape):
-        raise ValueError(
-            f"`{name}` must be a dask array with known chunk sizes; got shape {x.shape} "
-            f"(unknown sizes, as after boolean indexing): call `{name}.compute_chunk_sizes()` "
-            "first"
-        )
 
 
 def _stand_in(x: Array) -> np.ndarray[Any, Any]:
@@ -171,6 +168,7 @@ def _spread_positions(positions: Array, axes: Axes, ndim: int) -> Array:
     return da.moveaxis(p, -1, 0)[..., None, None]
 
 
+@dataclass(frozen=True, eq=False)
 class BlockRotation:
     """What dask runs on each block; picklable for worker processes.
 
@@ -179,21 +177,12 @@ class BlockRotation:
     built once per process, not once per block.
     """
 
-    def __init__(
-        self,
-        rotate_block: Callable[..., tuple[Array, ...]],
-        source: TableSource,
-        call: Call,
-        *,
-        head_dim: int,
-        interleaved: bool,
-    ) -> None:
-        self.rotate_block = rotate_block
-        self.source = source
-        self.layout = call.layout
-        # The options of each block's call; its arrays and positions are the block's.
-        self.call = call._replace(arrays=(), names=("x",), positions=None, xp=None)
-        self.geometry: dict[str, Any] = {"head_dim": head_dim, "interleaved": interleaved}
+    rotate_block: Callable[..., tuple[Array, ...]]
+    source: TableSource
+    call: Call
+    """The options of each block's call, without arrays or positions."""
+    geometry: dict[str, Any]
+    """``head_dim`` and ``interleaved``."""
 
     def _rotate(self, block: Array, positions: object) -> Array:
         # dask already runs one block per thread of each worker.
@@ -207,7 +196,7 @@ class BlockRotation:
     ) -> Array:
         """Rotate a block whose tokens start at ``offset`` plus its place in the array;
         ``lazy``, a block of one element, holds the offset instead (a 0-d dask array)."""
-        seq_axis = {"bshd": block.ndim - 3, "bhsd": block.ndim - 2, "sbhd": 0}[self.layout]
+        seq_axis = {"bshd": block.ndim - 3, "bhsd": block.ndim - 2, "sbhd": 0}[self.call.layout]
         start = 0 if block_info is None else block_info[0]["array-location"][seq_axis][0]
         if lazy is not None:
             # As a Python int: the sum must not wrap in the offset's own dtype.
@@ -217,5 +206,5 @@ class BlockRotation:
     def by_positions(self, block: Array, positions: Array) -> Array:
         """Rotate a block with its slice of the spread positions (see ``_spread_positions``)."""
         xp = array_api_compat.array_namespace(positions)
-        p = xp.squeeze(positions, axis=(heads_axis(self.layout), -1))
-        return self._rotate(block, xp.moveaxis(p, 0, -1) if self.layout == "sbhd" else p)
+        p = xp.squeeze(positions, axis=(heads_axis(self.call.layout), -1))
+        return self._rotate(block, xp.moveaxis(p, 0, -1) if self.call.layout == "sbhd" else p)

@@ -34,34 +34,26 @@ def rejects(plan: Plan) -> str | None:
 
 
 def run(plan: Plan) -> tuple[Array, ...]:
-    """Each array rotated by one FFI call, with the tables gathered in the graph."""
-    cos, sin, _, _ = plan.tables
-    heads = -3 if plan.axes.layout == "bhsd" else -2
-    return tuple(
-        rotate_in_graph(
-            x, cos, sin, interleaved=plan.interleaved, inverse=plan.inverse, heads=heads
-        )
-        for x in plan.arrays
-    )
+    """Each array rotated by the compiled CPU kernel, called by XLA (an FFI custom call,
+    which XLA cannot fuse into fused multiply-adds): NumPy's bits under ``jax.jit``.
 
-
-def rotate_in_graph(
-    x: Array, cos: Array, sin: Array, *, interleaved: bool, inverse: bool, heads: int
-) -> Array:
-    """``x`` rotated by the compiled CPU kernel, called by XLA (an FFI custom call, which
-    XLA cannot fuse into fused multiply-adds): NumPy's bits under ``jax.jit``.
-
-    ``cos`` and ``sin`` (the compute dtype) broadcast against ``x`` with a size-1 heads
-    axis (``heads``: -2, or -3 for ``bhsd``) and ``pairs`` entries last. One primitive,
-    linear in ``x``: its transpose (``grad``) is the rotation by the other angle,
-    ``vmap`` adds leading axes, and sharded operands are rotated shard by shard
+    The tables, gathered in the graph, are broadcast against ``x`` with a size-1 heads
+    axis and ``pairs`` entries last. One primitive, linear in ``x``: its transpose
+    (``grad``) is the rotation by the other angle, ``vmap`` adds leading axes, and sharded
+    operands are rotated shard by shard
     (:func:`jax.experimental.custom_partitioning.custom_partitioning`).
     """
     import jax.numpy as jnp
 
-    shape = tuple(1 if axis == x.ndim + heads else n for axis, n in enumerate(x.shape[:-1]))
-    cos, sin = (jnp.broadcast_to(t, (*shape, t.shape[-1])) for t in (cos, sin))
-    return _primitive().bind(x, cos, sin, interleaved=interleaved, inverse=inverse, heads=heads)
+    cos, sin, _, _ = plan.tables
+    heads = -3 if plan.axes.layout == "bhsd" else -2
+    flags = {"interleaved": plan.interleaved, "inverse": plan.inverse, "heads": heads}
+    results = []
+    for x in plan.arrays:
+        shape = tuple(1 if axis == x.ndim + heads else n for axis, n in enumerate(x.shape[:-1]))
+        c, s = (jnp.broadcast_to(t, (*shape, t.shape[-1])) for t in (cos, sin))
+        results.append(_primitive().bind(x, c, s, **flags))
+    return tuple(results)
 
 
 @functools.cache

@@ -20,6 +20,7 @@ from llvmlite import ir
 from numba import carray, cfunc, njit, types
 from numba.extending import intrinsic
 
+from ..._cpu_memory import STORAGE_DTYPES
 from . import kernels
 
 _METADATA = 1
@@ -73,17 +74,9 @@ def _word(address: int) -> Any:
     return carray(_pointer(address), (1,), np.int64)[0]
 
 
-_STORAGE = {
-    "float16": (np.uint16, np.float32),
-    "bfloat16": (np.int16, np.float32),
-    "float32": (np.float32, np.float32),
-    "float64": (np.float64, np.float64),
-}
-"""What the kernel sees of each dtype, and the dtype of its tables (the compute dtype)."""
-
-
 def _handler(interleaved: bool, dtype: str) -> Any:
-    storage, compute = _STORAGE[dtype]
+    # What the kernel sees of x, and the dtype of the tables (the compute dtype).
+    storage, compute = STORAGE_DTYPES[dtype], np.float64 if dtype == "float64" else np.float32
 
     @cfunc(types.voidptr(types.voidptr), nopython=True, cache=True)
     def handler(frame: Any) -> Any:
