@@ -73,11 +73,6 @@ class Launch(NamedTuple):
     params: bytes
 
     @property
-    def vector(self) -> bool:
-        """True for the variants that move several pairs per access."""
-        return self.width > 1
-
-    @property
     def args(self) -> tuple[int, ...]:
         """The arguments as Python integers, in ``ANYROPE_PARAMS`` order (the host
         harness takes them so)."""
