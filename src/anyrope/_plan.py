@@ -201,20 +201,22 @@ def with_tables(plan: Plan, source: TableSource, form: str) -> Plan:
     from the caches of ``source``: the one place a call fetches tables, before its path runs.
     """
     where = plan.where
-    cache = source.for_length(where[0].stop if len(where) == 1 else max(s.stop for s in where))
+    one = where[0] if len(where) == 1 else None
+    cache = source.for_length(max(s.stop for s in where) if one is None else one.stop)
     cache = cache.undoing if plan.undo else cache
     xp, device, dtype = plan.xp, plan.device, plan.table_dtype
-    if form.startswith("host"):
+    # Membership, not str methods: this runs at every call.
+    if form in ("host rows", "host wide"):
         xp, device = numpy_xp, "cpu"
         # Most decode steps hold no position array: no import, no new tuple, for them.
-        if plan.library == "torch" and (len(where) > 1 or where[0].array is not None):
+        if plan.library == "torch" and (one is None or one.array is not None):
             from ._torch import positions_view
 
             where = tuple(
                 s if s.array is None else s._replace(array=positions_view(s.array)) for s in where
             )
-    one = where[0] if len(where) == 1 else None
-    if form.endswith("rows") and one is not None:
+            one = where[0] if one is not None else None
+    if form in ("rows", "host rows") and one is not None:
         return plan._replaced(tables=cache.rows(one, xp, device, dtype))
     axes = plan.axes
     if (
