@@ -1008,18 +1008,26 @@ def _contiguous(ptr: int, shape: tuple[int, ...]) -> Operand:
 
 
 def _bf16_launches(
-    q_in: Operand, q_out: Operand, k_in: Operand | None, k_out: Operand | None, *, rotary_dim: int
+    q_in: Operand,
+    q_out: Operand,
+    k_in: Operand | None,
+    k_out: Operand | None,
+    *,
+    rotary_dim: int,
+    itemsize: int = 2,
+    interleaved: bool = False,
 ) -> list[Launch]:
-    """The launches of a bfloat16 bshd call at offset 0, tables at 512 and 1024."""
+    """The launches of a bshd call (bfloat16 unless ``itemsize`` says otherwise) at offset
+    0, tables at 512 and 1024."""
     return plan_launches(
         q_in,
         q_out,
         k_in,
         k_out,
         layout="bshd",
-        itemsize=2,
+        itemsize=itemsize,
         rotary_dim=rotary_dim,
-        interleaved=False,
+        interleaved=interleaved,
         inverse=False,
         inplace=False,
         positions=None,
@@ -1042,25 +1050,15 @@ def test_a_thread_rotates_several_heads_of_one_token(
     """The threads of a launch cover each (token, unit) once for every ``per_thread``
     heads: the table rows of a token are read once for that many heads (the launch
     model of docs/performance.rst). The harness tests check that every head is rotated."""
-    shape = (4, 16, 32, 128)
-    strides = (16 * 32 * 128, 32 * 128, 128, 1)
-    (launch,) = plan_launches(
-        Operand(4096, shape, strides),
-        Operand(1 << 24, shape, strides),
+    q = _contiguous(4096, (4, 16, 32, 128))
+    (launch,) = _bf16_launches(
+        q,
+        _contiguous(1 << 24, q.shape),
         None,
         None,
-        layout="bshd",
-        itemsize=itemsize,
         rotary_dim=128,
+        itemsize=itemsize,
         interleaved=interleaved,
-        inverse=False,
-        inplace=False,
-        positions=None,
-        position_itemsize=0,
-        offset=0,
-        cos_ptr=512,
-        sin_ptr=1024,
-        table_rows=4096,
     )
     assert HEADS_PER_THREAD[itemsize] == per_thread or interleaved
     units = 64 // launch.width
