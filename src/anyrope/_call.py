@@ -135,15 +135,10 @@ class Call(NamedTuple):
     xp: Namespace | None
     adjoint: bool = False
 
-    @property
-    def options(self) -> tuple[object, ...]:
-        """The options that do not depend on values: ``layout`` to ``adjoint``."""
-        return self[4:]
-
     def on(self, arrays: tuple[Array, ...], names: tuple[str, ...] | None = None) -> Call:
         """This call on other arrays (views of the caller's, or blocks): ``_replace``,
         in a fraction of its time (the fused qkv calls pay it at every decode step)."""
-        return Call(arrays, self.names if names is None else names, *self[2:])
+        return tuple.__new__(Call, (arrays, self.names if names is None else names, *self[2:]))
 
 
 def make_call(  # noqa: PLR0917 - the options in the order of the public signatures
@@ -151,8 +146,8 @@ def make_call(  # noqa: PLR0917 - the options in the order of the public signatu
     names: tuple[str, ...],
     positions: object,
     layout: str,
-    inverse: bool,
-    inplace: bool,
+    inverse: object,
+    inplace: object,
     impl: str,
     xp: Namespace | None,
     cu_seqlens: Array | None,
@@ -162,11 +157,17 @@ def make_call(  # noqa: PLR0917 - the options in the order of the public signatu
 
     The options come in the order of the public signatures, which pass them by position.
     """
-    check_bool(inverse, "inverse")
-    check_bool(inplace, "inplace")
+    # Identity tests first: a decode step pays two comparisons, not two calls.
+    if inverse is not True and inverse is not False:
+        check_bool(inverse, "inverse")
+    if inplace is not True and inplace is not False:
+        check_bool(inplace, "inplace")
     if cu_seqlens is not None and layout != "thd":
         raise ValueError(f"`cu_seqlens` needs layout='thd'; got layout={layout!r}")
-    return Call(arrays, names, positions, cu_seqlens, layout, inverse, inplace, impl, xp)
+    # tuple.__new__ directly: the named tuple's own __new__ is a Python function more.
+    return tuple.__new__(
+        Call, (arrays, names, positions, cu_seqlens, layout, inverse, inplace, impl, xp, False)
+    )
 
 
 def _entries(doc: str | None) -> dict[str, str]:

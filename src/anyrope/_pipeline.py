@@ -19,8 +19,8 @@ import numpy as np
 from ._call import Call
 from ._jax import back_to_jax, on_host
 from ._namespace import Array, namespace_of
-from ._paths import Path, choose, lazy_path
-from ._plan import Plan, make_plan, with_tables
+from ._paths import choose, lazy_path
+from ._plan import make_plan, with_tables
 from ._tables import TableSource
 
 
@@ -37,7 +37,8 @@ def rotate(
     known, key = _kept(source, call, head_dim, interleaved)
     if known is not None:
         plan, path = known
-        return _run(path, plan.for_call(arrays, positions), source)
+        results: tuple[Array, ...] = path.run(plan.for_call(arrays, positions, source, path.TABLES))
+        return results
     geometry: dict[str, Any] = {"head_dim": head_dim, "interleaved": interleaved}
     host = on_host(call)
     if host is not None:
@@ -60,7 +61,7 @@ def rotate(
     if all(full):
         if key is not None and len(plan.where) == 1:
             source.remember(key, (plan.template(), path))
-        return _run(path, plan, source)
+        return path.run(with_tables(plan, source, path.TABLES))
     rotated = iter(())
     if any(full):  # those with elements, rotated as a call of their own
         kept = tuple(x for x, f in zip(arrays, full, strict=True) if f)
@@ -122,11 +123,6 @@ def rotate_each(
     )
 
 
-def _run(path: Path, plan: Plan, source: TableSource) -> tuple[Array, ...]:
-    """``path`` run on ``plan`` with the tables it reads, fetched first."""
-    return path.run(with_tables(plan, source, path.TABLES))
-
-
 def _kept(source: TableSource, call: Call, *geometry: object) -> tuple[Any, Hashable | None]:
     """The plan (and path) ``source`` keeps for calls of the geometry of ``call`` (and
     ``geometry``), and its key: ``None`` when such a call is not worth remembering
@@ -135,13 +131,19 @@ def _kept(source: TableSource, call: Call, *geometry: object) -> tuple[Any, Hash
     make_plan refuses)."""
     if call.cu_seqlens is not None:
         return None, None
-    # What a plan depends on besides the values: the options, and the shapes, strides,
-    # dtypes and devices of the arrays and of the positions.
-    parts: list[object] = [*geometry, *call.options]
+    # What a plan depends on besides the values: the options (layout to adjoint), and the
+    # shapes, strides, dtypes and devices of the arrays and of the positions.
+    parts: list[object] = [*geometry, *call[4:]]
     for x in (*call.arrays, call.positions):
-        part = type(x) if x is None or type(x) is int else _array_geometry(x)
-        if part is None:
-            return None, None
+        kind = type(x)
+        if kind is np.ndarray:  # here, not in _array_geometry: a call less per array
+            part: object = (kind, x.shape, x.strides, x.dtype)
+        elif x is None or kind is int:
+            part = kind
+        else:
+            part = _array_geometry(x)
+            if part is None:
+                return None, None
         parts.append(part)
     key = tuple(parts)
     try:
@@ -152,8 +154,6 @@ def _kept(source: TableSource, call: Call, *geometry: object) -> tuple[Any, Hash
 
 def _array_geometry(x: Any) -> Hashable | None:
     kind = type(x)
-    if kind is np.ndarray:
-        return (np.ndarray, x.shape, x.strides, x.dtype)
     if kind.__name__ == "ndarray" and kind.__module__.partition(".")[0] == "cupy":
         return (kind, x.shape, x.strides, x.dtype, x.device.id)
     # torch.Tensor itself, asked without importing torch; its subclasses (Parameter,

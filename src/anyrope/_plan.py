@@ -87,8 +87,16 @@ class Plan:
     layout and options), keyed by the path's name. The plans that :meth:`for_call` makes
     for later calls share it: the pipeline keeps one plan per such geometry."""
 
-    def for_call(self, arrays: tuple[Array, ...], positions: object) -> Plan:
-        """This plan for another call of the same geometry: new arrays and positions.
+    def for_call(
+        self,
+        arrays: tuple[Array, ...],
+        positions: object,
+        source: TableSource | None = None,
+        form: str = "",
+    ) -> Plan:
+        """This plan for another call of the same geometry: new arrays and positions, and
+        with ``source`` the tables of ``form`` for them (:func:`with_tables`, without a
+        second copy of the plan).
 
         The pipeline keeps plans by the libraries, shapes, dtypes and devices of the
         arrays and of the positions, so only what depends on values is checked again:
@@ -110,7 +118,8 @@ class Plan:
             where = (stream,)
         if self.inplace:
             _check_writable(arrays, self.names, again=True)
-        return self._replaced(arrays=arrays, where=where)
+        tables = self.tables if source is None else _tables_of(self, where, source, form)
+        return self._replaced(arrays=arrays, where=where, tables=tables)
 
     def template(self) -> Plan:
         """This plan without the call's arrays (nor an array of positions), to be kept
@@ -200,7 +209,11 @@ def with_tables(plan: Plan, source: TableSource, form: str) -> Plan:
     """``plan`` with the tables its path reads (``form``, the path's ``TABLES``), fetched
     from the caches of ``source``: the one place a call fetches tables, before its path runs.
     """
-    where = plan.where
+    return plan._replaced(tables=_tables_of(plan, plan.where, source, form))
+
+
+def _tables_of(plan: Plan, where: tuple[Positions, ...], source: TableSource, form: str) -> Rows:
+    """The tables of ``form`` for the positions ``where`` of a call planned as ``plan``."""
     one = where[0] if len(where) == 1 else None
     cache = source.for_length(max(s.stop for s in where) if one is None else one.stop)
     cache = cache.undoing if plan.undo else cache
@@ -217,7 +230,7 @@ def with_tables(plan: Plan, source: TableSource, form: str) -> Plan:
             )
             one = where[0] if one is not None else None
     if form in ("rows", "host rows") and one is not None:
-        return plan._replaced(tables=cache.rows(one, xp, device, dtype))
+        return cache.rows(one, xp, device, dtype)
     axes = plan.axes
     if (
         form == "host wide"
@@ -225,7 +238,7 @@ def with_tables(plan: Plan, source: TableSource, form: str) -> Plan:
         and (one.array is None or axes.layout != "sbhd")
         and cache.covers(one)
     ):
-        return plan._replaced(tables=_kept_wide(plan, one, cache))
+        return _kept_wide(plan, one, cache)
     if one is not None:
         cos, sin = cache.gather(one, xp, device, dtype)
     else:
@@ -238,13 +251,13 @@ def with_tables(plan: Plan, source: TableSource, form: str) -> Plan:
         lead = (1,) * (len(axes.batch) + 2 - cos.ndim) + cos.shape[:-1]
         index = np.arange(math.prod(lead)).reshape(lead)
         width = cos.shape[-1]
-        return plan._replaced(tables=Rows(cos.reshape(-1, width), sin.reshape(-1, width), index, 0))
+        return Rows(cos.reshape(-1, width), sin.reshape(-1, width), index, 0)
     if form == "host wide":
         cos, sin = widen(cos, sin, plan.interleaved, xp)
     cos, sin = place_tables(cos, axes, xp), place_tables(sin, axes, xp)
     if form == "host wide":
         cos, sin = (xp.reshape(t, (*t.shape[:-1], *_pairing(plan))) for t in (cos, sin))
-    return plan._replaced(tables=Rows(cos, sin, None, 0))
+    return Rows(cos, sin, None, 0)
 
 
 def _pairing(plan: Plan) -> tuple[int, int]:

@@ -580,7 +580,7 @@ class RoPE:
             qk = joint_qk(qkv, call.layout, num_heads_q)
             if qk is not None:
                 # Built here rather than by call.on: a frame less at each decode step.
-                self._rotate(Call((qk,), *call[1:]), QUERIES)
+                self._rotate(tuple.__new__(Call, ((qk,), *call[1:])), QUERIES)
                 return qkv
         fused = split_qkv(qkv, call.layout, num_heads_q)
         q, k = self._rotate(call.on((fused.q, fused.k), ("q", "k")), BOTH)

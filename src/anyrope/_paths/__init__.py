@@ -9,6 +9,7 @@ nothing). A new path is one module here and one entry in :data:`AUTO_ORDER`
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -43,6 +44,8 @@ class LazyPath(Protocol):
     function the pipeline gives it."""
 
     NAME: str
+    LIBRARY: str
+    """The module that defines its arrays: none exists before it is imported."""
 
     def takes(self, x: object, /) -> bool:
         """Whether ``x`` is an array of its library."""
@@ -90,7 +93,8 @@ def choose(impl: str, plan: Plan) -> Path:
 def lazy_path(x: Any) -> LazyPath | None:
     """The lazy path that takes ``x``, or ``None`` for an eager array."""
     for path in LAZY:  # a loop, not a generator: asked at every call
-        if path.takes(x):
+        # A test of sys.modules first: most calls meet no lazy library, and pay no call.
+        if path.LIBRARY in sys.modules and path.takes(x):
             return path
     return None
 

@@ -35,6 +35,7 @@ from .._tables import TableSource
 from .._validation import describe
 
 NAME = "dask"
+LIBRARY = "dask.array"
 
 
 def takes(x: object) -> bool:
