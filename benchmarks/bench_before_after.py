@@ -1,0 +1,146 @@
+"""Two source trees of anyrope timed against each other, interleaved in one run (CPU).
+
+    python benchmarks/bench_before_after.py --before ../old/src [--after src] \
+        [--rounds 15] [--cases decode-1,prefill-1x1024,...] [--json PATH]
+
+One worker process per tree (each imports its own ``anyrope``, by ``PYTHONPATH``), both
+alive for the whole run. Each round asks both workers for one sample of every case, in
+turn, the first of the pair alternating from round to round, so that both trees see the
+same load on a shared machine. A sample is ``n`` back-to-back calls, ``n`` fixed per case
+for both trees (about 20 ms of work). The table gives the median microseconds per call of
+each tree over the rounds, and the median of the per-round ratios after / before (below
+1.00: the after tree is faster). Only the public API is called, the same code on both
+sides.
+
+Cases, float32 with ``RoPE(128)``; q (B, S, 32, 128), k (B, S, 8, 128), layout bshd:
+
+* ``decode-1`` / ``decode-32``: (1, 1) and (32, 1) at ``positions=1000`` (an int offset);
+* ``decode-1-ids``: (1, 1) with ``position_ids`` of shape (1, 1);
+* ``small-1x128``, ``prefill-1x1024``: positions ``None``;
+* ``rotate_qk``: the functional API, decode-1;
+* ``tables-4096``: a new ``RoPE(128)`` (a new base each call) and its tables of 4096
+  positions;
+
+each for NumPy arrays and torch CPU tensors (``torch.set_num_threads(1)``), but
+``tables-4096`` (NumPy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SHAPES = {
+    "decode-1": (1, 1, 1000),
+    "decode-32": (32, 1, 1000),
+    "decode-1-ids": (1, 1, "ids"),
+    "small-1x128": (1, 128, None),
+    "prefill-1x1024": (1, 1024, None),
+    "rotate_qk": (1, 1, 1000),
+}
+CASES = [f"{name} {lib}" for name in SHAPES for lib in ("numpy", "torch")] + ["tables-4096 numpy"]
+
+
+def _worker() -> None:
+    """Answer "case n" lines on stdin with the seconds of n calls."""
+    import numpy as np
+    import torch
+
+    import anyrope
+
+    torch.set_num_threads(1)
+    rope = anyrope.RoPE(128)
+    rng = np.random.default_rng(0)
+    calls = {}
+    for name, (batch, seq, positions) in SHAPES.items():
+        q = rng.standard_normal((batch, seq, 32, 128)).astype(np.float32)
+        k = rng.standard_normal((batch, seq, 8, 128)).astype(np.float32)
+        ids = np.full((batch, seq), 1000)
+        for lib, arrays in (("numpy", (q, k, ids)), ("torch", map(torch.from_numpy, (q, k, ids)))):
+            q_, k_, ids_ = arrays
+            where = ids_ if positions == "ids" else positions
+            if name == "rotate_qk":
+                calls[f"{name} {lib}"] = lambda q=q_, k=k_, p=where: anyrope.rotate_qk(q, k, p)
+            else:
+                calls[f"{name} {lib}"] = lambda q=q_, k=k_, p=where: rope(q, k, p)
+    bases = iter(range(10**9))
+    calls["tables-4096 numpy"] = lambda: anyrope.RoPE(128, base=10000.0 + next(bases)).tables(
+        np.arange(4096), dtype=np.float32
+    )
+    for line in sys.stdin:
+        case, n = line.rsplit(" ", 1)
+        call = calls[case]
+        start = time.perf_counter()
+        for _ in range(int(n)):
+            call()
+        print(time.perf_counter() - start, flush=True)
+
+
+def _start(src: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(src.resolve())}
+    return subprocess.Popen(
+        [sys.executable, __file__, "--worker"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def _sample(worker: subprocess.Popen[str], case: str, n: int) -> float:
+    assert worker.stdin is not None
+    assert worker.stdout is not None
+    worker.stdin.write(f"{case} {n}\n")
+    worker.stdin.flush()
+    return float(worker.stdout.readline()) / n * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", type=Path, required=True, help="the src folder before")
+    parser.add_argument("--after", type=Path, default=Path("src"), help="the src folder after")
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--cases", default=",".join(c.replace(" ", ":") for c in CASES))
+    parser.add_argument("--json", type=Path, help="where to write the samples")
+    args = parser.parse_args()
+    cases = [c.replace(":", " ") for c in args.cases.split(",")]
+    workers = {"before": _start(args.before), "after": _start(args.after)}
+    # Warm both, and fix n per case from the before tree: about 20 ms a sample.
+    counts = {}
+    for case in cases:
+        for worker in workers.values():
+            _sample(worker, case, 3)
+        counts[case] = max(1, int(20_000 / _sample(workers["before"], case, 5)))
+    samples: dict[str, dict[str, list[float]]] = {c: {"before": [], "after": []} for c in cases}
+    for r in range(args.rounds):
+        order = ("before", "after") if r % 2 == 0 else ("after", "before")
+        for case in cases:
+            for side in order:
+                samples[case][side].append(_sample(workers[side], case, counts[case]))
+    for worker in workers.values():
+        assert worker.stdin is not None
+        worker.stdin.close()
+        worker.wait()
+    print(f"{'case':<24} {'before us':>10} {'after us':>10} {'after/before':>13}")
+    for case in cases:
+        before, after = samples[case]["before"], samples[case]["after"]
+        ratio = statistics.median(a / b for a, b in zip(after, before, strict=True))
+        print(
+            f"{case:<24} {statistics.median(before):>10.1f} {statistics.median(after):>10.1f} "
+            f"{ratio:>13.2f}"
+        )
+    if args.json:
+        args.json.write_text(json.dumps({"counts": counts, "samples": samples}, indent=1))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--worker"]:
+        _worker()
+    else:
+        main()
