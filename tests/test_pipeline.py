@@ -7,6 +7,7 @@ reference path (``impl="array_api"``), which the golden files pin.
 from __future__ import annotations
 
 import copy
+import importlib.util
 import itertools
 import multiprocessing
 import os
@@ -22,7 +23,7 @@ import numpy as np
 import pytest
 
 import anyrope
-from anyrope import _functional
+from anyrope import _functional, _paths
 from anyrope._paths import AUTO_ORDER, IMPLS, PATHS, blocked, numba_cpu, reference
 from subprocess_run import run_python
 
@@ -46,6 +47,53 @@ def test_every_path_has_the_interface_and_auto_ends_with_the_reference() -> None
         assert PATHS[path.NAME] is path
     assert AUTO_ORDER[-1] is reference
     assert ("auto", *(path.NAME for path in AUTO_ORDER)) == IMPLS
+
+
+class _Boxed:
+    """An array of a library of its own, which a route hands on as NumPy."""
+
+    def __init__(self, array: np.ndarray[Any, Any]) -> None:
+        self.array = array
+
+
+class _BoxRoute:
+    NAME = "box"
+    LIBRARY = __name__
+
+    @staticmethod
+    def takes(x: object) -> bool:
+        return isinstance(x, _Boxed)
+
+    @staticmethod
+    def inner(call: Any) -> Any:
+        return call._replace(arrays=tuple(x.array for x in call.arrays))
+
+    @staticmethod
+    def rotate(rotate_arrays: Any, sources: Any, call: Any, **geometry: Any) -> Any:
+        return tuple(map(_Boxed, rotate_arrays(sources, _BoxRoute.inner(call), **geometry)))
+
+
+def test_a_route_is_an_entry_of_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24: dask and eager JAX are entries of the registry (``ROUTES``), which the
+    pipeline asks before planning, not special cases of the pipeline; a new one is an
+    entry."""
+    assert [route.NAME for route in _paths.ROUTES] == ["dask", "jax host"]
+    assert _paths.route_of(_x((1, 2, 1, 8))) is None
+    if importlib.util.find_spec("dask") is not None:
+        import dask.array as da
+
+        assert _paths.route_of(da.zeros((1, 2, 1, 8))) is _paths.dask
+    if importlib.util.find_spec("jax") is not None:
+        import jax.numpy as jnp
+
+        assert _paths.route_of(jnp.zeros((1, 2, 1, 8))) is _paths.jax_host
+    monkeypatch.setattr(_paths, "ROUTES", (*_paths.ROUTES, _BoxRoute()))
+    rope, q, k = anyrope.RoPE(8), _x((1, 4, 2, 8)), _x((1, 4, 1, 8)) + 1
+    q2, k2 = rope(_Boxed(q), _Boxed(k), 5)
+    want = rope(q, k, 5)
+    assert q2.array.tobytes() == want[0].tobytes()
+    assert k2.array.tobytes() == want[1].tobytes()
+    assert rope.path(_Boxed(q)) == rope.path(q)
 
 
 def test_path_names_the_chosen_path() -> None:
@@ -435,7 +483,7 @@ PEAK_MEMORY = """
 import resource
 import numpy as np
 import anyrope
-from anyrope import _functional
+from anyrope import _functional, _paths
 
 def peak():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux

@@ -1,11 +1,5 @@
-"""JAX: eager arrays on the CPU go through NumPy; under ``jax.jit``, tables for positions
-whose values are not known while tracing.
-
-Eager: XLA's CPU backend flushes subnormal inputs and results to zero, even outside
-``jit`` (jax-ml/jax#16200), which would break the numerical contract. Concrete arrays on
-the CPU are therefore rotated by the NumPy path on zero-copy views and the results put
-back on their device: the same bits as every other backend, and without compiling an
-XLA computation per operation and shape.
+"""JAX: under ``jax.jit``, tables for positions whose values are not known while tracing
+(eager arrays on the CPU take the route of :mod:`anyrope._paths.jax_host`).
 
 Traced: when ``positions`` is a traced array, the host cannot read its values (nor its
 maximum) at trace time, so the tables are built when the compiled function runs, by a
@@ -32,9 +26,7 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
-from ._call import Call
-from ._namespace import Array, Namespace, namespace_of
-from ._offsets import Offsets
+from ._namespace import Array, Namespace
 
 
 def is_traced(x: Array) -> bool:
@@ -62,55 +54,6 @@ def outside_trace(xp: Namespace) -> contextlib.AbstractContextManager[Any]:
 
     evaluate: contextlib.AbstractContextManager[Any] = jax.ensure_compile_time_eval()
     return evaluate
-
-
-def on_host(call: Call) -> Call | None:
-    """``call`` on NumPy views of its concrete JAX CPU arrays, which XLA would flush to
-    zero when subnormal, and of its positions (or :class:`~anyrope.Offsets` of them) and
-    ``cu_seqlens``, planned without ``xp``; ``None`` for everything else.
-
-    ``None`` for other libraries, in place, an ``impl`` other than the NumPy route's,
-    or when anything is traced, lives on another device, or the positions or
-    ``cu_seqlens`` are an array of another library (the JAX path then says so).
-    """
-    arrays, positions = call.arrays, call.positions
-    if (
-        not array_api_compat.is_jax_array(arrays[0])
-        or call.inplace
-        or call.impl not in ("auto", "array_api")
-    ):
-        return None
-    # Each array is asked for its devices.
-    namespace_of(*arrays, xp=call.xp, argument=call.names)
-    import jax
-
-    if any(isinstance(x, jax.core.Tracer) for x in arrays):
-        return None
-    if any(device.platform != "cpu" for x in arrays for device in x.devices()):
-        return None
-    host: list[object] = []
-    offsets = isinstance(positions, Offsets)
-    for value in (
-        positions.values if isinstance(positions, Offsets) else positions,
-        call.cu_seqlens,
-    ):
-        if value is None or isinstance(value, int):
-            host.append(value)
-        elif array_api_compat.is_jax_array(value) and not is_traced(value):
-            host.append(np.asarray(value))
-        else:
-            return None
-    positions = Offsets(host[0]) if offsets else host[0]
-    arrays = tuple(np.asarray(x) for x in arrays)
-    return call._replace(arrays=arrays, positions=positions, cu_seqlens=host[1], xp=None)
-
-
-def back_to_jax(results: tuple[Array, ...], *, like: tuple[Array, ...]) -> tuple[Array, ...]:
-    """Each NumPy result as a JAX array with the sharding of the matching input (on its
-    device, or split over its devices as it was)."""
-    import jax
-
-    return tuple(jax.device_put(y, x.sharding) for y, x in zip(results, like, strict=True))
 
 
 def when_run(

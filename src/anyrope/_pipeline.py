@@ -4,8 +4,9 @@
 :class:`~anyrope._call.Call`: :func:`anyrope._plan.make_plan` checks what its arrays
 tell, :func:`anyrope._paths.choose` picks the path ``impl`` names (or the first that
 takes the plan), :func:`anyrope._plan.with_tables` puts the tables that path reads in the
-plan, and the path rotates. Arrays of a lazy library go to its path
-(:func:`anyrope._paths.lazy_path`), which calls :func:`rotate` on each block.
+plan, and the path rotates. The arrays of a route's library (:data:`anyrope._paths.ROUTES`:
+dask, eager JAX on the CPU) go to the route, which hands :func:`rotate_arrays` the arrays
+a path takes (dask's blocks, NumPy views of JAX arrays).
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ from typing import Any
 import numpy as np
 
 from ._call import Call
-from ._jax import back_to_jax, on_host
-from ._namespace import Array, namespace_of
-from ._paths import choose, lazy_path
+from ._namespace import Array
+from ._paths import choose, route_of
 from ._plan import make_plan, with_tables
 from ._tables import TableSource
 
@@ -40,18 +40,6 @@ def rotate(
         results: tuple[Array, ...] = path.run(plan.for_call(arrays, positions, source, path.TABLES))
         return results
     geometry: dict[str, Any] = {"head_dim": head_dim, "interleaved": interleaved}
-    host = on_host(call)
-    if host is not None:
-        try:
-            results = rotate(source, host, **geometry)
-        except (TypeError, ValueError) as error:
-            # The checks described the NumPy views: say it again of the caller's arrays.
-            try:
-                make_plan(source, call, **geometry)
-            except (TypeError, ValueError) as again:
-                raise again from None
-            raise error from None
-        return back_to_jax(results, like=arrays)
     if any(isinstance(x, np.ndarray) and not x.dtype.isnative for x in arrays):
         return _in_native_order(source, call, geometry)
     plan = make_plan(source, call, **geometry)
@@ -105,9 +93,18 @@ def rotate_each(
     plan cache, serves it unchanged. A geometry checked before is checked again only
     where values matter (the positions, and memory overlap in place).
     """
-    lazy = lazy_path(call.arrays[0])
-    if lazy is not None:
-        return lazy.rotate(rotate, sources, call, head_dim=head_dim, interleaved=interleaved)
+    route = route_of(call.arrays[0])
+    if route is not None:
+        return route.rotate(
+            rotate_arrays, sources, call, head_dim=head_dim, interleaved=interleaved
+        )
+    return rotate_arrays(sources, call, head_dim=head_dim, interleaved=interleaved)
+
+
+def rotate_arrays(
+    sources: tuple[TableSource, ...], call: Call, *, head_dim: int, interleaved: bool
+) -> tuple[Array, ...]:
+    """:func:`rotate_each` of arrays that a path takes (those a route hands back)."""
     if sources[0] is sources[-1]:  # one array, or q and k of one RoPE
         return rotate(sources[0], call, head_dim=head_dim, interleaved=interleaved)
     known, key = _kept(sources[0], call, "together", head_dim, interleaved)
@@ -172,12 +169,10 @@ def _array_geometry(x: Any) -> Hashable | None:
 
 
 def path_name(source: TableSource, call: Call, *, head_dim: int, interleaved: bool) -> str:
-    """The ``impl`` name of the path that :func:`rotate` would take for ``call`` (for a
-    lazy library's arrays, the path of their blocks)."""
-    lazy = lazy_path(call.arrays[0])
-    if lazy is not None:
-        namespace_of(*call.arrays, xp=call.xp, argument=call.names)
-        call = call._replace(arrays=tuple(map(lazy.block_like, call.arrays)), xp=None)
-    call = on_host(call) or call
+    """The ``impl`` name of the path that :func:`rotate_each` would take for ``call``
+    (for a route's arrays, the path of the arrays it hands on)."""
+    route = route_of(call.arrays[0])
+    if route is not None:
+        call = route.inner(call)
     plan = make_plan(source, call, head_dim=head_dim, interleaved=interleaved)
     return str(choose(call.impl, plan).NAME)

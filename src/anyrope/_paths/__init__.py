@@ -3,8 +3,9 @@
 A path is any object, usually a module, of the type :class:`Path`. :data:`AUTO_ORDER` is
 the order ``impl="auto"`` tries them in: the fastest first, the reference last (it rejects
 nothing). A new path is one module here and one entry in :data:`AUTO_ORDER`
-(docs/architecture.rst, "Adding a path"). :data:`LAZY` holds the paths of lazy libraries
-(dask), which take a call before it is planned.
+(docs/architecture.rst, "Adding a path"). :data:`ROUTES` hold the libraries whose arrays
+are rotated as those of another (dask's blocks, JAX CPU arrays as NumPy views): they take
+a call before it is planned.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ import sys
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from .._call import Call
 from .._namespace import Array
 from .._plan import Plan
 from .._validation import check_choice
-from . import blocked, cuda, dask, jax_cpu, numba_cpu, reference
+from . import blocked, cuda, dask, jax_cpu, jax_host, numba_cpu, reference
 
 
 class Path(Protocol):
@@ -39,9 +41,10 @@ class Path(Protocol):
         """The rotated arrays: the bits of the reference path."""
 
 
-class LazyPath(Protocol):
-    """The path of a lazy library: it takes the call and rotates each block by the
-    function the pipeline gives it."""
+class Route(Protocol):
+    """A library whose arrays are rotated as arrays of another: it takes a call before it
+    is planned, and rotates it by the pipeline's function it is given (which sits above
+    it) on arrays that a path takes."""
 
     NAME: str
     LIBRARY: str
@@ -50,11 +53,11 @@ class LazyPath(Protocol):
     def takes(self, x: object, /) -> bool:
         """Whether ``x`` is an array of its library."""
 
-    def block_like(self, x: Array, /) -> Array:
-        """An empty array of the library of ``x``'s blocks (whose path they take)."""
+    def inner(self, call: Call, /) -> Call:
+        """The call whose path rotates ``call`` (its blocks, or its views)."""
 
     rotate: Callable[..., tuple[Array, ...]]
-    """``rotate(rotate_block, sources, arrays, names, positions, **options)``."""
+    """``rotate(rotate_arrays, sources, call, *, head_dim, interleaved)``."""
 
 
 AUTO_ORDER: tuple[Path, ...] = (cuda, numba_cpu, blocked, jax_cpu, reference)
@@ -66,8 +69,9 @@ PATHS: dict[str, Path] = {path.NAME: path for path in AUTO_ORDER}
 IMPLS: tuple[str, ...] = ("auto", *PATHS)
 """Every accepted value of ``impl``."""
 
-LAZY: tuple[LazyPath, ...] = (dask,)
-"""The paths of lazy libraries, asked before a call is planned."""
+ROUTES: tuple[Route, ...] = (dask, jax_host)
+"""The routes, asked before a call is planned: dask arrays block by block, eager JAX
+arrays on the CPU as NumPy views."""
 
 
 def choose(impl: str, plan: Plan) -> Path:
@@ -90,12 +94,12 @@ def choose(impl: str, plan: Plan) -> Path:
     return path
 
 
-def lazy_path(x: Any) -> LazyPath | None:
-    """The lazy path that takes ``x``, or ``None`` for an eager array."""
-    for path in LAZY:  # a loop, not a generator: asked at every call
-        # A test of sys.modules first: most calls meet no lazy library, and pay no call.
-        if path.LIBRARY in sys.modules and path.takes(x):
-            return path
+def route_of(x: Any) -> Route | None:
+    """The route that takes ``x``, or ``None`` for the arrays the paths take."""
+    for route in ROUTES:  # a loop, not a generator: asked at every call
+        # A test of sys.modules first: most calls meet no such library, and pay no call.
+        if route.LIBRARY in sys.modules and route.takes(x):
+            return route
     return None
 
 

@@ -9,7 +9,7 @@ same bits as one call on the whole array. A head dimension split across chunks i
 joined for the rotation and split again afterwards. A 0-d dask array of positions is an
 offset, like an int, whose value is read (and checked) by each block when it runs.
 
-It is the registry's lazy path (:data:`anyrope._paths.LAZY`): it takes the call before
+It is one of the registry's routes (:data:`anyrope._paths.ROUTES`): it takes the call before
 it is planned, since lazy positions have no values to plan with, and hands each block to
 the function the pipeline gives it (the pipeline itself). It imports dask only for dask
 arrays, when dask is already in ``sys.modules``.
@@ -43,9 +43,11 @@ def takes(x: object) -> bool:
     return bool(array_api_compat.is_dask_array(x))
 
 
-def block_like(x: Array) -> Array:
-    """An empty block of ``x``'s library, whose path its blocks take."""
-    return x._meta.reshape((0,) * (x.ndim - 1) + (x.shape[-1],))
+def inner(call: Call) -> Call:
+    """``call`` on empty blocks of its arrays' library, whose path their blocks take."""
+    namespace_of(*call.arrays, xp=call.xp, argument=call.names)
+    blocks = tuple(x._meta.reshape((0,) * (x.ndim - 1) + (x.shape[-1],)) for x in call.arrays)
+    return call._replace(arrays=blocks, xp=None)
 
 
 def rotate(
@@ -58,7 +60,7 @@ def rotate(
 ) -> tuple[Array, ...]:
     """Lazy rotations of the dask arrays of ``call`` (which share batch and sequence
     axes), the ``j``-th with the tables of ``sources[j]`` (the same settings but for an
-    xPos amplitude), each block by ``rotate_block`` (the pipeline's ``rotate``).
+    xPos amplitude), each block by ``rotate_block`` (the pipeline's ``rotate_arrays``).
 
     Everything that can be checked without computing is checked now, as for any other
     array: shapes, dtypes, the flags and concrete positions (a NumPy array's values too).
@@ -189,7 +191,7 @@ class BlockRotation:
         # dask already runs one block per thread of each worker.
         with _threads.one_thread():
             call = self.call._replace(arrays=(block,), positions=positions)
-            (y,) = self.rotate_block(self.source, call, **self.geometry)
+            (y,) = self.rotate_block((self.source,), call, **self.geometry)
         return y
 
     def by_offset(
