@@ -102,9 +102,6 @@ AXIAL_MODEL_TYPES = frozenset(
 """Vision towers whose ``rope_type`` transformers reads as ``"axial"`` when a config says
 ``"default"`` or nothing (older checkpoints say nothing): 2-D patch positions."""
 
-# Bamba's config class sets its default fraction whatever the config's top level says.
-_FORCES_PARTIAL_ROTARY_FACTOR = frozenset({"bamba"})
-
 _BOTH_KINDS = ("sliding_attention", "full_attention")
 
 # Gemma 3 and its kin keep the settings of full-attention layers in the older top-level
@@ -162,11 +159,9 @@ def current_format(config: Any) -> Any:
         message with what to write instead.
     """
     if not isinstance(config, Mapping):
-        if callable(getattr(config, "standardize_rope_params", None)):
-            return config  # a transformers config: converted when it was built
-        try:
-            attributes = vars(config)
-        except TypeError:
+        attributes = getattr(config, "__dict__", None)
+        # A transformers config converted its keys when it was built.
+        if attributes is None or callable(getattr(config, "standardize_rope_params", None)):
             return config
         converted = current_format(attributes)
         return config if converted is attributes else converted
@@ -462,7 +457,8 @@ def _fill_default_fraction(config: dict[str, Any], model_type: str) -> None:
     if isinstance(scaling, Mapping) and _present(scaling, "partial_rotary_factor"):
         return
     given = config.get("partial_rotary_factor")
-    if model_type in _FORCES_PARTIAL_ROTARY_FACTOR and given not in (None, default):
+    # Bamba's config class sets its default fraction whatever the config's top level says.
+    if model_type == "bamba" and given not in (None, default):
         raise ValueError(
             f"`partial_rotary_factor`={given!r} in a model_type={model_type!r} config: "
             f"transformers replaces it by {default!r} for this family; give it in "

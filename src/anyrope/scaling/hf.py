@@ -36,6 +36,7 @@ where transformers drops such a key or replaces it by a default, the error names
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Mapping
 from typing import Any
@@ -169,10 +170,9 @@ def _int(config: Any, key: str) -> int | None:
 
 
 def _head_dim(config: Any, *, axial: bool) -> int:
-    for key in ("qk_rope_head_dim", "head_dim"):
-        width = _int(config, key)
-        if width is not None:
-            return width
+    width = _int(config, "qk_rope_head_dim") or _int(config, "head_dim")
+    if width is not None:
+        return width
     width_key = "embed_dim" if axial and _get(config, "embed_dim") is not None else "hidden_size"
     heads_key = "num_attention_heads"
     if _get(config, width_key) is None and _get(config, "n_embd") is not None:
@@ -347,25 +347,16 @@ def _as_layer_type_sees_it(config: Any, layer_type: str | None) -> Any:
     ``per_layer_config`` gives its full-attention layers ``global_head_dim``.
     """
     if not isinstance(config, Mapping):
-        per_layer = getattr(config, "per_layer_config", None)
-        if layer_type is None or per_layer is None:
-            return config
-        try:
-            return per_layer[layer_type]
-        except (KeyError, IndexError, TypeError, ValueError):
-            return config
+        with contextlib.suppress(KeyError, IndexError, TypeError, ValueError):
+            if layer_type is not None:
+                return getattr(config, "per_layer_config", None)[layer_type]
+        return config
     overrides = config.get("per_layer_config")
-    if overrides:
-        return _with_layer_overrides(config, overrides, layer_type)
-    if config.get("model_type") in GLOBAL_HEAD_DIM_MODEL_TYPES and layer_type == "full_attention":
-        width = config.get("global_head_dim") or _DEFAULT_GLOBAL_HEAD_DIM
-        return {**config, "head_dim": width}
-    return config
-
-
-def _with_layer_overrides(
-    config: Mapping[str, Any], overrides: Mapping[Any, Any], layer_type: str | None
-) -> Mapping[str, Any]:
+    if not overrides:
+        wide = config.get("model_type") in GLOBAL_HEAD_DIM_MODEL_TYPES
+        if wide and layer_type == "full_attention":
+            return {**config, "head_dim": config.get("global_head_dim") or _DEFAULT_GLOBAL_HEAD_DIM}
+        return config
     types = config.get("layer_types") or []
     by_layer = {
         int(index): {key: value for key, value in values.items() if key in _PER_LAYER_KEYS}

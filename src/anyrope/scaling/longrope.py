@@ -180,11 +180,8 @@ class LongRoPE(RopeScaling):
                 f"`short_factor` and `long_factor` must have the same length; got "
                 f"{len(self.short_factor)} and {len(self.long_factor)}"
             )
-        if (
-            self.attention_factor is None
-            and self.factor is None
-            and self.max_position_embeddings is None
-        ):
+        # Each is positive when given: none of them is set when all are false.
+        if not any(self._keys("attention_factor", "factor", "max_position_embeddings").values()):
             raise ValueError(
                 "rope_type='longrope' needs `factor`, `attention_factor` or "
                 "`max_position_embeddings` to set its attention factor"

@@ -317,9 +317,7 @@ def softmax_scale(factor: float, *, mscale_all_dim: float | None) -> float:
     >>> yarn.softmax_scale(40.0, mscale_all_dim=None)
     1.0
     """
-    if not mscale_all_dim:
-        return 1.0
-    scale = _mscale(factor, mscale_all_dim)
+    scale = _mscale(factor, mscale_all_dim) if mscale_all_dim else 1.0
     return scale * scale
 
 
