@@ -114,12 +114,10 @@ class RopeScaling(metaclass=_ByRopeType):
         parts = [] if self.rope_type == "default" else [f"rope_type={self.rope_type!r}"]
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if value == field.default:
-                continue
-            if isinstance(value, tuple) and len(value) > 4:
-                parts.append(f"{field.name}=<{len(value)} values>")
-            else:
-                parts.append(f"{field.name}={value!r}")
+            many = isinstance(value, tuple) and len(value) > 4
+            shown = f"<{len(value)} values>" if many else repr(value)
+            if value != field.default:
+                parts.append(f"{field.name}={shown}")
         return f"RopeScaling({', '.join(parts)})"
 
     def _keys(self, *names: str) -> dict[str, Any]:

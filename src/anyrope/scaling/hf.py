@@ -279,9 +279,7 @@ def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfi
         original_max_position_embeddings=_int(config, "original_max_position_embeddings"),
     )
     head_dim = _head_dim(config, axial=parsed.rope_type == "axial")
-    rotary_dim = head_dim
-    if parsed.partial_rotary_factor_sets_width:
-        rotary_dim = _rotary_dim(config, scaling, head_dim)
+    rotary_dim = _rotary_dim(config, scaling, head_dim, parsed.partial_rotary_factor_sets_width)
     if _get(config, "qk_rope_head_dim") is not None and parsed.partial_rotary_factor:
         # The fraction was of the full head_dim and is now the rope part's whole width.
         parsed = dataclasses.replace(parsed, partial_rotary_factor=None)
@@ -430,10 +428,11 @@ def _layer_scaling(config: Any, layer_type: str | None) -> Mapping[str, Any]:
     return dict(scaling[layer_type])
 
 
-def _rotary_dim(config: Any, inner: Mapping[str, Any], head_dim: int) -> int:
+def _rotary_dim(config: Any, inner: Mapping[str, Any], head_dim: int, narrows: bool) -> int:
     """The rotated width: GPT-J's and CodeGen's ``rotary_dim`` (the features, counted), or
-    ``int(head_dim * partial_rotary_factor)``, or all of a latent-attention model's
-    ``qk_rope_head_dim`` (``head_dim`` here)."""
+    ``int(head_dim * partial_rotary_factor)`` where the method's fraction ``narrows`` the
+    width (else the whole head), or all of a latent-attention model's ``qk_rope_head_dim``
+    (``head_dim`` here)."""
     key, fraction = _setting(config, ("partial_rotary_factor", "rotary_pct"), inner)
     explicit = _get(config, "model_type") in ROTARY_DIM_MODEL_TYPES
     rotary_dim = _int(config, "rotary_dim") if explicit else None
@@ -449,7 +448,7 @@ def _rotary_dim(config: Any, inner: Mapping[str, Any], head_dim: int) -> int:
                 "in the model config"
             )
         return rotary_dim
-    if fraction is None:
+    if fraction is None or not narrows:
         return head_dim
     fraction = check_fraction(fraction, key)
     # A latent-attention model (DeepSeek, Mistral 4, dots) rotates all of its rope part,

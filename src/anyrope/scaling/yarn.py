@@ -147,8 +147,7 @@ def correction_range(
     low = correction_dim(beta_fast, rotary_dim, base, original_max_position_embeddings)
     high = correction_dim(beta_slow, rotary_dim, base, original_max_position_embeddings)
     if truncate:
-        low = math.floor(low)
-        high = math.ceil(high)
+        low, high = math.floor(low), math.ceil(high)
     return max(low, 0), min(high, rotary_dim - 1)
 
 
