@@ -16,6 +16,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
+from .._validation import check_choice
 from ._checks import Base, Check, Fraction, agreed, check_sum, field_checks
 from ._types import FloatArray, Frequencies, IntArray
 
@@ -430,12 +431,8 @@ def _method(scaling: Mapping[str, Any]) -> type[RopeScaling]:
     kind = "default" if kind is None else kind
     if not isinstance(kind, str):
         raise TypeError(f"`rope_type` must be a string; got {kind!r}")
-    try:
-        return get(_ALIASES.get(kind, kind))
-    except KeyError:
-        raise ValueError(
-            f"`rope_type` must be one of {', '.join(map(repr, names()))} (or 'mrope'); got {kind!r}"
-        ) from None
+    check_choice(kind, "rope_type", (*names(), *_ALIASES))
+    return get(_ALIASES.get(kind, kind))
 
 
 def parse_rope_scaling(
