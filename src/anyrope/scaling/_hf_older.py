@@ -212,7 +212,7 @@ def _setdefault(scaling: dict[str, Any], key: str, value: Any) -> None:
 def _two_kinds(config: dict[str, Any], model_type: str) -> None:
     """Gemma 3, Gemma 3n, T5Gemma 2, ModernBERT and OLMo 3: ``rope_scaling`` and two bases."""
     (full_key, full_default), (sliding_key, sliding_default), scaled = _TWO_KINDS[model_type]
-    params = config.get("rope_parameters") or {}
+    params = config["rope_parameters"] = config.get("rope_parameters") or {}
     if params and not is_nested(params):
         flat = sorted(key for key, value in params.items() if not isinstance(value, Mapping))
         raise ValueError(
@@ -223,7 +223,6 @@ def _two_kinds(config: dict[str, Any], model_type: str) -> None:
     for name in _BOTH_KINDS:
         if params.get(name) is None:
             params[name] = {"rope_type": "default"}
-    config["rope_parameters"] = params
     scaling = config.pop("rope_scaling", None)
     if scaling:
         if _present(scaling, "type") and not _present(scaling, "rope_type"):
@@ -342,7 +341,7 @@ def _dots3_note(config: dict[str, Any], model_type: str) -> None:
 def _neomme(config: dict[str, Any], model_type: str) -> None:
     """NeoMME: settings per layer type, ``rope_theta`` for all of them when given."""
     theta = config.pop("rope_theta", None)
-    params = config.get("rope_parameters") or {}
+    params = config["rope_parameters"] = config.get("rope_parameters") or {}
     for name in _layer_kinds(config, model_type):
         default_theta, default_fraction = _NEOMME_DEFAULTS.get(name, (None, None))
         values = params.setdefault(name, {})
@@ -355,7 +354,6 @@ def _neomme(config: dict[str, Any], model_type: str) -> None:
                     f"layer type {name!r} of a model_type='neomme' config has no `{key}` "
                     "and transformers has no default for it; give it in `rope_parameters`"
                 )
-    config["rope_parameters"] = params
 
 
 def _deepseek_v4(config: dict[str, Any], model_type: str) -> None:

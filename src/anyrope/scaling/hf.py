@@ -41,7 +41,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from .._validation import check_base
+from .._validation import check_base, check_even
 from ._checks import agreed, flag, positive_int
 from ._checks import fraction as check_fraction
 from ._hf_older import current_format, is_nested
@@ -329,10 +329,7 @@ def from_hf_config_layers(config: Any) -> dict[str, HFRopeConfig | None]:
             name: None if values is None else from_hf_config(config, layer_type=name)
             for name, values in scaling.items()
         }
-    settings = from_hf_config(config)
-    declared = _get(config, "layer_types")
-    names = list(declared) if declared else ["default"]
-    return dict.fromkeys(names, settings)
+    return dict.fromkeys(_get(config, "layer_types") or ["default"], from_hf_config(config))
 
 
 def _as_layer_type_sees_it(config: Any, layer_type: str | None) -> Any:
@@ -442,12 +439,7 @@ def _rotary_dim(config: Any, inner: Mapping[str, Any], head_dim: int, narrows: b
                 f"the model config gives both `rotary_dim`={rotary_dim} and `{key}`; "
                 "keep one of them"
             )
-        if rotary_dim % 2 or rotary_dim > head_dim:
-            raise ValueError(
-                f"`rotary_dim`={rotary_dim} must be even and at most the head width {head_dim} "
-                "in the model config"
-            )
-        return rotary_dim
+        return check_even(rotary_dim, "rotary_dim", head_dim)
     if fraction is None or not narrows:
         return head_dim
     fraction = check_fraction(fraction, key)
