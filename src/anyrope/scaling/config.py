@@ -508,9 +508,7 @@ def parse_rope_scaling(
         ("max_position_embeddings", max_position_embeddings),
         ("original_max_position_embeddings", original_max_position_embeddings),
     ):
-        if value is None or key not in method.keys:
-            continue
-        if given.setdefault(key, value) != value:
+        if value is not None and key in method.keys and given.setdefault(key, value) != value:
             raise ValueError(
                 f"`{key}` disagrees: {given[key]} in the scaling, {value} in the model config"
             )

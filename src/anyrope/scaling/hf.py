@@ -290,14 +290,7 @@ def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfi
     if interleaved is None:
         interleaved = model_type in INTERLEAVED_MODEL_TYPES
     flag(interleaved, "rope_interleave")
-    return HFRopeConfig(
-        head_dim=head_dim,
-        rotary_dim=rotary_dim,
-        base=base,
-        interleaved=interleaved,
-        max_position_embeddings=max_positions,
-        scaling=parsed,
-    )
+    return HFRopeConfig(head_dim, rotary_dim, base, interleaved, max_positions, parsed)
 
 
 def from_hf_config_layers(config: Any) -> dict[str, HFRopeConfig | None]:
@@ -342,9 +335,10 @@ def _as_layer_type_sees_it(config: Any, layer_type: str | None) -> Any:
     ``per_layer_config`` gives its full-attention layers ``global_head_dim``.
     """
     if not isinstance(config, Mapping):
+        per_layer: Any = getattr(config, "per_layer_config", None)
         with contextlib.suppress(KeyError, IndexError, TypeError, ValueError):
-            if layer_type is not None:
-                return getattr(config, "per_layer_config", None)[layer_type]
+            if layer_type is not None and per_layer is not None:
+                return per_layer[layer_type]
         return config
     overrides = config.get("per_layer_config")
     if not overrides:
