@@ -223,18 +223,17 @@ def _two_kinds(config: dict[str, Any], model_type: str) -> None:
     for name in _BOTH_KINDS:
         if params.get(name) is None:
             params[name] = {"rope_type": "default"}
-    scaling = config.pop("rope_scaling", None)
-    if scaling:
-        if _present(scaling, "type") and not _present(scaling, "rope_type"):
-            raise ValueError(
-                f"`rope_scaling`={dict(scaling)!r}: transformers reads model_type="
-                f"{model_type!r}'s `rope_scaling` into settings that already say "
-                "rope_type='default', so its older `type` key is ignored and the layers are "
-                "not scaled; name the method `rope_type` (or drop the scaling) to say which "
-                "is meant"
-            )
-        for name in scaled:
-            params[name].update(scaling)
+    scaling = config.pop("rope_scaling", None) or {}
+    if _present(scaling, "type") and not _present(scaling, "rope_type"):
+        raise ValueError(
+            f"`rope_scaling`={dict(scaling)!r}: transformers reads model_type="
+            f"{model_type!r}'s `rope_scaling` into settings that already say "
+            "rope_type='default', so its older `type` key is ignored and the layers are "
+            "not scaled; name the method `rope_type` (or drop the scaling) to say which "
+            "is meant"
+        )
+    for name in scaled:
+        params[name].update(scaling)
     theta = config.pop(full_key, full_default)
     sliding = params["sliding_attention"]
     if sliding_key == full_key and theta != sliding_default and "rope_theta" not in sliding:
@@ -321,15 +320,12 @@ def _layer_kinds(config: Mapping[str, Any], model_type: str) -> list[str]:
 def _dots3_note(config: dict[str, Any], model_type: str) -> None:
     """dots.llm3: ``swa_rope_theta`` for sliding-window layers, ``rope_theta`` for the rest,
     or one scaling dict for every layer type."""
-    swa_theta = config.pop("swa_rope_theta", 50_000.0)
+    swa_theta = {"sliding_attention": config.pop("swa_rope_theta", 50_000.0)}
     theta = config.pop("rope_theta", DEFAULT_ROPE_THETA[model_type])
     params = config.get("rope_parameters")
     if params is None:
         params = config.pop("rope_scaling", None) or {
-            name: {
-                "rope_type": "default",
-                "rope_theta": swa_theta if name == "sliding_attention" else theta,
-            }
+            name: {"rope_type": "default", "rope_theta": swa_theta.get(name, theta)}
             for name in _layer_kinds(config, model_type)
         }
     if not is_nested(params):
