@@ -416,8 +416,11 @@ def test_gptj_config_json_names() -> None:
     assert (settings.head_dim, settings.rotary_dim, settings.interleaved) == (256, 64, True)
     with pytest.raises(ValueError, match=r"both `rotary_dim`=64 and `partial_rotary_factor`"):
         from_hf_config({**config, "partial_rotary_factor": 0.25})
-    with pytest.raises(ValueError, match=r"`rotary_dim`=300 must be even and at most"):
-        from_hf_config({**config, "rotary_dim": 300})
+    for bad in (300, 63):
+        with pytest.raises(
+            ValueError, match=rf"`rotary_dim` must be a positive even .*; got {bad}"
+        ):
+            from_hf_config({**config, "rotary_dim": bad})
 
 
 def _gemma4_text(**extra: Any) -> dict[str, Any]:

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 import types
 import typing
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, TypeAlias
 
-from .._validation import MAX_POSITION, check_base, check_int
+from .._validation import MAX_POSITION, check_base, check_int, check_real
 
 Check: TypeAlias = Callable[[Any, str], Any]
 
@@ -44,17 +43,10 @@ def real(value: object, key: str) -> float:
     ValueError
         If it is infinite or NaN.
     """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(
-            f"`{key}` must be a real number; got {value!r} of type {type(value).__name__}"
-        )
     try:
-        result = float(value)
-    except OverflowError:  # an int beyond the range of float64
-        result = math.inf
-    if not math.isfinite(result):
-        raise ValueError(f"`{key}` must be finite; got {value!r}")
-    return result
+        return check_real(value, key, -math.inf)
+    except ValueError:  # no bound to name: the key's only rule is to be finite
+        raise ValueError(f"`{key}` must be finite; got {value!r}") from None
 
 
 def positive_int(value: object, key: str) -> int:

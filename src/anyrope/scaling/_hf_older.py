@@ -102,9 +102,6 @@ AXIAL_MODEL_TYPES = frozenset(
 """Vision towers whose ``rope_type`` transformers reads as ``"axial"`` when a config says
 ``"default"`` or nothing (older checkpoints say nothing): 2-D patch positions."""
 
-# Bamba's config class sets its default fraction whatever the config's top level says.
-_FORCES_PARTIAL_ROTARY_FACTOR = frozenset({"bamba"})
-
 _BOTH_KINDS = ("sliding_attention", "full_attention")
 
 # Gemma 3 and its kin keep the settings of full-attention layers in the older top-level
@@ -162,11 +159,9 @@ def current_format(config: Any) -> Any:
         message with what to write instead.
     """
     if not isinstance(config, Mapping):
-        if callable(getattr(config, "standardize_rope_params", None)):
-            return config  # a transformers config: converted when it was built
-        try:
-            attributes = vars(config)
-        except TypeError:
+        attributes = getattr(config, "__dict__", None)
+        # A transformers config converted its keys when it was built.
+        if attributes is None or callable(getattr(config, "standardize_rope_params", None)):
             return config
         converted = current_format(attributes)
         return config if converted is attributes else converted
@@ -217,7 +212,7 @@ def _setdefault(scaling: dict[str, Any], key: str, value: Any) -> None:
 def _two_kinds(config: dict[str, Any], model_type: str) -> None:
     """Gemma 3, Gemma 3n, T5Gemma 2, ModernBERT and OLMo 3: ``rope_scaling`` and two bases."""
     (full_key, full_default), (sliding_key, sliding_default), scaled = _TWO_KINDS[model_type]
-    params = config.get("rope_parameters") or {}
+    params = config["rope_parameters"] = config.get("rope_parameters") or {}
     if params and not is_nested(params):
         flat = sorted(key for key, value in params.items() if not isinstance(value, Mapping))
         raise ValueError(
@@ -228,19 +223,17 @@ def _two_kinds(config: dict[str, Any], model_type: str) -> None:
     for name in _BOTH_KINDS:
         if params.get(name) is None:
             params[name] = {"rope_type": "default"}
-    config["rope_parameters"] = params
-    scaling = config.pop("rope_scaling", None)
-    if scaling:
-        if _present(scaling, "type") and not _present(scaling, "rope_type"):
-            raise ValueError(
-                f"`rope_scaling`={dict(scaling)!r}: transformers reads model_type="
-                f"{model_type!r}'s `rope_scaling` into settings that already say "
-                "rope_type='default', so its older `type` key is ignored and the layers are "
-                "not scaled; name the method `rope_type` (or drop the scaling) to say which "
-                "is meant"
-            )
-        for name in scaled:
-            params[name].update(scaling)
+    scaling = config.pop("rope_scaling", None) or {}
+    if _present(scaling, "type") and not _present(scaling, "rope_type"):
+        raise ValueError(
+            f"`rope_scaling`={dict(scaling)!r}: transformers reads model_type="
+            f"{model_type!r}'s `rope_scaling` into settings that already say "
+            "rope_type='default', so its older `type` key is ignored and the layers are "
+            "not scaled; name the method `rope_type` (or drop the scaling) to say which "
+            "is meant"
+        )
+    for name in scaled:
+        params[name].update(scaling)
     theta = config.pop(full_key, full_default)
     sliding = params["sliding_attention"]
     if sliding_key == full_key and theta != sliding_default and "rope_theta" not in sliding:
@@ -327,15 +320,12 @@ def _layer_kinds(config: Mapping[str, Any], model_type: str) -> list[str]:
 def _dots3_note(config: dict[str, Any], model_type: str) -> None:
     """dots.llm3: ``swa_rope_theta`` for sliding-window layers, ``rope_theta`` for the rest,
     or one scaling dict for every layer type."""
-    swa_theta = config.pop("swa_rope_theta", 50_000.0)
+    swa_theta = {"sliding_attention": config.pop("swa_rope_theta", 50_000.0)}
     theta = config.pop("rope_theta", DEFAULT_ROPE_THETA[model_type])
     params = config.get("rope_parameters")
     if params is None:
         params = config.pop("rope_scaling", None) or {
-            name: {
-                "rope_type": "default",
-                "rope_theta": swa_theta if name == "sliding_attention" else theta,
-            }
+            name: {"rope_type": "default", "rope_theta": swa_theta.get(name, theta)}
             for name in _layer_kinds(config, model_type)
         }
     if not is_nested(params):
@@ -347,7 +337,7 @@ def _dots3_note(config: dict[str, Any], model_type: str) -> None:
 def _neomme(config: dict[str, Any], model_type: str) -> None:
     """NeoMME: settings per layer type, ``rope_theta`` for all of them when given."""
     theta = config.pop("rope_theta", None)
-    params = config.get("rope_parameters") or {}
+    params = config["rope_parameters"] = config.get("rope_parameters") or {}
     for name in _layer_kinds(config, model_type):
         default_theta, default_fraction = _NEOMME_DEFAULTS.get(name, (None, None))
         values = params.setdefault(name, {})
@@ -360,7 +350,6 @@ def _neomme(config: dict[str, Any], model_type: str) -> None:
                     f"layer type {name!r} of a model_type='neomme' config has no `{key}` "
                     "and transformers has no default for it; give it in `rope_parameters`"
                 )
-    config["rope_parameters"] = params
 
 
 def _deepseek_v4(config: dict[str, Any], model_type: str) -> None:
@@ -462,7 +451,8 @@ def _fill_default_fraction(config: dict[str, Any], model_type: str) -> None:
     if isinstance(scaling, Mapping) and _present(scaling, "partial_rotary_factor"):
         return
     given = config.get("partial_rotary_factor")
-    if model_type in _FORCES_PARTIAL_ROTARY_FACTOR and given not in (None, default):
+    # Bamba's config class sets its default fraction whatever the config's top level says.
+    if model_type == "bamba" and given not in (None, default):
         raise ValueError(
             f"`partial_rotary_factor`={given!r} in a model_type={model_type!r} config: "
             f"transformers replaces it by {default!r} for this family; give it in "

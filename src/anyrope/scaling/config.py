@@ -16,6 +16,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
+from .._validation import check_choice
 from ._checks import Base, Check, Fraction, agreed, check_sum, field_checks
 from ._types import FloatArray, Frequencies, IntArray
 
@@ -114,12 +115,10 @@ class RopeScaling(metaclass=_ByRopeType):
         parts = [] if self.rope_type == "default" else [f"rope_type={self.rope_type!r}"]
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if value == field.default:
-                continue
-            if isinstance(value, tuple) and len(value) > 4:
-                parts.append(f"{field.name}=<{len(value)} values>")
-            else:
-                parts.append(f"{field.name}={value!r}")
+            many = isinstance(value, tuple) and len(value) > 4
+            shown = f"<{len(value)} values>" if many else repr(value)
+            if value != field.default:
+                parts.append(f"{field.name}={shown}")
         return f"RopeScaling({', '.join(parts)})"
 
     def _keys(self, *names: str) -> dict[str, Any]:
@@ -432,12 +431,8 @@ def _method(scaling: Mapping[str, Any]) -> type[RopeScaling]:
     kind = "default" if kind is None else kind
     if not isinstance(kind, str):
         raise TypeError(f"`rope_type` must be a string; got {kind!r}")
-    try:
-        return get(_ALIASES.get(kind, kind))
-    except KeyError:
-        raise ValueError(
-            f"`rope_type` must be one of {', '.join(map(repr, names()))} (or 'mrope'); got {kind!r}"
-        ) from None
+    check_choice(kind, "rope_type", (*names(), *_ALIASES))
+    return get(_ALIASES.get(kind, kind))
 
 
 def parse_rope_scaling(
@@ -513,9 +508,7 @@ def parse_rope_scaling(
         ("max_position_embeddings", max_position_embeddings),
         ("original_max_position_embeddings", original_max_position_embeddings),
     ):
-        if value is None or key not in method.keys:
-            continue
-        if given.setdefault(key, value) != value:
+        if value is not None and key in method.keys and given.setdefault(key, value) != value:
             raise ValueError(
                 f"`{key}` disagrees: {given[key]} in the scaling, {value} in the model config"
             )

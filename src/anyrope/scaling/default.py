@@ -10,9 +10,7 @@ from .._frequencies import default_inv_freq as inv_freq
 from ._types import Frequencies
 from .config import RopeScaling, register
 
-__all__ = ["ATTENTION_FACTOR", "Default", "inv_freq"]
-
-ATTENTION_FACTOR = 1.0
+__all__ = ["Default", "inv_freq"]
 
 
 @register
@@ -22,4 +20,4 @@ class Default(RopeScaling):
     rope_type = "default"
 
     def _frequencies(self, rotary_dim: int, base: float, seq_len: int | None) -> Frequencies:
-        return inv_freq(rotary_dim, base), ATTENTION_FACTOR
+        return inv_freq(rotary_dim, base), 1.0

@@ -36,11 +36,12 @@ where transformers drops such a key or replaces it by a default, the error names
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from .._validation import check_base
+from .._validation import check_base, check_even
 from ._checks import agreed, flag, positive_int
 from ._checks import fraction as check_fraction
 from ._hf_older import current_format, is_nested
@@ -169,10 +170,9 @@ def _int(config: Any, key: str) -> int | None:
 
 
 def _head_dim(config: Any, *, axial: bool) -> int:
-    for key in ("qk_rope_head_dim", "head_dim"):
-        width = _int(config, key)
-        if width is not None:
-            return width
+    width = _int(config, "qk_rope_head_dim") or _int(config, "head_dim")
+    if width is not None:
+        return width
     width_key = "embed_dim" if axial and _get(config, "embed_dim") is not None else "hidden_size"
     heads_key = "num_attention_heads"
     if _get(config, width_key) is None and _get(config, "n_embd") is not None:
@@ -279,9 +279,7 @@ def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfi
         original_max_position_embeddings=_int(config, "original_max_position_embeddings"),
     )
     head_dim = _head_dim(config, axial=parsed.rope_type == "axial")
-    rotary_dim = head_dim
-    if parsed.partial_rotary_factor_sets_width:
-        rotary_dim = _rotary_dim(config, scaling, head_dim)
+    rotary_dim = _rotary_dim(config, scaling, head_dim, parsed.partial_rotary_factor_sets_width)
     if _get(config, "qk_rope_head_dim") is not None and parsed.partial_rotary_factor:
         # The fraction was of the full head_dim and is now the rope part's whole width.
         parsed = dataclasses.replace(parsed, partial_rotary_factor=None)
@@ -292,14 +290,7 @@ def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfi
     if interleaved is None:
         interleaved = model_type in INTERLEAVED_MODEL_TYPES
     flag(interleaved, "rope_interleave")
-    return HFRopeConfig(
-        head_dim=head_dim,
-        rotary_dim=rotary_dim,
-        base=base,
-        interleaved=interleaved,
-        max_position_embeddings=max_positions,
-        scaling=parsed,
-    )
+    return HFRopeConfig(head_dim, rotary_dim, base, interleaved, max_positions, parsed)
 
 
 def from_hf_config_layers(config: Any) -> dict[str, HFRopeConfig | None]:
@@ -331,10 +322,7 @@ def from_hf_config_layers(config: Any) -> dict[str, HFRopeConfig | None]:
             name: None if values is None else from_hf_config(config, layer_type=name)
             for name, values in scaling.items()
         }
-    settings = from_hf_config(config)
-    declared = _get(config, "layer_types")
-    names = list(declared) if declared else ["default"]
-    return dict.fromkeys(names, settings)
+    return dict.fromkeys(_get(config, "layer_types") or ["default"], from_hf_config(config))
 
 
 def _as_layer_type_sees_it(config: Any, layer_type: str | None) -> Any:
@@ -347,25 +335,17 @@ def _as_layer_type_sees_it(config: Any, layer_type: str | None) -> Any:
     ``per_layer_config`` gives its full-attention layers ``global_head_dim``.
     """
     if not isinstance(config, Mapping):
-        per_layer = getattr(config, "per_layer_config", None)
-        if layer_type is None or per_layer is None:
-            return config
-        try:
-            return per_layer[layer_type]
-        except (KeyError, IndexError, TypeError, ValueError):
-            return config
+        per_layer: Any = getattr(config, "per_layer_config", None)
+        with contextlib.suppress(KeyError, IndexError, TypeError, ValueError):
+            if layer_type is not None and per_layer is not None:
+                return per_layer[layer_type]
+        return config
     overrides = config.get("per_layer_config")
-    if overrides:
-        return _with_layer_overrides(config, overrides, layer_type)
-    if config.get("model_type") in GLOBAL_HEAD_DIM_MODEL_TYPES and layer_type == "full_attention":
-        width = config.get("global_head_dim") or _DEFAULT_GLOBAL_HEAD_DIM
-        return {**config, "head_dim": width}
-    return config
-
-
-def _with_layer_overrides(
-    config: Mapping[str, Any], overrides: Mapping[Any, Any], layer_type: str | None
-) -> Mapping[str, Any]:
+    if not overrides:
+        wide = config.get("model_type") in GLOBAL_HEAD_DIM_MODEL_TYPES
+        if wide and layer_type == "full_attention":
+            return {**config, "head_dim": config.get("global_head_dim") or _DEFAULT_GLOBAL_HEAD_DIM}
+        return config
     types = config.get("layer_types") or []
     by_layer = {
         int(index): {key: value for key, value in values.items() if key in _PER_LAYER_KEYS}
@@ -439,10 +419,11 @@ def _layer_scaling(config: Any, layer_type: str | None) -> Mapping[str, Any]:
     return dict(scaling[layer_type])
 
 
-def _rotary_dim(config: Any, inner: Mapping[str, Any], head_dim: int) -> int:
+def _rotary_dim(config: Any, inner: Mapping[str, Any], head_dim: int, narrows: bool) -> int:
     """The rotated width: GPT-J's and CodeGen's ``rotary_dim`` (the features, counted), or
-    ``int(head_dim * partial_rotary_factor)``, or all of a latent-attention model's
-    ``qk_rope_head_dim`` (``head_dim`` here)."""
+    ``int(head_dim * partial_rotary_factor)`` where the method's fraction ``narrows`` the
+    width (else the whole head), or all of a latent-attention model's ``qk_rope_head_dim``
+    (``head_dim`` here)."""
     key, fraction = _setting(config, ("partial_rotary_factor", "rotary_pct"), inner)
     explicit = _get(config, "model_type") in ROTARY_DIM_MODEL_TYPES
     rotary_dim = _int(config, "rotary_dim") if explicit else None
@@ -452,13 +433,8 @@ def _rotary_dim(config: Any, inner: Mapping[str, Any], head_dim: int) -> int:
                 f"the model config gives both `rotary_dim`={rotary_dim} and `{key}`; "
                 "keep one of them"
             )
-        if rotary_dim % 2 or rotary_dim > head_dim:
-            raise ValueError(
-                f"`rotary_dim`={rotary_dim} must be even and at most the head width {head_dim} "
-                "in the model config"
-            )
-        return rotary_dim
-    if fraction is None:
+        return check_even(rotary_dim, "rotary_dim", head_dim)
+    if fraction is None or not narrows:
         return head_dim
     fraction = check_fraction(fraction, key)
     # A latent-attention model (DeepSeek, Mistral 4, dots) rotates all of its rope part,

@@ -60,6 +60,6 @@ class Proportional(RopeScaling):
     factor: Factor | None = None
 
     def _frequencies(self, rotary_dim: int, base: float, seq_len: int | None) -> Frequencies:
-        fraction = 1.0 if self.partial_rotary_factor is None else self.partial_rotary_factor
-        factor = 1.0 if self.factor is None else self.factor
-        return inv_freq(rotary_dim, base, fraction=fraction, factor=factor), 1.0
+        # Both are positive when given: absent, the whole head turns, unscaled.
+        fraction = self.partial_rotary_factor or 1.0
+        return inv_freq(rotary_dim, base, fraction=fraction, factor=self.factor or 1.0), 1.0

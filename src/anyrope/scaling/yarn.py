@@ -147,8 +147,7 @@ def correction_range(
     low = correction_dim(beta_fast, rotary_dim, base, original_max_position_embeddings)
     high = correction_dim(beta_slow, rotary_dim, base, original_max_position_embeddings)
     if truncate:
-        low = math.floor(low)
-        high = math.ceil(high)
+        low, high = math.floor(low), math.ceil(high)
     return max(low, 0), min(high, rotary_dim - 1)
 
 
@@ -317,9 +316,7 @@ def softmax_scale(factor: float, *, mscale_all_dim: float | None) -> float:
     >>> yarn.softmax_scale(40.0, mscale_all_dim=None)
     1.0
     """
-    if not mscale_all_dim:
-        return 1.0
-    scale = _mscale(factor, mscale_all_dim)
+    scale = _mscale(factor, mscale_all_dim) if mscale_all_dim else 1.0
     return scale * scale
 
 
