@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import _threads
 from .._call import Call
-from .._layout import Axes, heads_axis
+from .._layout import Axes, heads_axis, place_tables
 from .._namespace import Array, namespace_of
 from .._offsets import Offsets
 from .._plan import make_plan
@@ -159,13 +159,9 @@ def _spread_positions(positions: Array, axes: Axes, ndim: int) -> Array:
     import dask.array as da
 
     p = positions if array_api_compat.is_dask_array(positions) else da.from_array(positions)
-    target = (*axes.batch, axes.seq)
-    p = p.reshape((1,) * (len(target) - p.ndim) + tuple(p.shape))
-    if axes.layout == "bshd":
-        return p[..., None, None]
-    if axes.layout == "bhsd":
-        return p[..., None, :, None]
-    return da.moveaxis(p, -1, 0)[..., None, None]
+    # Placed as a table of one feature, with every batch axis.
+    p = p.reshape((1,) * (len(axes.batch) + 1 - p.ndim) + (*p.shape, 1))
+    return place_tables(p, axes, array_api_compat.array_namespace(p))
 
 
 @dataclass(frozen=True, eq=False)
