@@ -39,7 +39,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -60,13 +60,6 @@ _BLOCK = 8192
 FAST_REDUCTION_LIMIT = float(2**33)
 
 # -- Angles past 2**33 ------------------------------------------------------------------
-
-
-@functools.cache
-def _half_pi(bits: int) -> tuple[int, int]:
-    """``pi/2`` to ``bits`` bits as ``(n, s)``: ``pi/2 = n / 2**s``."""
-    half_pi = constants.pi(bits) / 2
-    return half_pi.numerator, half_pi.denominator.bit_length() - 1
 
 
 def _dyadic_to_float(numerator: int, shift: int) -> float:
@@ -97,7 +90,9 @@ def _reduce_exact(x: float) -> tuple[int, float, float]:
     """
     n, d = x.as_integer_ratio()
     e = d.bit_length() - 1  # x = n / 2**e
-    half_pi, s = _half_pi(max(0, n.bit_length() - d.bit_length()) + 200)
+    pi = constants.pi(max(0, n.bit_length() - d.bit_length()) + 200)
+    # pi = N / 2**t with N odd, so pi/2 = N / 2**s with s = t + 1.
+    half_pi, s = pi.numerator, pi.denominator.bit_length()
     # x / (pi/2) = (n 2**s) / (half_pi 2**e), rounded half to even as round() does.
     numerator, denominator = n << s, half_pi << e
     k, remainder = divmod(numerator, denominator)
@@ -114,22 +109,20 @@ def _reduce_exact(x: float) -> tuple[int, float, float]:
 # -- The functions on arrays -------------------------------------------------------------
 
 
-def _blocks(size: int) -> Iterator[slice]:
-    return (slice(start, start + _BLOCK) for start in range(0, size, _BLOCK))
-
-
 def _elementwise(
     name: str, step: Callable[..., tuple[Any, ...]], inputs: tuple[Any, ...], outputs: DD
 ) -> None:
     """``outputs = step(*inputs)`` for 1-d arrays of one size: by the function ``name`` of
-    :mod:`anyrope._hostmath_numba` where :func:`_compiled` offers it, else by ``step`` on
-    NumPy blocks. Both give every element the same bits."""
+    :mod:`anyrope._hostmath_numba` from :data:`_COMPILED_FROM` elements on where
+    :func:`_compiled` offers it, else by ``step`` on NumPy blocks. Both give every
+    element the same bits."""
     size = outputs[0].size
-    compiled = _compiled(size)
+    compiled = _compiled() if size >= _COMPILED_FROM else None
     if compiled is not None:
         getattr(compiled, name)(*inputs, *outputs)
         return
-    for block in _blocks(size):
+    for start in range(0, size, _BLOCK):
+        block = slice(start, start + _BLOCK)
         for out, value in zip(outputs, step(*[a[block] for a in inputs]), strict=False):
             out[block] = value
 
@@ -170,24 +163,19 @@ def sincos(x: Any) -> DD:
         large = np.flatnonzero(~(np.abs(flat) < FAST_REDUCTION_LIMIT))
         angles = flat.copy()
         angles[large] = 0.0
-    _elementwise("sincos", _sincos_fast, (angles,), (flat_sin, flat_cos))
+    _elementwise("sincos", lambda x: _sincos_of(*reduce(x)), (angles,), (flat_sin, flat_cos))
     if not fast:
-        q, rh, rl = np.array([_reduce_exact(angle) for angle in flat[large].tolist()]).T
-        s, c = sincos_reduced(rh, rl)
-        flat_sin[large], flat_cos[large] = _to_quadrant(q.astype(np.int64), s, c)
+        exact = np.array([_reduce_exact(angle) for angle in flat[large].tolist()]).T
+        flat_sin[large], flat_cos[large] = _sincos_of(*exact)
     return sin, cos
 
 
-def _sincos_fast(x: Float64) -> DD:
-    k, rh, rl = reduce(x)
+def _sincos_of(k: Float64, rh: Float64, rl: Float64) -> DD:
+    """``(sin, cos)`` of ``k pi/2 + r``, ``r = rh + rl`` (see :func:`reduce`), from those of
+    ``r``: quadrant ``k mod 4`` = 1 gives ``(cos, -sin)``, 2 ``(-sin, -cos)``, 3 ``(-cos, sin)``."""
     s, c = sincos_reduced(rh, rl)
     # k mod 4 is in the low bits of k as an integer (two's complement for k < 0).
-    return _to_quadrant(k.astype(np.int64) & 3, s, c)
-
-
-def _to_quadrant(quadrant: Any, s: Float64, c: Float64) -> DD:
-    """``(sin, cos)`` of ``q pi/2 + r`` from those of ``r``: quadrant 1 gives
-    ``(cos, -sin)``, 2 ``(-sin, -cos)``, 3 ``(-cos, sin)``."""
+    quadrant = k.astype(np.int64) & 3
     odd = (quadrant & 1).astype(bool)
     s, c = np.where(odd, c, s), np.where(odd, s, c)
     np.negative(s, out=s, where=quadrant >= 2)
@@ -200,13 +188,9 @@ _COMPILED_FROM = 256
 installed (its first use in a process loads or compiles it: not worth it for a few)."""
 
 
-def _compiled(size: int) -> Any:
-    """:mod:`anyrope._hostmath_numba` for an array of ``size`` elements, or ``None``."""
-    return _compiled_module() if size >= _COMPILED_FROM else None
-
-
 @functools.cache
-def _compiled_module() -> Any:
+def _compiled() -> Any:
+    """:mod:`anyrope._hostmath_numba`, or ``None`` where numba is not installed."""
     if importlib.util.find_spec("numba") is None:
         return None
     try:

@@ -57,6 +57,17 @@ def times(hi: Any, lo: Any, constant: tuple[float, ...]) -> tuple[Any, Any]:
     return p, product_error(hi_hi, hi_lo, c0_hi, c0_lo, p) + hi * c1 + lo * c0
 
 
+def square_and_cube(r: Any) -> tuple[Any, Any, Any, Any, Any, Any]:
+    """``r**2 = z + ze`` exactly, the halves of ``z``, and ``r**3`` in double-double:
+    ``(z, ze, z_hi, z_lo, cube, cube_lo)``."""
+    r_hi, r_lo = split(r)
+    z = r * r
+    ze = product_error(r_hi, r_lo, r_hi, r_lo, z)
+    z_hi, z_lo = split(z)
+    cube = r * z
+    return z, ze, z_hi, z_lo, cube, product_error(r_hi, r_lo, z_hi, z_lo, cube) + r * ze
+
+
 def horner(z: Any, coefficients: tuple[float, ...]) -> Any:
     """``c0 + z (c1 + z (c2 + ...))``."""
     result = coefficients[-1]
@@ -92,14 +103,9 @@ def reduce(x: Any) -> tuple[Any, Any, Any]:
 
 def sincos_reduced(rh: Any, rl: Any) -> tuple[Any, Any]:
     """``sin`` and ``cos`` of ``rh + rl``, ``|rh + rl| <= pi/4``."""
-    r_hi, r_lo = split(rh)
-    z = rh * rh
-    ze = product_error(r_hi, r_lo, r_hi, r_lo, z)
-    z_hi, z_lo = split(z)
+    z, ze, z_hi, z_lo, cube, cube_lo = square_and_cube(rh)
     # sin(r) = rh - rh**3/6 + rh**5 S(rh**2) + rl cos(r): the first two terms in
     # double-double.
-    cube = rh * z
-    cube_lo = product_error(r_hi, r_lo, z_hi, z_lo, cube) + rh * ze
     t, te = times(cube, cube_lo, constants.MINUS_SIXTH)
     s, se = fast_two_sum(rh, t)
     # The tails S and C in one Horner loop (numba inlines one loop per function here).
@@ -163,13 +169,8 @@ def power_scaled(lh: Any, ll: Any, num: Any, den: Any) -> tuple[Any, Any]:
     # exp(qh + ql) = 2**k exp(r): k log2_hi and qh - k log2_hi are exact (Sterbenz).
     k = np.rint(qh * constants.INV_LN2)
     rh, rl = two_sum(qh - k * constants.LN2_HI, ql - k * constants.LN2_LO)
-    r_hi, r_lo = split(rh)
-    z = rh * rh
-    ze = product_error(r_hi, r_lo, r_hi, r_lo, z)
+    z, ze, _, _, cube, cube_lo = square_and_cube(rh)
     half, half_lo = z * 0.5, (ze + rh * 2.0 * rl) * 0.5
-    z_hi, z_lo = split(z)
-    cube = rh * z
-    cube_lo = product_error(r_hi, r_lo, z_hi, z_lo, cube) + rh * ze
     sixth, sixth_lo = times(cube, cube_lo, constants.SIXTH)
     # s = 1 + rh + half + sixth, each sum with its error.
     s, e1 = fast_two_sum(1.0, rh)

@@ -367,21 +367,19 @@ _defined: list[bool] = []
 _define_ops._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
-def _schema(arrays: str, returns: str, *, adjoint: bool = False) -> str:
-    # Written out: the annotations of this module are strings (``from __future__``),
-    # which torch cannot read to infer a schema. ``offset`` is a SymInt: a decode step's
-    # offset may be dynamic under torch.compile.
-    flag = "bool adjoint, " if adjoint else ""
-    return (
-        f"({arrays} arrays, Tensor? positions, Tensor? cu_seqlens, *, int[] keys, SymInt offset, "
-        f"bool per_row, int head_dim, bool interleaved, str layout, bool inverse, {flag}"
-        f"str impl) -> {returns}"
-    )
+# The ops' schema, with the type of the arrays, ``bool adjoint, `` or nothing, and the result
+# to fill in. Written out: the annotations of this module are strings (``from __future__``),
+# which torch cannot read to infer a schema. ``offset`` is a SymInt: a decode step's offset
+# may be dynamic under torch.compile.
+_SCHEMA = (
+    "({} arrays, Tensor? positions, Tensor? cu_seqlens, *, int[] keys, SymInt offset, "
+    "bool per_row, int head_dim, bool interleaved, str layout, bool inverse, {}str impl) -> {}"
+)
 
 
 def _define(torch: Any) -> None:
     """Define ``anyrope::rotate`` and ``anyrope::rotate_`` (keyword-only arguments: those
-    of :func:`_schema`)."""
+    of :data:`_SCHEMA`)."""
     from . import _pipeline
     from ._layout import heads_axis
 
@@ -440,13 +438,9 @@ def _define(torch: Any) -> None:
         if k.ndim == q.ndim:
             for axis in set(range(-q.ndim, -1)) - {heads_axis(layout)}:
                 torch._check_value(k.shape[axis] == q.shape[axis], lambda: message)
+        # On the device of x, but for the meta device, which the eager checks refuse.
         stand_ins = tuple(
-            torch.empty(
-                (1,) * (x.ndim - 1) + x.shape[-1:],
-                dtype=x.dtype,
-                # The meta device is refused by the eager checks.
-                device="cpu" if x.is_meta else x.device,
-            )
+            x.new_empty((1,) * (x.ndim - 1) + x.shape[-1:], device="cpu" if x.is_meta else x.device)
             for x in arrays
         )
         # A packed (total_tokens, heads, head_dim) array reads as one bshd sequence.
@@ -474,7 +468,7 @@ def _define(torch: Any) -> None:
         "anyrope::rotate",
         rotate_kernel,
         mutates_args=(),
-        schema=_schema("Tensor[]", "Tensor[]", adjoint=True),
+        schema=_SCHEMA.format("Tensor[]", "bool adjoint, ", "Tensor[]"),
     )
     rotate.register_fake(rotate_fake)
     rotate.register_autograd(backward, setup_context=setup_context)
@@ -482,6 +476,6 @@ def _define(torch: Any) -> None:
         "anyrope::rotate_",
         rotate_inplace_kernel,
         mutates_args=("arrays",),
-        schema=_schema("Tensor(a!)[]", "()"),
+        schema=_SCHEMA.format("Tensor(a!)[]", "", "()"),
     )
     rotate_inplace.register_fake(check)

@@ -216,18 +216,13 @@ def _torch_ops() -> _Ops:
     """The same on torch CPU tensors (float16 and bfloat16)."""
     import torch
 
-    def add_into(a: Array, b: Array, out: Array, shape: tuple[int, ...]) -> None:
-        # The float32 sum is rounded once to out's dtype as it is stored.
-        if out.is_contiguous():
-            torch.add(a, b, out=out.view(shape))
-        else:
-            out.copy_((a + b).reshape(out.shape))
-
     return _Ops(
         library=torch,
         block_elements=TORCH_BLOCK_ELEMENTS,
         whole_elements=TORCH_WHOLE_ELEMENTS,
-        add_into=add_into,
+        # Splitting the last axis is a view of any tensor: the float32 sum is rounded once
+        # to out's dtype as it is stored.
+        add_into=lambda a, b, out, shape: torch.add(a, b, out=out.view(shape)),
         # torch has no negative strides: a copy.
         swap=lambda a, interleaved: a.flip(-1 if interleaved else -2),
     )

@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import _threads
 from .._call import Call
-from .._layout import Axes, heads_axis
+from .._layout import heads_axis, place_tables
 from .._namespace import Array, namespace_of
 from .._offsets import Offsets
 from .._plan import make_plan
@@ -127,10 +127,15 @@ def rotate(
             _map(task.by_offset, x, lazy, offset=where.offset)
             for task, x in zip(tasks, arrays, strict=True)
         )
+    import dask.array as da
+
     # Offsets were made into an array of positions by make_plan; a dask array of
-    # positions stood in as zeros there, so it is spread itself.
-    offsets = isinstance(positions, Offsets)
-    spread = _spread_positions(where.array if offsets else positions, plan.axes, arrays[0].ndim)
+    # positions stood in as zeros there, so it is spread itself: ``(*batch', seq)`` placed
+    # as a table of one feature with every batch axis, to broadcast against the input so
+    # that dask hands each block its own slice.
+    p = da.asarray(where.array if isinstance(positions, Offsets) else positions)
+    p = p.reshape((1,) * (len(plan.axes.batch) + 1 - p.ndim) + (*p.shape, 1))
+    spread = place_tables(p, plan.axes, array_api_compat.array_namespace(p))
     return tuple(_map(task.by_positions, x, spread) for task, x in zip(tasks, arrays, strict=True))
 
 
@@ -153,22 +158,6 @@ def _map(function: Any, x: Array, positions: Array | None = None, **kwargs: Any)
         more.append(positions.rechunk(chunks))
     y = da.map_blocks(function, whole, *more, dtype=x.dtype, meta=whole._meta, **kwargs)
     return y if whole is x else y.rechunk(x.chunks)
-
-
-def _spread_positions(positions: Array, axes: Axes, ndim: int) -> Array:
-    """``positions`` (``(*batch', seq)``, checked by ``make_plan``) as a dask array with
-    ``ndim`` axes broadcasting against the input, so that dask hands each block its own
-    slice."""
-    import dask.array as da
-
-    p = positions if array_api_compat.is_dask_array(positions) else da.from_array(positions)
-    target = (*axes.batch, axes.seq)
-    p = p.reshape((1,) * (len(target) - p.ndim) + tuple(p.shape))
-    if axes.layout == "bshd":
-        return p[..., None, None]
-    if axes.layout == "bhsd":
-        return p[..., None, :, None]
-    return da.moveaxis(p, -1, 0)[..., None, None]
 
 
 @dataclass(frozen=True, eq=False)
@@ -207,7 +196,7 @@ class BlockRotation:
         return self._rotate(block, offset + start)
 
     def by_positions(self, block: Array, positions: Array) -> Array:
-        """Rotate a block with its slice of the spread positions (see ``_spread_positions``)."""
+        """Rotate a block with its slice of the spread positions (see :func:`rotate`)."""
         xp = array_api_compat.array_namespace(positions)
         p = xp.squeeze(positions, axis=(heads_axis(self.call.layout), -1))
         return self._rotate(block, xp.moveaxis(p, 0, -1) if self.call.layout == "sbhd" else p)

@@ -59,6 +59,7 @@ def _kernels() -> Any:
 def run(plan: Plan) -> tuple[Array, ...]:
     """Rotate each array of ``plan`` into a new array, or into itself in place."""
     kernels = _kernels()
+    kernel = kernels.rotate_in_place if plan.inplace else kernels.rotate
     cos, sin, first, strides = _tables(plan)
     results = []
     for x in plan.arrays:
@@ -66,21 +67,21 @@ def run(plan: Plan) -> tuple[Array, ...]:
         xv = held = _storage_view(x, plan)
         if xv.strides[-1] != xv.itemsize:  # the kernels read rows of unit stride
             xv = np.ascontiguousarray(xv)
-        outv = None if plan.inplace else _storage_view(out, plan)
+        # What the kernel writes into besides x: nothing in place, else out.
+        outv = () if plan.inplace else (_storage_view(out, plan),)
         if xv.ndim == 4:
-            _launch(kernels, xv, outv, cos, sin, (first, *strides), plan)
+            _launch(kernel, (xv, *outv, cos, sin, (first, *strides)), plan)
         elif xv.ndim == 3:
             # (seq, heads, head_dim): a leading axis of one, which reads no other row.
-            outv = None if outv is None else outv[None]
-            _launch(kernels, xv[None], outv, cos, sin, (first, 0, *strides), plan)
+            outv = outv and (outv[0][None],)
+            _launch(kernel, (xv[None], *outv, cos, sin, (first, 0, *strides)), plan)
         else:
             # Axes beyond four: a Python loop over the outermost ones (rare shapes).
             outer = xv.ndim - 4
             for index in itertools.product(*(range(n) for n in xv.shape[:outer])):
                 offset = first + sum(i * t for i, t in zip(index, strides, strict=False))
-                rows = (offset, *strides[outer:])
-                part = None if outv is None else outv[index]
-                _launch(kernels, xv[index], part, cos, sin, rows, plan)
+                part = outv and (outv[0][index],)
+                _launch(kernel, (xv[index], *part, cos, sin, (offset, *strides[outer:])), plan)
         if xv is not held and plan.inplace:
             held[...] = xv
         results.append(out)
@@ -90,31 +91,18 @@ def run(plan: Plan) -> tuple[Array, ...]:
     return tuple(results)
 
 
-def _launch(  # noqa: PLR0917 - the kernel's operands
-    kernels: Any,
-    x: np.ndarray[Any, Any],
-    out: np.ndarray[Any, Any] | None,
-    cos: np.ndarray[Any, Any],
-    sin: np.ndarray[Any, Any],
-    rows: tuple[int, ...],
-    plan: Plan,
-) -> None:
-    """The kernel over one (n0, n1, n2, head_dim) array (into ``out``, or in place when
-    ``out`` is ``None``), split between threads when large."""
+def _launch(kernel: Any, operands: tuple[Any, ...], plan: Plan) -> None:
+    """``kernel`` over ``operands`` (x, out unless in place, cos, sin and rows; the arrays
+    (n0, n1, n2, head_dim)), split between threads when large."""
+    x, sin = operands[0], operands[-2]
     units = x.shape[0] * x.shape[1]
-    if out is None:
-        kernel = kernels.rotate_in_place
-        operands: tuple[Any, ...] = (x, cos, sin, rows, plan.interleaved)
-    else:
-        kernel = kernels.rotate
-        operands = (x, out, cos, sin, rows, plan.interleaved)
-    small = units * x.shape[2] * cos.shape[1] * 2 <= PARALLEL_ELEMENTS
+    small = units * x.shape[2] * sin.shape[1] * 2 <= PARALLEL_ELEMENTS
     workers = 1 if small else min(_threads.workers(plan.library), units)
     if workers <= 1:
-        kernel(*operands, 0, units)
+        kernel(*operands, plan.interleaved, 0, units)
         return
     step = -(-units // workers)
-    share = functools.partial(kernel, *operands)
+    share = functools.partial(kernel, *operands, plan.interleaved)
     # The kernel releases the GIL: the shares run at once, the first on this thread.
     others = [
         _threads.executor().submit(share, start, min(start + step, units))
@@ -174,6 +162,6 @@ def _index_strides(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
 
 @functools.cache
 def _seq_strides(layout: str, lead: int) -> tuple[int, ...]:
-    """Row strides of consecutive positions: 1 along the sequence axis, 0 elsewhere."""
-    seq_axis = {"bshd": lead - 2, "bhsd": lead - 1, "sbhd": 0}[layout]
-    return tuple(int(k == seq_axis) for k in range(lead))
+    """Row strides of consecutive positions: 1 along the sequence axis, 0 elsewhere (those
+    of a gathered sequence, of any length above one, for ``lead`` axes)."""
+    return _index_strides((*(1,) * (lead - 2), 2), layout)

@@ -18,6 +18,7 @@ runs.
 from __future__ import annotations
 
 import platform
+from collections.abc import Callable
 from typing import Any
 
 import llvmlite.binding
@@ -50,6 +51,9 @@ HARDWARE_FLOAT16 = _hardware_float16()
 """Decided once per process, from what numba compiles for (its cache is keyed by it too)."""
 
 
+_I16, _I32 = ir.IntType(16), ir.IntType(32)
+
+
 @intrinsic
 def _float32_from_bits(typingctx: Any, bits: Any) -> Any:
     """The float32 whose bits are the low 32 bits of an integer."""
@@ -59,48 +63,36 @@ def _float32_from_bits(typingctx: Any, bits: Any) -> Any:
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
         value = args[0]
         if bits.bitwidth > 32:
-            value = builder.trunc(value, ir.IntType(32))
+            value = builder.trunc(value, _I32)
         elif bits.bitwidth < 32:
-            value = builder.zext(value, ir.IntType(32))
+            value = builder.zext(value, _I32)
         return builder.bitcast(value, ir.FloatType())
 
     return types.float32(bits), codegen
 
 
-@intrinsic
-def _bits_of_float32(typingctx: Any, value: Any) -> Any:
-    """The bits of a float32, as a uint32."""
-    if value != types.float32:
-        return None
+def instruction(operand: Any, result: Any, emit: Callable[[Any, Any], Any]) -> Any:
+    """A numba intrinsic from the numba type ``operand`` to ``result``: the LLVM
+    instructions that ``emit(builder, value)`` adds."""
 
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        return builder.bitcast(args[0], ir.IntType(32))
+    def typing(typingctx: Any, value: Any) -> Any:
+        if value != operand:
+            return None
+        return result(value), lambda context, builder, signature, args: emit(builder, args[0])
 
-    return types.uint32(value), codegen
-
-
-@intrinsic
-def _float16_to_float32_by_cpu(typingctx: Any, bits: Any) -> Any:
-    """``fpext half to float``: one F16C instruction (exact)."""
-    if not isinstance(bits, types.Integer) or bits.bitwidth != 16:
-        return None
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
-
-    return types.float32(bits), codegen
+    return intrinsic(typing)
 
 
-@intrinsic
-def _float32_to_float16_by_cpu(typingctx: Any, value: Any) -> Any:
-    """``fptrunc float to half``: one F16C instruction, round to nearest even."""
-    if value != types.float32:
-        return None
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
-
-    return types.uint16(value), codegen
+# The bits of a float32, as a uint32.
+_bits_of_float32 = instruction(types.float32, types.uint32, lambda b, v: b.bitcast(v, _I32))
+# ``fpext half to float``: one F16C instruction (exact).
+_float16_to_float32_by_cpu = instruction(
+    types.uint16, types.float32, lambda b, v: b.fpext(b.bitcast(v, ir.HalfType()), ir.FloatType())
+)
+# ``fptrunc float to half``: one F16C instruction, round to nearest even.
+_float32_to_float16_by_cpu = instruction(
+    types.float32, types.uint16, lambda b, v: b.bitcast(b.fptrunc(v, ir.HalfType()), _I16)
+)
 
 
 _U = np.uint32
@@ -144,28 +136,23 @@ def bfloat16_to_float32(b: Any) -> Any:
     return _float32_from_bits((_U(b) & _U(0xFFFF)) << _U(16))
 
 
-@intrinsic
-def float32_to_bfloat16(typingctx: Any, value: Any) -> Any:
+def _round_to_bfloat16(builder: Any, value: Any) -> Any:
     """Round to nearest even (torch's and ml_dtypes' conversion); a NaN stays a NaN.
 
     Written in LLVM's 32-bit integer operations: numba would widen them to 64 bits,
     which vectorize at half the width.
     """
-    if value != types.float32:
-        return None
+    bits = builder.bitcast(value, _I32)
+    high = builder.lshr(bits, ir.Constant(_I32, 16))
+    odd = builder.and_(high, ir.Constant(_I32, 1))
+    biased = builder.add(builder.add(bits, ir.Constant(_I32, 0x7FFF)), odd)
+    rounded = builder.lshr(biased, ir.Constant(_I32, 16))
+    quiet = builder.or_(high, ir.Constant(_I32, 0x40))
+    nan = builder.fcmp_unordered("uno", value, value)
+    return builder.trunc(builder.select(nan, quiet, rounded), _I16)
 
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        i32 = ir.IntType(32)
-        bits = builder.bitcast(args[0], i32)
-        high = builder.lshr(bits, ir.Constant(i32, 16))
-        odd = builder.and_(high, ir.Constant(i32, 1))
-        biased = builder.add(builder.add(bits, ir.Constant(i32, 0x7FFF)), odd)
-        rounded = builder.lshr(biased, ir.Constant(i32, 16))
-        quiet = builder.or_(high, ir.Constant(i32, 0x40))
-        nan = builder.fcmp_unordered("uno", args[0], args[0])
-        return builder.trunc(builder.select(nan, quiet, rounded), ir.IntType(16))
 
-    return types.int16(value), codegen
+float32_to_bfloat16 = instruction(types.float32, types.int16, _round_to_bfloat16)
 
 
 @intrinsic

@@ -22,6 +22,7 @@ from numba.extending import intrinsic
 
 from ..._cpu_memory import STORAGE_DTYPES
 from . import kernels
+from .kernels import instruction
 
 _METADATA = 1
 """XLA_FFI_Extension_Metadata: XLA asks the handler which API it speaks."""
@@ -30,20 +31,9 @@ _IEEE_MXCSR = 0x1F80
 """The SSE control word with every exception masked, round to nearest, no FTZ or DAZ."""
 
 
-@intrinsic
-def _pointer(typingctx: Any, address: Any) -> Any:
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        return builder.inttoptr(args[0], ir.IntType(8).as_pointer())
-
-    return types.voidptr(types.int64), codegen
-
-
-@intrinsic
-def _address(typingctx: Any, pointer: Any) -> Any:
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        return builder.ptrtoint(args[0], ir.IntType(64))
-
-    return types.int64(types.voidptr), codegen
+_BYTE_POINTER = ir.IntType(8).as_pointer()
+_pointer = instruction(types.int64, types.voidptr, lambda b, v: b.inttoptr(v, _BYTE_POINTER))
+_address = instruction(types.voidptr, types.int64, lambda b, v: b.ptrtoint(v, ir.IntType(64)))
 
 
 @intrinsic
@@ -51,15 +41,15 @@ def _swap_mxcsr(typingctx: Any, value: Any) -> Any:
     """Set the SSE control word to ``value``; return the one it replaces (x86 only)."""
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        i32, byte_pointer = ir.IntType(32), ir.IntType(8).as_pointer()
-        function = ir.FunctionType(ir.VoidType(), [byte_pointer])
+        i32 = ir.IntType(32)
+        function = ir.FunctionType(ir.VoidType(), [_BYTE_POINTER])
         module = builder.module
         store, load = (
             module.globals.get(name) or ir.Function(module, function, name)
             for name in ("llvm.x86.sse.stmxcsr", "llvm.x86.sse.ldmxcsr")
         )
         slot = builder.alloca(i32)
-        pointer = builder.bitcast(slot, byte_pointer)
+        pointer = builder.bitcast(slot, _BYTE_POINTER)
         builder.call(store, [pointer])
         old = builder.load(slot)
         builder.store(builder.trunc(args[0], i32), slot)
@@ -72,6 +62,12 @@ def _swap_mxcsr(typingctx: Any, value: Any) -> Any:
 @njit(inline="always")
 def _word(address: int) -> Any:
     return carray(_pointer(address), (1,), np.int64)[0]
+
+
+@njit(inline="always")
+def _array(buffer: int, shape: Any, dtype: Any) -> Any:
+    """The data of an XLA_FFI_Buffer (at offset 24) as an array of ``shape``."""
+    return carray(_pointer(_word(buffer + 24)), shape, dtype)
 
 
 def _handler(interleaved: bool, dtype: str) -> Any:
@@ -100,15 +96,9 @@ def _handler(interleaved: bool, dtype: str) -> Any:
         # Row of x[a, b, c]: a * t1 * t2 + b * (t1 > 1) * t2 + c * (t2 > 1).
         rows = (0, t1 * t2, t2 if t1 > 1 else 0, 1 if t2 > 1 else 0)
         shape, tables = (n0, n1, n2, width), (n0 * t1 * t2, pairs)
-        data = (
-            _pointer(_word(x + 24)),
-            _pointer(_word(result + 24)),
-            _pointer(_word(cos + 24)),
-            _pointer(_word(sin + 24)),
-        )
+        c, s = _array(cos, tables, compute), _array(sin, tables, compute)
+        given, rotated = _array(x, shape, storage), _array(result, shape, storage)
         saved = _swap_mxcsr(_IEEE_MXCSR) if _X86 else 0
-        c, s = carray(data[2], tables, compute), carray(data[3], tables, compute)
-        given, rotated = carray(data[0], shape, storage), carray(data[1], shape, storage)
         kernels.rotate(given, rotated, c, s, rows, interleaved, 0, n0 * n1)
         if _X86:
             _swap_mxcsr(saved)
