@@ -7,6 +7,7 @@ when torch is already in ``sys.modules``.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -17,15 +18,6 @@ from ._validation import describe
 
 _typestr: dict[Any, str] = {}
 """NumPy's ``typestr`` of each torch dtype met (the view's dtype), by the torch dtype."""
-
-
-class _Memory:
-    """Memory described by ``__array_interface__``, for NumPy to view."""
-
-    __slots__ = ("__array_interface__",)
-
-    def __init__(self, interface: dict[str, Any]) -> None:
-        self.__array_interface__ = interface
 
 
 def numpy_view(t: Array) -> np.ndarray[Any, Any]:
@@ -51,7 +43,7 @@ def numpy_view(t: Array) -> np.ndarray[Any, Any]:
         "typestr": typestr,
         "version": 3,
     }
-    return np.asarray(_Memory(interface))
+    return np.asarray(SimpleNamespace(__array_interface__=interface))
 
 
 def positions_view(t: Array) -> np.ndarray[Any, Any]:
