@@ -8,7 +8,6 @@ way, on the host, when the compiled function runs.
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 import array_api_compat
@@ -84,7 +83,7 @@ def sinusoidal(
     True
     """
     dim = check_even(dim, "dim")
-    if not isinstance(positions, bool) and isinstance(positions, numbers.Integral):
+    if isinstance(positions, (int, np.integer)) and not isinstance(positions, bool):
         count = check_int(positions, "positions", 0, MAX_POSITION + 1, "a count from 0 to 2**53")
         xp = array_api_compat.array_namespace(np.empty(0)) if xp is None else xp
         check_namespace(xp)
