@@ -51,9 +51,9 @@ def has_internal_overlap(e: Extent) -> bool:
     if math.prod(e.shape) <= 1:
         return False
     span = e.itemsize
-    for size, stride in sorted(
-        ((n, abs(s)) for n, s in zip(e.shape, e.strides, strict=True) if n > 1),
-        key=lambda axis: axis[1],
+    # Axes of equal strides overlap whichever comes first.
+    for stride, size in sorted(
+        (abs(s), n) for n, s in zip(e.shape, e.strides, strict=True) if n > 1
     ):
         if stride < span:
             return True

@@ -32,10 +32,7 @@ def numpy_view(t: Array) -> np.ndarray[Any, Any]:
     if typestr is None:
         name = dtype_name(t.dtype)
         typestr = _typestr[t.dtype] = np.dtype(STORAGE_DTYPES.get(name, name)).str
-    strides = None
-    if not t.is_contiguous():
-        size = t.element_size()
-        strides = tuple(s * size for s in t.stride())
+    strides = None if t.is_contiguous() else tuple(s * t.element_size() for s in t.stride())
     interface = {
         "data": (t.data_ptr(), False),
         "shape": tuple(t.shape),
