@@ -7,7 +7,6 @@ when torch is already in ``sys.modules``.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -18,6 +17,15 @@ from ._validation import describe
 
 _typestr: dict[Any, str] = {}
 """NumPy's ``typestr`` of each torch dtype met (the view's dtype), by the torch dtype."""
+
+
+class _Memory:
+    """Memory described by ``__array_interface__``, for NumPy to view."""
+
+    __slots__ = ("__array_interface__",)
+
+    def __init__(self, interface: dict[str, Any]) -> None:
+        self.__array_interface__ = interface
 
 
 def numpy_view(t: Array) -> np.ndarray[Any, Any]:
@@ -32,7 +40,10 @@ def numpy_view(t: Array) -> np.ndarray[Any, Any]:
     if typestr is None:
         name = dtype_name(t.dtype)
         typestr = _typestr[t.dtype] = np.dtype(STORAGE_DTYPES.get(name, name)).str
-    strides = None if t.is_contiguous() else tuple(s * t.element_size() for s in t.stride())
+    strides = None
+    if not t.is_contiguous():
+        size = t.element_size()
+        strides = tuple(s * size for s in t.stride())
     interface = {
         "data": (t.data_ptr(), False),
         "shape": tuple(t.shape),
@@ -40,7 +51,7 @@ def numpy_view(t: Array) -> np.ndarray[Any, Any]:
         "typestr": typestr,
         "version": 3,
     }
-    return np.asarray(SimpleNamespace(__array_interface__=interface))
+    return np.asarray(_Memory(interface))
 
 
 def positions_view(t: Array) -> np.ndarray[Any, Any]:
