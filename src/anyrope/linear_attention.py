@@ -87,8 +87,7 @@ def linear_attention(
     phi = _feature_map(feature_map, xp)
 
     work = compute_dtype(xp, q.dtype)
-    fq = phi(xp.astype(q, work))
-    fk = phi(xp.astype(k, work))
+    fq, fk = (phi(xp.astype(a, work)) for a in (q, k))
     if tuple(fq.shape) != tuple(q.shape) or tuple(fk.shape) != tuple(k.shape):
         raise ValueError("`feature_map` must return an array of the shape it was given")
     rq, rk = _rotate_for_attention(
