@@ -73,7 +73,7 @@ def test_errors():
         sinusoidal(np.arange(4.0), 8, dtype=np.float32)
     with pytest.raises(TypeError, match="`dtype` must be a real floating"):
         sinusoidal(4, 8, dtype=np.int32)
-    with pytest.raises(ValueError, match="non-negative"):
+    with pytest.raises(ValueError, match="`positions` must be a count from 0 to 2"):
         sinusoidal(-1, 8, dtype=np.float32)
     with pytest.raises(ValueError, match="2\\*\\*53"):
         sinusoidal(np.array([2**53]), 8, dtype=np.float64)

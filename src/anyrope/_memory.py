@@ -13,6 +13,7 @@ from typing import Any
 
 import array_api_compat
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from ._namespace import Array
 
@@ -51,9 +52,9 @@ def has_internal_overlap(e: Extent) -> bool:
     if math.prod(e.shape) <= 1:
         return False
     span = e.itemsize
-    for size, stride in sorted(
-        ((n, abs(s)) for n, s in zip(e.shape, e.strides, strict=True) if n > 1),
-        key=lambda axis: axis[1],
+    # Axes of equal strides overlap whichever comes first.
+    for stride, size in sorted(
+        (abs(s), n) for n, s in zip(e.shape, e.strides, strict=True) if n > 1
     ):
         if stride < span:
             return True
@@ -73,21 +74,13 @@ def may_overlap(a: Extent, b: Extent) -> bool:
     low = min(a.ptr, b.ptr)
     # Views of one 1-byte buffer that claim the layouts of a and b, offset from the lower
     # address: only their addresses are compared, their bytes are never read.
-    anchor = np.lib.stride_tricks.as_strided(
-        np.zeros(1, np.uint8), (max(a.ptr, b.ptr) - low + 1,), (1,)
-    )
+    anchor = as_strided(np.zeros(1, np.uint8), (max(a.ptr, b.ptr) - low + 1,), (1,))
+    view_a, view_b = [
+        as_strided(anchor[e.ptr - low :], (*e.shape, e.itemsize), (*e.strides, 1)) for e in (a, b)
+    ]
     try:
         # numpy's stubs allow only -1 and 0, but any bound on the work is accepted.
         work: Any = 10**6
-        return bool(
-            np.shares_memory(_stand_in(anchor, a, low), _stand_in(anchor, b, low), max_work=work)
-        )
+        return bool(np.shares_memory(view_a, view_b, max_work=work))
     except np.exceptions.TooHardError:
         return True
-
-
-def _stand_in(
-    anchor: np.ndarray[tuple[int], np.dtype[np.uint8]], e: Extent, low: int
-) -> np.ndarray[tuple[int, ...], np.dtype[np.uint8]]:
-    start = anchor[e.ptr - low :]
-    return np.lib.stride_tricks.as_strided(start, (*e.shape, e.itemsize), (*e.strides, 1))

@@ -49,41 +49,30 @@ def resolve_streams(
     Each stream is checked like ordinary positions (integer dtype, the input's library
     and device, broadcastable to ``(*batch, seq)``, within ``[0, 2**53)``).
     """
-    expected = (
-        f"({count}, *batch, seq) or ({count}, seq)"
-        if kind == "mrope"
-        else f"(*batch, seq, {count})"
-    )
-    name = "M-RoPE" if kind == "mrope" else _axial_name(count)
+    mrope = kind == "mrope"
+    expected = f"({count}, *batch, seq) or ({count}, seq)" if mrope else f"(*batch, seq, {count})"
     if positions is None or not hasattr(positions, "shape") or isinstance(positions, (list, tuple)):
         raise TypeError(
-            f"`positions` must be an integer array of shape {expected} for {name}; "
-            f"got {type(positions).__name__}"
+            f"`positions` must be an integer array of shape {expected} for "
+            f"{'M-RoPE' if mrope else f'{count}D axial RoPE'}; got {type(positions).__name__}"
         )
     array: Array = positions
     shape = tuple(int(n) for n in array.shape)
-    if kind == "mrope":
-        if len(shape) < 2 or shape[0] != count:
+    if len(shape) < 2 or shape[0 if mrope else -1] != count:
+        if mrope:
             raise ValueError(
                 f"M-RoPE `positions` must have shape {expected} (one stream per mrope_section "
                 f"entry); got shape {shape}. Text tokens have the same position in every "
                 f"stream: pass {count} copies stacked on a new first axis (transformers does "
                 "this with a 2-D position_ids), or an int offset for consecutive positions"
             )
-        streams = [array[index, ...] for index in range(count)]
-    else:
-        if len(shape) < 2 or shape[-1] != count:
-            order = f"one coordinate per axis, in the order of the {count} axial_sections"
-            raise ValueError(
-                f"{count}D axial `positions` must have shape {expected} "
-                f"({'row, column' if count == 2 else order}); got shape {shape}"
-            )
-        streams = [array[..., index] for index in range(count)]
+        order = f"one coordinate per axis, in the order of the {count} axial_sections"
+        raise ValueError(
+            f"{count}D axial `positions` must have shape {expected} "
+            f"({'row, column' if count == 2 else order}); got shape {shape}"
+        )
+    streams = [array[(index, ...) if mrope else (..., index)] for index in range(count)]
     return [resolve_positions(stream, xp, x, batch, seq) for stream in streams]
-
-
-def _axial_name(count: int) -> str:
-    return f"{count}D axial RoPE"
 
 
 def split_host_streams(
@@ -96,7 +85,7 @@ def split_host_streams(
         expected = f"(..., {count})" if axial else f"({count}, ...)"
         raise ValueError(
             f"`positions` must have shape {expected} for "
-            f"{_axial_name(count) if axial else 'M-RoPE'}; got shape {host.shape}"
+            f"{f'{count}D axial RoPE' if axial else 'M-RoPE'}; got shape {host.shape}"
         )
     return [np.take(host, index, axis=axis) for index in range(count)]
 
@@ -111,7 +100,9 @@ def join_sections(
     """Take each pair's cos/sin from the tables of the stream it follows.
 
     Contiguous: pairs ``[start, start + size)`` of section ``s`` from stream ``s``.
-    Interleaved: the pairs of :func:`interleaved_streams`.
+    Interleaved: pair ``i`` from stream ``s = i % n`` while ``i < n * sections[s]`` (``n``
+    streams), else from stream 0 (Qwen3-VL), e.g. streams ``0, 1, 2, 0, 1, 2, 0`` for
+    sections ``[3, 2, 2]`` and ``0, 1, 2, 0, 0, 0`` for ``[4, 1, 1]``.
     """
     if interleaved:
         return _join_interleaved(tables, sections, xp)
@@ -124,34 +115,17 @@ def join_sections(
     return xp.concat(cos_parts, axis=-1), xp.concat(sin_parts, axis=-1)
 
 
-def interleaved_streams(sections: Sequence[int]) -> list[int]:
-    """The stream each pair follows in interleaved M-RoPE (Qwen3-VL).
-
-    Examples
-    --------
-    >>> interleaved_streams([3, 2, 2])
-    [0, 1, 2, 0, 1, 2, 0]
-    >>> interleaved_streams([4, 1, 1])
-    [0, 1, 2, 0, 0, 0]
-    """
-    count = len(sections)
-    streams = [0] * sum(sections)
-    for stream in range(1, count):
-        for pair in range(stream, count * sections[stream], count):
-            streams[pair] = stream
-    return streams
-
-
 def _join_interleaved(
     tables: Sequence[tuple[Array, Array]], sections: Sequence[int], xp: Namespace
 ) -> tuple[Array, Array]:
     # One gather from the streams stacked pair by pair: entry pair * n + stream.
     count = len(sections)
-    streams = interleaved_streams(sections)
-    index = np.array([pair * count + stream for pair, stream in enumerate(streams)], dtype=np.int64)
+    index = np.arange(sum(sections), dtype=np.int64) * count
+    for stream in range(1, count):
+        index[stream : count * sections[stream] : count] += stream
     first = tables[0][0]
     where = xp.asarray(index, device=device_of(first))
-    shape = (*first.shape[:-1], len(streams) * count)
+    shape = (*first.shape[:-1], index.size * count)
     joined = []
     for part in range(2):
         stacked = xp.stack([table[part] for table in tables], axis=-1)

@@ -82,9 +82,7 @@ def check_namespace(xp: object) -> None:
 def library_name(xp: Namespace) -> str:
     """Short library name of a namespace, e.g. ``"numpy"``, ``"torch"``."""
     name: str = getattr(xp, "__name__", type(xp).__name__)
-    if name.startswith("array_api_compat."):
-        name = name.removeprefix("array_api_compat.")
-    return name.split(".")[0]
+    return name.removeprefix("array_api_compat.").split(".")[0]
 
 
 def device_of(x: Array) -> Any:

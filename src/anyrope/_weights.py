@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Literal
 
 from ._namespace import Array, Namespace, namespace_of
-from ._validation import check_int
+from ._validation import check_choice, check_int
 
 __all__ = ["permute_qk_weights"]
 
@@ -78,8 +78,7 @@ def permute_qk_weights(
     >>> bool((back == w).all())
     True
     """
-    if to not in ("half", "interleaved"):
-        raise ValueError(f'`to` must be "half" or "interleaved"; got {to!r}')
+    check_choice(to, "to", ("half", "interleaved"))
     n_heads = check_int(n_heads, "n_heads", 1, 2**63, "positive")
     xp = namespace_of(w, xp=xp, argument="w")
     if w.ndim not in (1, 2):

@@ -18,7 +18,7 @@ from ._hostmath import sincos
 from ._layout import Axes, axes_of
 from ._namespace import Array, Namespace, compute_dtype, device_of, is_real_floating, namespace_of
 from ._rope import RoPE
-from ._validation import LAYOUTS, check_bool, check_choice, check_real, describe
+from ._validation import check_bool, check_real, describe
 
 __all__ = ["attention", "relative_decay_bound"]
 
@@ -108,10 +108,9 @@ def attention(
     scale = 1.0 / math.sqrt(qa.head_dim) if scale is None else scale
 
     work = compute_dtype(xp, q.dtype)
-    groups = qa.heads // ka.heads
-    qg = _grouped_queries(xp.astype(_to_bhsd(q, layout, xp), work), groups, xp)
-    kh = xp.expand_dims(xp.astype(_to_bhsd(k, layout, xp), work), axis=-3)
-    vh = xp.expand_dims(xp.astype(_to_bhsd(v, layout, xp), work), axis=-3)
+    qg = _grouped(xp.astype(q, work), layout, qa.heads // ka.heads, xp)
+    kh = _grouped(xp.astype(k, work), layout, 1, xp)
+    vh = _grouped(xp.astype(v, work), layout, 1, xp)
 
     scores = xp.matmul(qg, xp.matrix_transpose(kh)) * float(scale)
     scores = xp.reshape(scores, (*scores.shape[:-4], qa.heads, qa.seq, ka.seq))
@@ -148,7 +147,6 @@ def _checked(
         raise TypeError(
             f"`rope` must be an anyrope.RoPE or None; got {rope!r} of type {type(rope).__name__}"
         )
-    check_choice(layout, "layout", LAYOUTS)
     check_bool(causal, "causal")
     for name, arr in (("q", q), ("k", k), ("v", v)):
         if not is_real_floating(xp, arr.dtype):
@@ -221,9 +219,11 @@ def _bhsd_axes(layout: str, n: int) -> tuple[int, ...]:
     return (*range(1, n - 2), n - 2, 0, n - 1)
 
 
-def _to_bhsd(x: Array, layout: str, xp: Namespace) -> Array:
-    """View ``x`` of ``layout`` as ``(*batch, heads, seq, dim)``."""
-    return xp.permute_dims(x, _bhsd_axes(layout, x.ndim))
+def _grouped(x: Array, layout: str, groups: int, xp: Namespace) -> Array:
+    """View ``x`` of ``layout`` as ``(*batch, heads // groups, groups, seq, dim)``."""
+    x = xp.permute_dims(x, _bhsd_axes(layout, x.ndim))
+    *batch, heads, seq, dim = x.shape
+    return xp.reshape(x, (*batch, heads // groups, groups, seq, dim))
 
 
 def _output(out: Array, q: Array, layout: str, xp: Namespace) -> Array:
@@ -232,12 +232,6 @@ def _output(out: Array, q: Array, layout: str, xp: Namespace) -> Array:
     out = xp.reshape(out, (*batch, kv_heads * groups, seq, v_dim))
     axes = _bhsd_axes(layout, out.ndim)
     return xp.permute_dims(xp.astype(out, q.dtype), tuple(map(axes.index, range(out.ndim))))
-
-
-def _grouped_queries(q: Array, groups: int, xp: Namespace) -> Array:
-    """Split the heads of ``q`` (``*batch, heads, seq, dim``) into ``(kv_heads, groups)``."""
-    *batch, heads, seq, dim = q.shape
-    return xp.reshape(q, (*batch, heads // groups, groups, seq, dim))
 
 
 def causal_mask(q_seq: int, k_seq: int, xp: Namespace, device: Any) -> Array:

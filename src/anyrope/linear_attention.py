@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._call import shared_docs
 from ._namespace import Array, Namespace, compute_dtype
-from .attention import _checked, _grouped_queries, _output, _rotate_for_attention, _to_bhsd
+from .attention import _checked, _grouped, _output, _rotate_for_attention
 
 if TYPE_CHECKING:
     from ._rope import RoPE
@@ -87,18 +87,15 @@ def linear_attention(
     phi = _feature_map(feature_map, xp)
 
     work = compute_dtype(xp, q.dtype)
-    fq = phi(xp.astype(q, work))
-    fk = phi(xp.astype(k, work))
+    fq, fk = (phi(xp.astype(a, work)) for a in (q, k))
     if tuple(fq.shape) != tuple(q.shape) or tuple(fk.shape) != tuple(k.shape):
         raise ValueError("`feature_map` must return an array of the shape it was given")
     rq, rk = _rotate_for_attention(
         rope, fq, fk, qa=qa, ka=ka, positions=positions, layout=layout, xp=xp
     )
 
-    groups = qa.heads // ka.heads
-    fq, rq = (_grouped_queries(_to_bhsd(a, layout, xp), groups, xp) for a in (fq, rq))
-    fk, rk = (xp.expand_dims(_to_bhsd(a, layout, xp), axis=-3) for a in (fk, rk))
-    vh = xp.expand_dims(xp.astype(_to_bhsd(v, layout, xp), work), axis=-3)
+    fq, rq = (_grouped(a, layout, qa.heads // ka.heads, xp) for a in (fq, rq))
+    fk, rk, vh = (_grouped(a, layout, 1, xp) for a in (fk, rk, xp.astype(v, work)))
 
     if causal:
         skip = ka.seq - qa.seq

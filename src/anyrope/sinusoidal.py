@@ -26,7 +26,7 @@ from ._namespace import (
     table_dtype,
     to_host,
 )
-from ._validation import MAX_POSITION, check_even, describe
+from ._validation import MAX_POSITION, check_even, check_int, describe
 
 __all__ = ["sinusoidal"]
 
@@ -84,23 +84,24 @@ def sinusoidal(
     """
     dim = check_even(dim, "dim")
     if isinstance(positions, (int, np.integer)) and not isinstance(positions, bool):
-        if positions < 0:
-            raise ValueError(f"`positions` as a count must be non-negative; got {positions}")
-        if positions > MAX_POSITION:
-            raise ValueError(
-                f"`positions` as a count must be at most 2**53 (positions below 2**53); "
-                f"got {positions}"
-            )
+        count = check_int(positions, "positions", 0, MAX_POSITION + 1, "a count from 0 to 2**53")
         xp = array_api_compat.array_namespace(np.empty(0)) if xp is None else xp
         check_namespace(xp)
-        host = np.arange(int(positions), dtype=np.int64)
+        host = np.arange(count, dtype=np.int64)
     else:
         xp = namespace_of(positions, xp=xp, argument="positions")
         if not xp.isdtype(positions.dtype, "integral"):
             raise TypeError(f"`positions` must have an integer dtype; got {describe(positions)}")
         if is_traced(positions):
+            # Encoded on the host by the NumPy path when the compiled function runs (the same
+            # bits as an eager call; an out-of-range position raises then).
             check_dtype(xp, dtype)
-            return _encoded_when_run(positions, dim, base=base, dtype=dtype)
+            host_dtype = np.dtype(dtype)
+
+            def compute(values: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any]]:
+                return (sinusoidal(values, dim, base=base, dtype=host_dtype),)
+
+            return when_run(compute, positions, (((*positions.shape, dim), host_dtype),))[0]
         device = device_of(positions) if device is None else device
         host = np.asarray(to_host(positions))
         # Checked in the array's own dtype: as int64, a uint64 above 2**63 would wrap and
@@ -117,16 +118,3 @@ def sinusoidal(
     table = np.stack(sincos(angles), axis=-1).reshape((*host.shape, dim))
     out = xp.asarray(table.astype(table_dtype(xp, dtype)), device=device)
     return xp.astype(out, dtype, copy=False)
-
-
-def _encoded_when_run(positions: Array, dim: int, *, base: float, dtype: Any) -> Array:
-    """The encoding of JAX ``positions`` traced by ``jit``: computed on the host by the
-    NumPy path when the compiled function runs (the same bits as an eager call; an
-    out-of-range position raises then)."""
-    host_dtype = np.dtype(dtype)
-
-    def compute(values: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any]]:
-        return (sinusoidal(values, dim, base=base, dtype=host_dtype),)
-
-    (encoding,) = when_run(compute, positions, (((*positions.shape, dim), host_dtype),))
-    return encoding

@@ -1,7 +1,7 @@
 """JAX arrays inside a trace (``jax.jit``, ``vmap``, ``grad``) on the CPU: the tables are
 gathered in the graph, and XLA calls the numba kernel (:mod:`.numba_cpu.xla`) to rotate,
 so the result has NumPy's bits. Eager JAX arrays on the CPU take the NumPy route before
-a path is chosen (:mod:`anyrope._pipeline`); other JAX devices take the reference.
+a path is chosen (:mod:`.jax_host`); other JAX devices take the reference.
 """
 
 from __future__ import annotations

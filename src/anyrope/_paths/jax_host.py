@@ -21,7 +21,6 @@ import array_api_compat
 import numpy as np
 
 from .._call import Call
-from .._jax import is_traced
 from .._namespace import Array, namespace_of
 from .._offsets import Offsets
 from .._plan import make_plan
@@ -89,17 +88,12 @@ def on_host(call: Call) -> Call | None:
         return None
     if any(device.platform != "cpu" for x in arrays for device in x.devices()):
         return None
-    host: list[object] = []
     offsets = isinstance(positions, Offsets)
-    for value in (
-        positions.values if isinstance(positions, Offsets) else positions,
-        call.cu_seqlens,
-    ):
-        if value is None or isinstance(value, int):
-            host.append(value)
-        elif array_api_compat.is_jax_array(value) and not is_traced(value):
-            host.append(np.asarray(value))
-        else:
+    host = [positions.values if isinstance(positions, Offsets) else positions, call.cu_seqlens]
+    for index, value in enumerate(host):
+        if array_api_compat.is_jax_array(value) and not isinstance(value, jax.core.Tracer):
+            host[index] = np.asarray(value)
+        elif not (value is None or isinstance(value, int)):
             return None
     positions = Offsets(host[0]) if offsets else host[0]
     arrays = tuple(np.asarray(x) for x in arrays)
