@@ -27,7 +27,9 @@ from ._checks import check_sum
 from ._types import FloatArray, Frequencies
 from .config import RopeScaling, register
 
-__all__ = ["Axial", "inv_freq", "sections"]
+__all__ = ["ATTENTION_FACTOR", "Axial", "inv_freq", "sections"]
+
+ATTENTION_FACTOR = 1.0
 
 
 def sections(rotary_dim: int, *, axial_sections: Sequence[int] | None = None) -> tuple[int, ...]:
@@ -140,4 +142,4 @@ class Axial(RopeScaling):
         return sections(rotary_dim, axial_sections=self.axial_sections)
 
     def _frequencies(self, rotary_dim: int, base: float, seq_len: int | None) -> Frequencies:
-        return inv_freq(rotary_dim, base, axial_sections=self.axial_sections), 1.0
+        return inv_freq(rotary_dim, base, axial_sections=self.axial_sections), ATTENTION_FACTOR

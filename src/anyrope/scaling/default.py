@@ -10,7 +10,9 @@ from .._frequencies import default_inv_freq as inv_freq
 from ._types import Frequencies
 from .config import RopeScaling, register
 
-__all__ = ["Default", "inv_freq"]
+__all__ = ["ATTENTION_FACTOR", "Default", "inv_freq"]
+
+ATTENTION_FACTOR = 1.0
 
 
 @register
@@ -20,4 +22,4 @@ class Default(RopeScaling):
     rope_type = "default"
 
     def _frequencies(self, rotary_dim: int, base: float, seq_len: int | None) -> Frequencies:
-        return inv_freq(rotary_dim, base), 1.0
+        return inv_freq(rotary_dim, base), ATTENTION_FACTOR

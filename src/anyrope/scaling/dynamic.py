@@ -18,7 +18,34 @@ from ._types import FloatArray, Frequencies, IntArray
 from .config import register
 from .ntk import NTK
 
-__all__ = ["DynamicNTK", "inv_freq", "inv_freq_per_length", "scaled_base"]
+__all__ = ["DynamicNTK", "effective_length", "inv_freq", "inv_freq_per_length", "scaled_base"]
+
+
+def effective_length(seq_len: int | None, *, max_position_embeddings: int) -> int:
+    """Return ``max(seq_len, L_max)``: every length up to ``L_max`` gives the same tables.
+
+    Parameters
+    ----------
+    seq_len : int or None
+        The length of the current sequence (``max position + 1``); ``None`` (no sequence
+        yet) counts as ``L_max``.
+    max_position_embeddings : int
+        ``L_max``, the model's configured context length.
+
+    Returns
+    -------
+    int
+        The length the scaled base is computed for, at least ``L_max``.
+
+    Examples
+    --------
+    >>> from anyrope.scaling import dynamic
+    >>> dynamic.effective_length(100, max_position_embeddings=4096)
+    4096
+    >>> dynamic.effective_length(5000, max_position_embeddings=4096)
+    5000
+    """
+    return max(seq_len or 0, max_position_embeddings)
 
 
 def scaled_base(
@@ -107,7 +134,7 @@ def inv_freq(
 def _stretch(factor: float, seq_len: int | None, max_position_embeddings: int) -> float:
     """The factor of static NTK that gives dynamic NTK's base for a sequence of ``seq_len``:
     ``factor * L / L_max - (factor - 1)``, with ``L`` at least ``L_max``."""
-    length = max(seq_len or 0, max_position_embeddings)
+    length = effective_length(seq_len, max_position_embeddings=max_position_embeddings)
     return factor * length / max_position_embeddings - (factor - 1.0)
 
 
@@ -191,7 +218,6 @@ class DynamicNTK(NTK):
         Returns
         -------
         int
-            The length the frequencies are computed for: every length up to
-            ``max_position_embeddings`` gives the same tables.
+            The length the frequencies are computed for (:func:`effective_length`).
         """
-        return max(seq_len or 0, self.max_position_embeddings)
+        return effective_length(seq_len, max_position_embeddings=self.max_position_embeddings)
