@@ -24,7 +24,75 @@ from ._checks import Factor, Positive
 from ._types import FloatArray, Frequencies
 from .config import RopeScaling, register
 
-__all__ = ["LongRoPE", "attention_factor", "inv_freq"]
+__all__ = ["LongRoPE", "attention_factor", "inv_freq", "select_factors", "uses_long_factors"]
+
+
+def uses_long_factors(seq_len: int | None, *, original_max_position_embeddings: int) -> bool:
+    """Whether a sequence of ``seq_len`` positions takes the long factors (``seq_len > L0``).
+
+    ``None`` (no sequence yet) takes the short factors, like transformers at start-up.
+
+    Parameters
+    ----------
+    seq_len : int or None
+        The length of the sequence being processed (``max position + 1``); ``None``
+        before any sequence is seen.
+    original_max_position_embeddings : int
+        ``L0``, the context length before the extension.
+
+    Returns
+    -------
+    bool
+        True when ``seq_len > L0``.
+
+    Examples
+    --------
+    >>> from anyrope.scaling import longrope
+    >>> longrope.uses_long_factors(4096, original_max_position_embeddings=4096)
+    False
+    >>> longrope.uses_long_factors(4097, original_max_position_embeddings=4096)
+    True
+    """
+    return seq_len is not None and seq_len > original_max_position_embeddings
+
+
+def select_factors(
+    short_factor: Sequence[float],
+    long_factor: Sequence[float],
+    *,
+    seq_len: int | None,
+    original_max_position_embeddings: int,
+) -> FloatArray:
+    """Return the factor list for ``seq_len`` as a float64 array.
+
+    Parameters
+    ----------
+    short_factor : sequence of float
+        The per-pair rescale factors ``r_i`` for sequences up to ``L0``.
+    long_factor : sequence of float
+        The per-pair rescale factors ``r_i`` for sequences longer than ``L0``.
+    seq_len : int or None
+        The length of the sequence being processed (``max position + 1``); ``None``
+        before any sequence is seen.
+    original_max_position_embeddings : int
+        ``L0``, the context length before the extension.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``long_factor`` when :func:`uses_long_factors` says so, else ``short_factor``,
+        as float64.
+
+    Examples
+    --------
+    >>> from anyrope.scaling import longrope
+    >>> longrope.select_factors([1.0], [4.0], seq_len=10, original_max_position_embeddings=8)
+    array([4.])
+    """
+    long = uses_long_factors(
+        seq_len, original_max_position_embeddings=original_max_position_embeddings
+    )
+    return np.asarray(long_factor if long else short_factor, dtype=np.float64)
 
 
 def inv_freq(rotary_dim: int, base: float, *, factors: Sequence[float] | FloatArray) -> FloatArray:
@@ -37,8 +105,8 @@ def inv_freq(rotary_dim: int, base: float, *, factors: Sequence[float] | FloatAr
     base : float
         The unscaled RoPE base (``rope_theta``): finite and > 1.
     factors : sequence of float or numpy.ndarray
-        The rescale factors ``r_i``, one per pair (``rotary_dim // 2``): the short or
-        the long list, as :meth:`LongRoPE.length_bucket` chooses for the sequence.
+        The rescale factors ``r_i``, one per pair (``rotary_dim // 2``), as
+        :func:`select_factors` returns them.
 
     Returns
     -------
@@ -129,7 +197,8 @@ class LongRoPE(RopeScaling):
     def _frequencies(self, rotary_dim: int, base: float, seq_len: int | None) -> Frequencies:
         original = self.original_max_position_embeddings
         assert original is not None
-        factors = self.long_factor if self.length_bucket(seq_len) else self.short_factor
+        lists = self._keys("short_factor", "long_factor", "original_max_position_embeddings")
+        factors = select_factors(seq_len=seq_len, **lists)
         # Without `factor`, the extension is L_max / L0 (or none, when `attention_factor` is given).
         extension = self.factor or (self.max_position_embeddings or original) / original
         temperature = self._keys("original_max_position_embeddings", "attention_factor")
@@ -150,7 +219,4 @@ class LongRoPE(RopeScaling):
         int
             Whether the sequence takes the long factors.
         """
-        original = self.original_max_position_embeddings
-        assert original is not None
-        # No sequence yet (None) takes the short factors, like transformers at start-up.
-        return int((seq_len or 0) > original)
+        return int(uses_long_factors(seq_len, **self._keys("original_max_position_embeddings")))
