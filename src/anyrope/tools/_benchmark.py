@@ -36,7 +36,7 @@ import numpy as np
 
 from .. import __version__
 from .._rope import RoPE
-from ._backends import installed_version
+from ._backends import installed_version, numpy_dtype
 
 Q_HEADS = 32
 KV_HEADS = 8
@@ -190,11 +190,10 @@ def _torch_candidates(
     import torch
 
     tensors = [torch.from_numpy(a.astype(np.float64)).to(getattr(torch, dtype)) for a in arrays]
-    tq, tk = tensors[:2]
     expression = _hf_expression(torch.cat)
     found = [
         Candidate("torch eager", partial(expression, *tensors)),
-        Candidate("anyrope torch", lambda: rope(tq, tk, positions)),
+        Candidate("anyrope torch", partial(rope, tensors[0], tensors[1], positions)),
     ]
     # A fresh start for each case: Dynamo would otherwise count every case's shapes as
     # recompilations of one function and fall back to eager after eight.
@@ -229,10 +228,9 @@ def measure_case(
     """Every candidate of one case, round-robin over ``rounds`` rounds."""
     batch, seq = CASES[case]
     rng = np.random.default_rng(0)
-    if dtype == "bfloat16":
-        import ml_dtypes  # noqa: F401 - NumPy knows the name "bfloat16" once it is imported
-    q = rng.standard_normal((batch, seq, Q_HEADS, HEAD_DIM), dtype=np.float32).astype(dtype)
-    k = rng.standard_normal((batch, seq, KV_HEADS, HEAD_DIM), dtype=np.float32).astype(dtype)
+    numpy_type = numpy_dtype(dtype) or dtype  # NumPy's bfloat16 is ml_dtypes'
+    q = rng.standard_normal((batch, seq, Q_HEADS, HEAD_DIM), dtype=np.float32).astype(numpy_type)
+    k = rng.standard_normal((batch, seq, KV_HEADS, HEAD_DIM), dtype=np.float32).astype(numpy_type)
     positions = DECODE_POSITION if seq == 1 else None
     report = progress or (lambda text: None)
     report(f"{case} {dtype}: warming up")

@@ -71,11 +71,11 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
 
 
 def _exit_codes_text() -> str:
-    lines = ["exit codes:"]
-    for code, meaning in EXIT_CODES:
-        first, *rest = textwrap.wrap(meaning, width=72)
-        lines += [f"  {code:<4} {first}", *(f"       {line}" for line in rest)]
-    return "\n".join(lines)
+    rows = (
+        textwrap.fill(m, 79, initial_indent=f"  {c:<4} ", subsequent_indent=" " * 7)
+        for c, m in EXIT_CODES
+    )
+    return "\n".join(["exit codes:", *rows])
 
 
 def _numba_compiles_first() -> bool:
@@ -348,7 +348,7 @@ def describe_plot(settings: HFRopeConfig, seq_len: int | None) -> PlotContent:
     length = seq_len or settings.max_position_embeddings
     scaled, factor = scaling.frequencies(rotary, base, seq_len=length)
     plain, _ = RopeScaling().frequencies(rotary, base)
-    method = _method(scaling)
+    method, sections = _sections(scaling, rotary)
     curves: list[tuple[Any, str, str]] = [(plain, "unscaled", "0.5")]
     if scaling.rope_type != "default":
         label = f"{method}, seq_len={length}" if scaling.depends_on_length else method
@@ -358,7 +358,6 @@ def describe_plot(settings: HFRopeConfig, seq_len: int | None) -> PlotContent:
             label += f" ({still} pairs from {len(scaled) - still} on do not turn)"
             scaled = np.where(scaled == 0.0, np.nan, scaled)
         curves.append((scaled, label, "tab:blue"))
-    sections = _sections(scaling, rotary)
     title = f"head_dim={settings.head_dim}, rotary_dim={rotary}, base={base:g}, {method}"
     if sections:
         title += " (" + ", ".join(f"{name} {stop - first}" for first, stop, name in sections)
@@ -368,25 +367,19 @@ def describe_plot(settings: HFRopeConfig, seq_len: int | None) -> PlotContent:
     return PlotContent(title, curves, _contexts(settings), sections)
 
 
-def _method(scaling: RopeScaling) -> str:
-    """The scaling method's name, with M-RoPE or axial said when the sections are theirs."""
-    if scaling.rope_type == "axial":
-        return "axial"
-    if scaling.mrope_section is not None:
-        return "M-RoPE" if scaling.rope_type == "default" else f"M-RoPE, {scaling.rope_type}"
-    return scaling.rope_type
-
-
-def _sections(scaling: RopeScaling, rotary: int) -> list[tuple[int, int, str]]:
+def _sections(scaling: RopeScaling, rotary: int) -> tuple[str, list[tuple[int, int, str]]]:
+    """The scaling method's name, with M-RoPE or axial said when it has position streams,
+    and the (first pair, stop pair, name) of each stream."""
     pairs = scaling.sections(rotary)
     if pairs is None:
-        return []
+        return scaling.rope_type, []
     if scaling.rope_type == "axial":
-        names = [f"axis {i}" for i in range(len(pairs))]
+        method, names = "axial", [f"axis {i}" for i in range(len(pairs))]
     else:
+        method = "M-RoPE" if scaling.rope_type == "default" else f"M-RoPE, {scaling.rope_type}"
         names = ["temporal", "height", "width"][: len(pairs)]
-    stops = list(itertools.accumulate(pairs))
-    return list(zip([0, *stops[:-1]], stops, names, strict=True))
+    stops = list(itertools.accumulate(pairs, initial=0))
+    return method, list(zip(stops[:-1], stops[1:], names, strict=True))
 
 
 def _contexts(settings: HFRopeConfig) -> list[tuple[int, str, str]]:
@@ -412,8 +405,9 @@ def _contexts(settings: HFRopeConfig) -> list[tuple[int, str, str]]:
     return lines
 
 
-def quiet_on_broken_pipe(run: Callable[[], int]) -> int:
-    """Run ``run`` and flush stdout; a closed stdout pipe ends it with status 141, quietly.
+def quiet_on_broken_pipe(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
+    """Parse ``argv`` with ``parser``, run the ``run`` it sets and flush stdout; a closed
+    stdout pipe ends it with status 141, quietly.
 
     The recipe of Python's documentation (:mod:`signal`, "Note on SIGPIPE"): flush inside
     the ``try`` so that buffered output fails here and not at exit, then point stdout at
@@ -423,7 +417,8 @@ def quiet_on_broken_pipe(run: Callable[[], int]) -> int:
     """
     try:
         try:
-            code = run()
+            args = parser.parse_args(argv)  # --help and --version print too
+            code: int = args.run(args)
         finally:  # also after argparse's SystemExit, which follows --help
             if sys.stdout is not None:
                 sys.stdout.flush()
@@ -473,7 +468,6 @@ class _Progress:
         self.cases, self.steps, self.bar = cases, rounds + 1, bar
         self.task = None if bar is None else bar.add_task("", total=cases * self.steps)
         self.start = time.monotonic()
-        self.done = 0
 
     def case(self, index: int, name: str) -> Callable[[str], None]:
         """The callback of ``measure_case`` for case ``index`` (from 0) named ``name``."""
@@ -482,14 +476,12 @@ class _Progress:
             minutes, seconds = divmod(round(time.monotonic() - self.start), 60)
             print(f"{head}: {name} ({minutes}:{seconds:02d} elapsed)", file=sys.stderr, flush=True)
             return lambda step: None
-        first = index * self.steps
+        # _benchmark.measure_case reports a warm-up, then each of the rounds: one step each.
+        done = itertools.count(index * self.steps)
 
         def step(text: str) -> None:
-            # _benchmark.measure_case reports a warm-up, then each of the rounds: one step each.
-            self.bar.update(self.task, description=f"{head}: {text}", completed=self.done)
-            self.done = min(self.done + 1, first + self.steps)
+            self.bar.update(self.task, description=f"{head}: {text}", completed=next(done))
 
-        self.done = first
         return step
 
 
@@ -537,17 +529,12 @@ def chart(results: list[_benchmark.CaseResult], target: Path, title: str) -> Non
         layout="constrained",
         squeeze=False,
     )
+    x_copy = {(r.case, r.dtype, t.name): t.x_copy for r in results for t in r.timings}
     height = 0.8 / len(dtypes)
     for ax, case in zip(axes[:, 0], cases, strict=True):
         for j, dtype in enumerate(dtypes):
-            by_name = {
-                t.name: t.x_copy
-                for r in results
-                if r.case == case and r.dtype == dtype
-                for t in r.timings
-            }
             rows = [i + j * height for i in range(len(names))]
-            values = [by_name.get(name, float("nan")) for name in names]
+            values = [x_copy.get((case, dtype, name), math.nan) for name in names]
             ax.barh(rows, values, height=height, label=dtype)
         ax.set_yticks([i + 0.4 - height / 2 for i in range(len(names))], names)
         ax.axvline(1.0, color="0.4", linewidth=1)
@@ -716,28 +703,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (141 when stdout's pipe was closed)."""
-
-    def run() -> int:
-        args = build_parser().parse_args(argv)  # --help and --version print too
-        code: int = args.run(args)
-        return code
-
-    return quiet_on_broken_pipe(run)
+    return quiet_on_broken_pipe(build_parser(), argv)
 
 
 def check_main(argv: Sequence[str] | None = None) -> int:
     """``python -m anyrope.check --write-reference PATH`` (maintainers); the exit code."""
+    parser = argparse.ArgumentParser(
+        prog="python -m anyrope.check",
+        description="Write the reference digests of `python -m anyrope check` (maintainers).",
+    )
+    parser.add_argument("--write-reference", metavar="PATH", required=True, type=Path)
+    parser.set_defaults(run=_write_reference)
+    return quiet_on_broken_pipe(parser, argv)
+
+
+def _write_reference(args: argparse.Namespace) -> int:
     from .check import write_reference
 
-    def run() -> int:
-        parser = argparse.ArgumentParser(
-            prog="python -m anyrope.check",
-            description="Write the reference digests of `python -m anyrope check` (maintainers).",
-        )
-        parser.add_argument("--write-reference", metavar="PATH", required=True, type=Path)
-        args = parser.parse_args(argv)
-        write_reference(args.write_reference)
-        print(f"wrote {args.write_reference}")
-        return 0
-
-    return quiet_on_broken_pipe(run)
+    write_reference(args.write_reference)
+    print(f"wrote {args.write_reference}")
+    return 0
