@@ -30,7 +30,7 @@ import numpy as np
 from .. import __version__
 from ..scaling import HFRopeConfig, RopeScaling, from_hf_config
 from ..scaling.hf import layer_types
-from . import _benchmark
+from . import _benchmark, check
 from ._backends import extra_backends, installed_version, known_backends
 
 # The exit status when stdout is a pipe whose reader has gone (``anyrope info | head``):
@@ -100,8 +100,6 @@ def _numba_compiles_first() -> bool:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from . import check
-
     if _numba_compiles_first():
         print(
             "compiling anyrope's numba kernels for this machine: the first run takes some "
@@ -522,12 +520,9 @@ def chart(results: list[_benchmark.CaseResult], target: Path, title: str) -> Non
     cases = list(dict.fromkeys(r.case for r in results))
     dtypes = list(dict.fromkeys(r.dtype for r in results))
     names = list(dict.fromkeys(t.name for r in results for t in r.timings if t.name != "copy"))
+    bars = len(names) * len(dtypes) * len(cases)
     fig, axes = plt.subplots(
-        len(cases),
-        1,
-        figsize=(9, 0.22 * len(names) * len(dtypes) * len(cases) + 2),
-        layout="constrained",
-        squeeze=False,
+        len(cases), figsize=(9, 0.22 * bars + 2), layout="constrained", squeeze=False
     )
     x_copy = {(r.case, r.dtype, t.name): t.x_copy for r in results for t in r.timings}
     height = 0.8 / len(dtypes)
@@ -624,7 +619,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"anyrope {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    check = commands.add_parser(
+    commands.add_parser(
         "check",
         help=(
             "compare every installed backend with the reference bits shipped in anyrope, "
@@ -636,8 +631,7 @@ def build_parser() -> argparse.ArgumentParser:
             "(the same bits on every machine) and with NumPy here, and with a float64 "
             "oracle; list the backends not checked; exit 1 on any mismatch."
         ),
-    )
-    check.set_defaults(run=_check)
+    ).set_defaults(run=_check)
     info = commands.add_parser(
         "info",
         help="versions, installed backends, devices and available fast paths",
@@ -718,8 +712,6 @@ def check_main(argv: Sequence[str] | None = None) -> int:
 
 
 def _write_reference(args: argparse.Namespace) -> int:
-    from .check import write_reference
-
-    write_reference(args.write_reference)
+    check.write_reference(args.write_reference)
     print(f"wrote {args.write_reference}")
     return 0
