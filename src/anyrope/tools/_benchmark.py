@@ -74,9 +74,8 @@ class Candidate:
     def calibrate(self) -> None:
         """Warm up (compiles, first touches) and pick the calls per sample."""
         self.fn()
-        start = time.perf_counter()
-        self.fn()
-        once = max(time.perf_counter() - start, 1e-7)
+        self.sample()
+        once = max(self.samples.pop(), 1e-7)
         self.calls = int(min(MAX_CALLS, max(1, SAMPLE_SECONDS // once)))
 
     def sample(self) -> None:

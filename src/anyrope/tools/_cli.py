@@ -20,7 +20,7 @@ import platform
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -101,11 +101,9 @@ def _numba_compiles_first() -> bool:
 
 def _check(args: argparse.Namespace) -> int:
     if _numba_compiles_first():
-        print(
+        _stderr(
             "compiling anyrope's numba kernels for this machine: the first run takes some "
-            "seconds more; later runs load them from numba's cache",
-            file=sys.stderr,
-            flush=True,
+            "seconds more; later runs load them from numba's cache"
         )
     rows = check.run_check()
     settings = f"x of shape {check.SHAPE}, rotary_dim={check.ROTARY_DIM}, base={check.BASE}"
@@ -117,10 +115,9 @@ def _check(args: argparse.Namespace) -> int:
         print(f"not checked: {name} ({reason})")
     failed = [r for r in rows if not r.ok]
     if failed:
-        print(
+        _stderr(
             f"FAILED: {len(failed)} of {len(rows)} rows differ from the shipped reference or "
-            f"from NumPy here, or exceed {check.HALF_BOUND} ulp (half types)",
-            file=sys.stderr,
+            f"from NumPy here, or exceed {check.HALF_BOUND} ulp (half types)"
         )
         return 1
     print(
@@ -176,14 +173,11 @@ def devices(why_not: dict[str, str | None]) -> list[str]:
 def fast_paths(why_not: dict[str, str | None]) -> list[dict[str, Any]]:
     """Each fast path, whether this machine can take it, and why not (``why_not``: as
     :func:`devices` takes it)."""
-    numba = importlib.util.find_spec("numba") is None
+    missing = importlib.util.find_spec("numba") is None
+    numba = "numba is not installed (pip install numba)" if missing else None
     cupy = why_not["cupy-cuda"]
     paths = (
-        (
-            "numba (compiled CPU kernel, NumPy and PyTorch CPU)",
-            "numba is not installed (pip install numba)" if numba else None,
-            "numba is installed",
-        ),
+        ("numba (compiled CPU kernel, NumPy and PyTorch CPU)", numba, "numba is installed"),
         ("blocked (cache-blocked CPU, NumPy)", None, "always available with NumPy"),
         ("blocked (cache-blocked CPU, PyTorch)", why_not["torch-cpu"], "PyTorch CPU tensors"),
         ("CUDA kernel (CuPy arrays)", cupy, "CuPy with a CUDA device"),
@@ -430,9 +424,14 @@ def quiet_on_broken_pipe(parser: argparse.ArgumentParser, argv: Sequence[str] | 
     return code
 
 
+def _stderr(text: str) -> None:
+    """Print ``text`` on standard error, flushed (the notes, warnings and errors)."""
+    print(text, file=sys.stderr, flush=True)
+
+
 def fail(command: str, message: str, code: int = 2) -> int:
     """Say ``anyrope COMMAND: error: MESSAGE`` on standard error; returns ``code``."""
-    print(f"anyrope {command}: error: {message}", file=sys.stderr)
+    _stderr(f"anyrope {command}: error: {message}")
     return code
 
 
@@ -472,7 +471,7 @@ class _Progress:
         head = f"case {index + 1} of {self.cases}"
         if self.bar is None:
             minutes, seconds = divmod(round(time.monotonic() - self.start), 60)
-            print(f"{head}: {name} ({minutes}:{seconds:02d} elapsed)", file=sys.stderr, flush=True)
+            _stderr(f"{head}: {name} ({minutes}:{seconds:02d} elapsed)")
             return lambda step: None
         # _benchmark.measure_case reports a warm-up, then each of the rounds: one step each.
         done = itertools.count(index * self.steps)
@@ -483,11 +482,10 @@ class _Progress:
         return step
 
 
-@contextlib.contextmanager
-def _progress(cases: int, rounds: int) -> Iterator[_Progress]:
+def _bar() -> contextlib.AbstractContextManager[Any]:
+    """A rich progress bar on standard error; without rich, a context that gives None."""
     if importlib.util.find_spec("rich") is None:
-        yield _Progress(cases, rounds, None)
-        return
+        return contextlib.nullcontext()
     from rich import progress
     from rich.console import Console
 
@@ -500,8 +498,7 @@ def _progress(cases: int, rounds: int) -> Iterator[_Progress]:
         progress.TextColumn("left"),
         progress.TimeRemainingColumn(),
     )
-    with progress.Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-        yield _Progress(cases, rounds, bar)
+    return progress.Progress(*columns, console=Console(stderr=True), transient=True)
 
 
 def _overloaded(*loads: float | None) -> bool:
@@ -569,23 +566,20 @@ def _bench(args: argparse.Namespace) -> int:
     if "bfloat16" in dtypes and importlib.util.find_spec("ml_dtypes") is None:
         # NumPy has no bfloat16 of its own: the arrays are ml_dtypes'.
         dtypes = tuple(d for d in dtypes if d != "bfloat16")
-        print(
-            "anyrope bench: bfloat16 left out: it needs ml_dtypes (pip install ml_dtypes)",
-            file=sys.stderr,
-        )
+        _stderr("anyrope bench: bfloat16 left out: it needs ml_dtypes (pip install ml_dtypes)")
         if not dtypes:
             return EXIT_MISSING_PACKAGE
     load, cores = _benchmark.load_average(), os.cpu_count() or 1
     if _overloaded(load):
-        print(
+        _stderr(
             f"anyrope bench: warning: the load average ({load:.2f}) exceeds the {cores} cores: "
             "other processes share them, so the timings are slower and noisier than this "
-            "machine's (torch.compile most of all)",
-            file=sys.stderr,
+            "machine's (torch.compile most of all)"
         )
     todo = [(case, dtype) for case in cases for dtype in dtypes]
     results = []
-    with _progress(len(todo), args.repeats) as progress:
+    with _bar() as bar:
+        progress = _Progress(len(todo), args.repeats, bar)
         for index, (case, dtype) in enumerate(todo):
             result = _benchmark.measure_case(
                 case, dtype, args.repeats, progress.case(index, f"{case} {dtype}")
@@ -594,18 +588,16 @@ def _bench(args: argparse.Namespace) -> int:
             if _overloaded(result.load_before, result.load_after):
                 print(f"  (the load average exceeded the {cores} cores: slower and noisier)")
             results.append(result)
-
-    output: Path = args.output
     command = " ".join(["anyrope", *sys.argv[1:]])
     report = {"command": command, "rounds": args.repeats, "results": [asdict(r) for r in results]}
-    record = _benchmark.write_json(output / "bench.json", report)
-    print(f"wrote {output / 'bench.json'}")
+    record = _benchmark.write_json(args.output / "bench.json", report)
+    print(f"wrote {args.output / 'bench.json'}")
     if importlib.util.find_spec("matplotlib") is None:
         print("bench.png not written: matplotlib is not installed (pip install matplotlib)")
         return 0
     title = f"anyrope bench, median of {args.repeats} rounds\n{record['machine']['processor']}"
-    chart(results, output / "bench.png", title)
-    print(f"wrote {output / 'bench.png'}")
+    chart(results, args.output / "bench.png", title)
+    print(f"wrote {args.output / 'bench.png'}")
     return 0
 
 
