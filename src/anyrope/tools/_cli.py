@@ -340,7 +340,7 @@ def describe_plot(settings: HFRopeConfig, seq_len: int | None) -> PlotContent:
     length = seq_len or settings.max_position_embeddings
     scaled, factor = scaling.frequencies(rotary, base, seq_len=length)
     plain, _ = RopeScaling().frequencies(rotary, base)
-    method, sections = _sections(scaling, rotary)
+    method, sections = _streams(scaling, rotary)
     curves: list[tuple[Any, str, str]] = [(plain, "unscaled", "0.5")]
     if scaling.rope_type != "default":
         label = f"{method}, seq_len={length}" if scaling.depends_on_length else method
@@ -359,7 +359,7 @@ def describe_plot(settings: HFRopeConfig, seq_len: int | None) -> PlotContent:
     return PlotContent(title, curves, _contexts(settings), sections)
 
 
-def _sections(scaling: RopeScaling, rotary: int) -> tuple[str, list[tuple[int, int, str]]]:
+def _streams(scaling: RopeScaling, rotary: int) -> tuple[str, list[tuple[int, int, str]]]:
     """The scaling method's name, with M-RoPE or axial said when it has position streams,
     and the (first pair, stop pair, name) of each stream."""
     pairs = scaling.sections(rotary)

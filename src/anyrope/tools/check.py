@@ -291,10 +291,10 @@ def _numpy_bits(
     bits: np.ndarray[Any, Any], dtype: str, positions: np.ndarray[Any, Any], interleaved: bool
 ) -> np.ndarray[Any, Any]:
     """The NumPy result's bits (bfloat16 without ml_dtypes: float32 result, rounded once)."""
-    if numpy_dtype(dtype) is None:
+    native = numpy_dtype(dtype)
+    if native is None:
         return float32_to_bfloat16_bits(_rotate(float_values(bits, dtype), positions, interleaved))
-    y = _rotate(bits.view(numpy_dtype(dtype)), positions, interleaved)
-    return np.ascontiguousarray(y).view(bits.dtype)
+    return np.ascontiguousarray(_rotate(bits.view(native), positions, interleaved)).view(bits.dtype)
 
 
 def _oracle(
