@@ -61,6 +61,9 @@ SAMPLE_SECONDS = 0.004
 
 MAX_CALLS = 2000
 
+Peers = tuple[np.ndarray[Any, Any], ...]
+"""What the peers are given: q, k and the float64 cos and sin tables."""
+
 
 @dataclass
 class Candidate:
@@ -180,11 +183,7 @@ def _candidates(
 
 
 def _torch_candidates(
-    arrays: tuple[np.ndarray[Any, Any], ...],
-    dtype: str,
-    rope: RoPE,
-    positions: int | None,
-    left_out: dict[str, str],
+    arrays: Peers, dtype: str, rope: RoPE, positions: int | None, left_out: dict[str, str]
 ) -> list[Candidate]:
     import torch
 
@@ -207,9 +206,7 @@ def _torch_candidates(
     return found
 
 
-def _jax_candidates(
-    arrays: tuple[np.ndarray[Any, Any], ...], dtype: str, left_out: dict[str, str]
-) -> list[Candidate]:
+def _jax_candidates(arrays: Peers, dtype: str, left_out: dict[str, str]) -> list[Candidate]:
     import jax
     import jax.numpy as jnp
 
