@@ -13,16 +13,18 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 
 from .._namespace import Array, Namespace, dtype_name, to_host
 
 DTYPES = ("float16", "bfloat16", "float32", "float64")
+HostArray: TypeAlias = np.ndarray[Any, Any]
+"""A NumPy array on the host: bit patterns, their values, positions."""
 
 
-def _host_bits(x: Array) -> np.ndarray[Any, Any]:
+def _host_bits(x: Array) -> HostArray:
     """The bit patterns of ``x``, copied to the host (an array of a dtype NumPy has)."""
     host = np.ascontiguousarray(to_host(x))
     return host.view(f"u{host.itemsize}")
@@ -41,9 +43,9 @@ class Backend:
     device_label: str
     unavailable: str | None
     load: Callable[[], Namespace]
-    from_bits: Callable[[np.ndarray[Any, Any], str], Array]
+    from_bits: Callable[[HostArray, str], Array]
     dtype_names: tuple[str, ...]
-    to_bits: Callable[[Array], np.ndarray[Any, Any]] = _host_bits
+    to_bits: Callable[[Array], HostArray] = _host_bits
     scope: Callable[[], AbstractContextManager[Any]] = nullcontext
 
     @property
@@ -62,23 +64,23 @@ class Backend:
             return numpy_dtype(name)
         return getattr(self.xp, name)
 
-    def from_numpy(self, a: np.ndarray[Any, Any]) -> Array:
+    def from_numpy(self, a: HostArray) -> Array:
         """A copy of the NumPy array ``a`` (a float of :data:`DTYPES`, int32 or int64)."""
         return self.from_bits(a.view(f"u{a.itemsize}"), a.dtype.name)
 
-    def to_numpy(self, x: Array) -> np.ndarray[Any, Any]:
+    def to_numpy(self, x: Array) -> HostArray:
         """A NumPy copy of ``x``; bfloat16 comes back as float32 (exact)."""
         return float_values(self.to_bits(x), dtype_name(x.dtype))
 
 
-def float_values(bits: np.ndarray[Any, Any], dtype: str) -> np.ndarray[Any, Any]:
+def float_values(bits: HostArray, dtype: str) -> HostArray:
     """The values of ``dtype`` bit patterns; bfloat16 is widened to float32 (exact)."""
     if dtype == "bfloat16":
         return (bits.astype(np.uint32) << 16).view(np.float32)
     return bits.view(dtype)
 
 
-def float32_to_bfloat16_bits(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+def float32_to_bfloat16_bits(x: HostArray) -> HostArray:
     """Round float32 values to bfloat16 bit patterns, to nearest even (NaN stays NaN)."""
     u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
     rounded = ((u + np.uint32(0x7FFF) + ((u >> 16) & 1)) >> 16).astype(np.uint16)
@@ -106,7 +108,7 @@ def _numpy_dtype_names() -> tuple[str, ...]:
     return tuple(d for d in DTYPES if numpy_dtype(d) is not None)
 
 
-def _values(bits: np.ndarray[Any, Any], name: str) -> np.ndarray[Any, Any]:
+def _values(bits: HostArray, name: str) -> HostArray:
     """A NumPy copy of the values of the bit patterns ``bits`` of dtype ``name``."""
     return bits.view(numpy_dtype(name) or name).copy()
 
@@ -130,13 +132,13 @@ def _strict_backend() -> Backend:
 
 def _torch_backend(device: str) -> Backend:
     # Through integers of the same width: NumPy has no bfloat16 of its own.
-    def from_bits(bits: np.ndarray[Any, Any], name: str) -> Array:
+    def from_bits(bits: HostArray, name: str) -> Array:
         import torch
 
         signed = bits.view(f"int{8 * bits.itemsize}").copy()
         return torch.from_numpy(signed).view(getattr(torch, name)).to(device)
 
-    def to_bits(x: Array) -> np.ndarray[Any, Any]:
+    def to_bits(x: Array) -> HostArray:
         import torch
 
         return _host_bits(x.view(getattr(torch, f"int{8 * x.element_size()}")))
@@ -192,7 +194,7 @@ def _jax_backend() -> Backend:
 
 
 def _dask_backend() -> Backend:
-    def from_bits(bits: np.ndarray[Any, Any], name: str) -> Array:
+    def from_bits(bits: HostArray, name: str) -> Array:
         import dask.array as da
 
         # Two chunks along each of the first two axes (batch and sequence, or the

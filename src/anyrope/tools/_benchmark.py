@@ -36,7 +36,7 @@ import numpy as np
 
 from .. import __version__
 from .._rope import RoPE
-from ._backends import installed_version, numpy_dtype
+from ._backends import HostArray, installed_version, numpy_dtype
 
 Q_HEADS = 32
 KV_HEADS = 8
@@ -61,7 +61,7 @@ SAMPLE_SECONDS = 0.004
 
 MAX_CALLS = 2000
 
-Peers = tuple[np.ndarray[Any, Any], ...]
+Peers = tuple[HostArray, ...]
 """What the peers are given: q, k and the float64 cos and sin tables."""
 
 
@@ -131,7 +131,7 @@ def load_average() -> float | None:
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
 
-def _hf_tables(seq: int, offset: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+def _hf_tables(seq: int, offset: int) -> tuple[HostArray, HostArray]:
     """cos/sin of shape (seq, 1, head_dim) as Hugging Face builds them, in float64."""
     inv_freq = BASE ** (-np.arange(0, HEAD_DIM, 2, dtype=np.float64) / HEAD_DIM)
     angles = np.arange(offset, offset + seq, dtype=np.float64)[:, None] * inv_freq
@@ -153,7 +153,7 @@ def _hf_expression(cat: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _candidates(
-    q: np.ndarray[Any, Any], k: np.ndarray[Any, Any], positions: int | None, dtype: str
+    q: HostArray, k: HostArray, positions: int | None, dtype: str
 ) -> tuple[list[Candidate], dict[str, str]]:
     """The candidates for one case, and those left out with the reason.
 

@@ -43,6 +43,7 @@ from .._rope import RoPE
 from ._backends import (
     DTYPES,
     Backend,
+    HostArray,
     extra_backends,
     float32_to_bfloat16_bits,
     float_values,
@@ -98,7 +99,7 @@ _FORMATS: dict[str, tuple[int, int, type[np.unsignedinteger[Any]]]] = {
 """(exponent bits, explicit significand bits, unsigned type of the bit pattern) of each dtype."""
 
 
-def _ulp(magnitude: np.ndarray[Any, Any], dtype: str) -> np.ndarray[Any, Any]:
+def _ulp(magnitude: HostArray, dtype: str) -> HostArray:
     """The spacing of ``dtype`` at ``magnitude`` (>= the subnormal spacing)."""
     exponent_bits, significand_bits, _ = _FORMATS[dtype]
     smallest_normal = 2.0 ** (2 - 2 ** (exponent_bits - 1))
@@ -112,21 +113,19 @@ def _pair_indices(rotary_dim: int, interleaved: bool) -> tuple[Any, Any]:
     return (2 * i, 2 * i + 1) if interleaved else (i, i + rotary_dim // 2)
 
 
-def _pair_magnitude(
-    x: np.ndarray[Any, Any], rotary_dim: int, interleaved: bool
-) -> np.ndarray[Any, Any]:
+def _pair_magnitude(x: HostArray, rotary_dim: int, interleaved: bool) -> HostArray:
     """``hypot(x0, x1)`` of each element's pair; the element itself past ``rotary_dim``."""
     x = np.asarray(x, dtype=np.float64)
     first, second = _pair_indices(rotary_dim, interleaved)
-    magnitude: np.ndarray[Any, Any] = np.abs(x)
+    magnitude: HostArray = np.abs(x)
     magnitude[..., first] = magnitude[..., second] = np.hypot(x[..., first], x[..., second])
     return magnitude
 
 
 def _max_ulp_error(
-    result: np.ndarray[Any, Any],
-    reference: np.ndarray[Any, Any],
-    x: np.ndarray[Any, Any],
+    result: HostArray,
+    reference: HostArray,
+    x: HostArray,
     *,
     dtype: str,
     rotary_dim: int,
@@ -174,11 +173,11 @@ class Row:
         return self.same_as_reference and self.same_as_numpy and bound_ok
 
 
-def _positions(rng: np.random.Generator) -> np.ndarray[Any, Any]:
+def _positions(rng: np.random.Generator) -> HostArray:
     """Positions of shape ``SHAPE[:2]``: random below 2**31, the edges, and near 2**53."""
     # Random magnitudes, so that small positions are as common as huge ones.
     limits = np.left_shift(np.int64(1), rng.integers(1, 32, size=SHAPE[:2]))
-    positions: np.ndarray[Any, Any] = rng.integers(0, limits)
+    positions: HostArray = rng.integers(0, limits)
     positions[0, :3] = [0, 1, 2**31 - 1]
     positions[1, -3:] = [2**53 - 2**20 - 1, 2**53 - 2, 2**53 - 1]
     return positions
@@ -197,7 +196,7 @@ def _special_bits(dtype: str) -> list[int]:
     return [*zeros, *infinities, *nans, *subnormals, 1 << significand_bits]
 
 
-def _input_bits(rng: np.random.Generator, dtype: str) -> np.ndarray[Any, Any]:
+def _input_bits(rng: np.random.Generator, dtype: str) -> HostArray:
     """Bit patterns of shape ``SHAPE``: magnitudes 2**-6 .. 2**4, with special values."""
     exponent_bits, significand_bits, unsigned = _FORMATS[dtype]
     bias = (1 << (exponent_bits - 1)) - 1
@@ -215,7 +214,7 @@ def _input_bits(rng: np.random.Generator, dtype: str) -> np.ndarray[Any, Any]:
     return bits.astype(unsigned)
 
 
-def make_inputs(dtype: str) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+def make_inputs(dtype: str) -> tuple[HostArray, HostArray]:
     """The check's input bit patterns for ``dtype`` and its int64 positions.
 
     Only integer draws of :func:`numpy.random.default_rng` and bit operations make them:
@@ -247,11 +246,11 @@ def make_inputs(dtype: str) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]
     return _input_bits(rng, dtype), positions
 
 
-def _little_endian(a: np.ndarray[Any, Any]) -> bytes:
+def _little_endian(a: HostArray) -> bytes:
     return np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).tobytes()
 
 
-def canonical_digest(bits: np.ndarray[Any, Any], dtype: str) -> str:
+def canonical_digest(bits: HostArray, dtype: str) -> str:
     """SHA-256 of ``dtype`` bit patterns, every NaN first replaced by one quiet NaN.
 
     Parameters
@@ -287,9 +286,7 @@ def _rotate(x: Any, positions: Any, interleaved: bool) -> Any:
     return rotate(x, positions, rotary_dim=ROTARY_DIM, base=BASE, interleaved=interleaved)
 
 
-def _numpy_bits(
-    bits: np.ndarray[Any, Any], dtype: str, positions: np.ndarray[Any, Any], interleaved: bool
-) -> np.ndarray[Any, Any]:
+def _numpy_bits(bits: HostArray, dtype: str, positions: HostArray, interleaved: bool) -> HostArray:
     """The NumPy result's bits (bfloat16 without ml_dtypes: float32 result, rounded once)."""
     native = numpy_dtype(dtype)
     if native is None:
@@ -297,9 +294,7 @@ def _numpy_bits(
     return np.ascontiguousarray(_rotate(bits.view(native), positions, interleaved)).view(bits.dtype)
 
 
-def _oracle(
-    x: np.ndarray[Any, Any], positions: np.ndarray[Any, Any], interleaved: bool
-) -> np.ndarray[Any, Any]:
+def _oracle(x: HostArray, positions: HostArray, interleaved: bool) -> HostArray:
     """The rotation in float64 by the contract's float64 angle, with exact cos and sin.
 
     theta and cos/sin come from anyrope's own host math (IEEE basic operations only), so
