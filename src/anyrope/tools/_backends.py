@@ -12,17 +12,22 @@ import importlib.util
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import Any, TypeAlias
 
 import numpy as np
 
-from .._namespace import Array, Namespace, dtype_name
+from .._namespace import Array, Namespace, dtype_name, to_host
 
 DTYPES = ("float16", "bfloat16", "float32", "float64")
-UNSIGNED: dict[int, type[np.unsignedinteger[Any]]] = {2: np.uint16, 4: np.uint32, 8: np.uint64}
-"""The unsigned type of each item size: the type of a bit pattern."""
-FLOATS = {np.uint16: np.float16, np.uint32: np.float32, np.uint64: np.float64}
-"""The float type of each bit pattern's type (bfloat16 aside)."""
+HostArray: TypeAlias = np.ndarray[Any, Any]
+"""A NumPy array on the host: bit patterns, their values, positions."""
+
+
+def _host_bits(x: Array) -> HostArray:
+    """The bit patterns of ``x``, copied to the host (an array of a dtype NumPy has)."""
+    host = np.ascontiguousarray(to_host(x))
+    return host.view(f"u{host.itemsize}")
 
 
 @dataclass(frozen=True)
@@ -38,9 +43,9 @@ class Backend:
     device_label: str
     unavailable: str | None
     load: Callable[[], Namespace]
-    from_bits: Callable[[np.ndarray[Any, Any], str], Array]
-    to_bits: Callable[[Array], np.ndarray[Any, Any]]
+    from_bits: Callable[[HostArray, str], Array]
     dtype_names: tuple[str, ...]
+    to_bits: Callable[[Array], HostArray] = _host_bits
     scope: Callable[[], AbstractContextManager[Any]] = nullcontext
 
     @property
@@ -59,23 +64,23 @@ class Backend:
             return numpy_dtype(name)
         return getattr(self.xp, name)
 
-    def from_numpy(self, a: np.ndarray[Any, Any]) -> Array:
+    def from_numpy(self, a: HostArray) -> Array:
         """A copy of the NumPy array ``a`` (a float of :data:`DTYPES`, int32 or int64)."""
-        return self.from_bits(a.view(UNSIGNED[a.dtype.itemsize]), a.dtype.name)
+        return self.from_bits(a.view(f"u{a.itemsize}"), a.dtype.name)
 
-    def to_numpy(self, x: Array) -> np.ndarray[Any, Any]:
+    def to_numpy(self, x: Array) -> HostArray:
         """A NumPy copy of ``x``; bfloat16 comes back as float32 (exact)."""
         return float_values(self.to_bits(x), dtype_name(x.dtype))
 
 
-def float_values(bits: np.ndarray[Any, Any], dtype: str) -> np.ndarray[Any, Any]:
+def float_values(bits: HostArray, dtype: str) -> HostArray:
     """The values of ``dtype`` bit patterns; bfloat16 is widened to float32 (exact)."""
     if dtype == "bfloat16":
         return (bits.astype(np.uint32) << 16).view(np.float32)
-    return bits.view(FLOATS[bits.dtype.type])
+    return bits.view(dtype)
 
 
-def float32_to_bfloat16_bits(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+def float32_to_bfloat16_bits(x: HostArray) -> HostArray:
     """Round float32 values to bfloat16 bit patterns, to nearest even (NaN stays NaN)."""
     u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
     rounded = ((u + np.uint32(0x7FFF) + ((u >> 16) & 1)) >> 16).astype(np.uint16)
@@ -94,15 +99,6 @@ def numpy_dtype(name: str) -> np.dtype[Any] | None:
     return bfloat16
 
 
-def _host_bits(a: Array) -> np.ndarray[Any, Any]:
-    """The bit patterns of a NumPy array, or of an array NumPy can read (JAX's)."""
-    return np.ascontiguousarray(a).view(UNSIGNED[a.dtype.itemsize])
-
-
-def _loader(module: str) -> Callable[[], Namespace]:
-    return lambda: importlib.import_module(module)
-
-
 def _missing(module: str, library: str) -> str | None:
     return f"{library} is not installed" if importlib.util.find_spec(module) is None else None
 
@@ -112,39 +108,40 @@ def _numpy_dtype_names() -> tuple[str, ...]:
     return tuple(d for d in DTYPES if numpy_dtype(d) is not None)
 
 
-def _numpy_backend() -> Backend:
-    def from_bits(bits: np.ndarray[Any, Any], name: str) -> Array:
-        return bits.view(numpy_dtype(name) or name).copy()
+def _values(bits: HostArray, name: str) -> HostArray:
+    """A NumPy copy of the values of the bit patterns ``bits`` of dtype ``name``."""
+    return bits.view(numpy_dtype(name) or name).copy()
 
-    load = _loader("array_api_compat.numpy")
-    return Backend("numpy", "cpu", None, load, from_bits, _host_bits, _numpy_dtype_names())
+
+def _asarray(module: str) -> tuple[Callable[[], Namespace], Callable[..., Array]]:
+    """``load`` and ``from_bits`` of a library whose ``asarray`` takes NumPy's values."""
+    load = partial(importlib.import_module, module)
+    return load, lambda bits, name: load().asarray(_values(bits, name))
+
+
+def _numpy_backend() -> Backend:
+    load, from_bits = _asarray("array_api_compat.numpy")
+    return Backend("numpy", "cpu", None, load, from_bits, _numpy_dtype_names())
 
 
 def _strict_backend() -> Backend:
-    load = _loader("array_api_strict")
-
-    def from_bits(bits: np.ndarray[Any, Any], name: str) -> Array:
-        return load().asarray(bits.view(name).copy())
-
-    def to_bits(x: Array) -> np.ndarray[Any, Any]:
-        return _host_bits(np.from_dlpack(x))
-
+    load, from_bits = _asarray("array_api_strict")
     reason, names = _missing("array_api_strict", "array-api-strict"), ("float32", "float64")
-    return Backend("array_api_strict", "cpu", reason, load, from_bits, to_bits, names)
+    return Backend("array_api_strict", "cpu", reason, load, from_bits, names)
 
 
 def _torch_backend(device: str) -> Backend:
-    def from_bits(bits: np.ndarray[Any, Any], name: str) -> Array:
+    # Through integers of the same width: NumPy has no bfloat16 of its own.
+    def from_bits(bits: HostArray, name: str) -> Array:
         import torch
 
         signed = bits.view(f"int{8 * bits.itemsize}").copy()
         return torch.from_numpy(signed).view(getattr(torch, name)).to(device)
 
-    def to_bits(x: Array) -> np.ndarray[Any, Any]:
+    def to_bits(x: Array) -> HostArray:
         import torch
 
-        signed = getattr(torch, f"int{8 * x.element_size()}")
-        return _host_bits(x.detach().contiguous().cpu().view(signed).numpy())
+        return _host_bits(x.view(getattr(torch, f"int{8 * x.element_size()}")))
 
     reason = _missing("torch", "PyTorch")
     if reason is None and device == "cuda":
@@ -152,19 +149,11 @@ def _torch_backend(device: str) -> Backend:
 
         if not torch.cuda.is_available():
             reason = "no CUDA device for PyTorch"
-    load = _loader("array_api_compat.torch")
-    return Backend("torch", device, reason, load, from_bits, to_bits, DTYPES)
+    load = partial(importlib.import_module, "array_api_compat.torch")
+    return Backend("torch", device, reason, load, from_bits, DTYPES, to_bits)
 
 
 def _cupy_backend() -> Backend:
-    def from_bits(bits: np.ndarray[Any, Any], name: str) -> Array:
-        import cupy
-
-        return cupy.asarray(bits).view(name)
-
-    def to_bits(x: Array) -> np.ndarray[Any, Any]:
-        return _host_bits(x.get())
-
     reason = _missing("cupy", "CuPy")
     if reason is None:
         try:
@@ -174,8 +163,8 @@ def _cupy_backend() -> Backend:
                 reason = "no CUDA device for CuPy"
         except Exception as error:
             reason = f"no CUDA device for CuPy ({error})"
-    load, names = _loader("array_api_compat.cupy"), ("float16", "float32", "float64")
-    return Backend("cupy", "cuda", reason, load, from_bits, to_bits, names)
+    load, from_bits = _asarray("array_api_compat.cupy")
+    return Backend("cupy", "cuda", reason, load, from_bits, ("float16", "float32", "float64"))
 
 
 def known_backends() -> list[Backend]:
@@ -190,12 +179,6 @@ def known_backends() -> list[Backend]:
 
 
 def _jax_backend() -> Backend:
-    load = _loader("jax.numpy")
-
-    def from_bits(bits: np.ndarray[Any, Any], name: str) -> Array:
-        jnp = load()
-        return jnp.asarray(bits.view(getattr(jnp, name)))
-
     def x64() -> AbstractContextManager[Any]:
         import jax
 
@@ -204,25 +187,23 @@ def _jax_backend() -> Backend:
         scope: AbstractContextManager[Any] = jax.enable_x64(True)
         return scope
 
+    load, from_bits = _asarray("jax.numpy")
     reason = _missing("jax", "JAX")
     device = "cpu" if reason else importlib.import_module("jax").default_backend()
-    return Backend("jax", device, reason, load, from_bits, _host_bits, DTYPES, scope=x64)
+    return Backend("jax", device, reason, load, from_bits, DTYPES, scope=x64)
 
 
 def _dask_backend() -> Backend:
-    def from_bits(bits: np.ndarray[Any, Any], name: str) -> Array:
+    def from_bits(bits: HostArray, name: str) -> Array:
         import dask.array as da
 
         # Two chunks along each of the first two axes (batch and sequence, or the
         # positions' own two axes): the blocks are rotated separately and joined.
         chunks = tuple(max(1, (n + 1) // 2) if axis < 2 else n for axis, n in enumerate(bits.shape))
-        return da.from_array(bits.view(numpy_dtype(name) or name).copy(), chunks=chunks)
+        return da.from_array(_values(bits, name), chunks=chunks)
 
-    def to_bits(x: Array) -> np.ndarray[Any, Any]:
-        return _host_bits(x.compute())
-
-    load, reason = _loader("array_api_compat.dask.array"), _missing("dask", "dask")
-    return Backend("dask", "cpu", reason, load, from_bits, to_bits, _numpy_dtype_names())
+    load = partial(importlib.import_module, "array_api_compat.dask.array")
+    return Backend("dask", "cpu", _missing("dask", "dask"), load, from_bits, _numpy_dtype_names())
 
 
 def extra_backends() -> list[Backend]:

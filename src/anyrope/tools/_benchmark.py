@@ -36,7 +36,7 @@ import numpy as np
 
 from .. import __version__
 from .._rope import RoPE
-from ._backends import installed_version
+from ._backends import HostArray, installed_version, numpy_dtype
 
 Q_HEADS = 32
 KV_HEADS = 8
@@ -61,6 +61,9 @@ SAMPLE_SECONDS = 0.004
 
 MAX_CALLS = 2000
 
+Peers = tuple[HostArray, ...]
+"""What the peers are given: q, k and the float64 cos and sin tables."""
+
 
 @dataclass
 class Candidate:
@@ -74,9 +77,8 @@ class Candidate:
     def calibrate(self) -> None:
         """Warm up (compiles, first touches) and pick the calls per sample."""
         self.fn()
-        start = time.perf_counter()
-        self.fn()
-        once = max(time.perf_counter() - start, 1e-7)
+        self.sample()
+        once = max(self.samples.pop(), 1e-7)
         self.calls = int(min(MAX_CALLS, max(1, SAMPLE_SECONDS // once)))
 
     def sample(self) -> None:
@@ -129,7 +131,7 @@ def load_average() -> float | None:
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
 
-def _hf_tables(seq: int, offset: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+def _hf_tables(seq: int, offset: int) -> tuple[HostArray, HostArray]:
     """cos/sin of shape (seq, 1, head_dim) as Hugging Face builds them, in float64."""
     inv_freq = BASE ** (-np.arange(0, HEAD_DIM, 2, dtype=np.float64) / HEAD_DIM)
     angles = np.arange(offset, offset + seq, dtype=np.float64)[:, None] * inv_freq
@@ -151,7 +153,7 @@ def _hf_expression(cat: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _candidates(
-    q: np.ndarray[Any, Any], k: np.ndarray[Any, Any], positions: int | None, dtype: str
+    q: HostArray, k: HostArray, positions: int | None, dtype: str
 ) -> tuple[list[Candidate], dict[str, str]]:
     """The candidates for one case, and those left out with the reason.
 
@@ -181,20 +183,15 @@ def _candidates(
 
 
 def _torch_candidates(
-    arrays: tuple[np.ndarray[Any, Any], ...],
-    dtype: str,
-    rope: RoPE,
-    positions: int | None,
-    left_out: dict[str, str],
+    arrays: Peers, dtype: str, rope: RoPE, positions: int | None, left_out: dict[str, str]
 ) -> list[Candidate]:
     import torch
 
     tensors = [torch.from_numpy(a.astype(np.float64)).to(getattr(torch, dtype)) for a in arrays]
-    tq, tk = tensors[:2]
     expression = _hf_expression(torch.cat)
     found = [
         Candidate("torch eager", partial(expression, *tensors)),
-        Candidate("anyrope torch", lambda: rope(tq, tk, positions)),
+        Candidate("anyrope torch", partial(rope, tensors[0], tensors[1], positions)),
     ]
     # A fresh start for each case: Dynamo would otherwise count every case's shapes as
     # recompilations of one function and fall back to eager after eight.
@@ -209,9 +206,7 @@ def _torch_candidates(
     return found
 
 
-def _jax_candidates(
-    arrays: tuple[np.ndarray[Any, Any], ...], dtype: str, left_out: dict[str, str]
-) -> list[Candidate]:
+def _jax_candidates(arrays: Peers, dtype: str, left_out: dict[str, str]) -> list[Candidate]:
     import jax
     import jax.numpy as jnp
 
@@ -229,10 +224,9 @@ def measure_case(
     """Every candidate of one case, round-robin over ``rounds`` rounds."""
     batch, seq = CASES[case]
     rng = np.random.default_rng(0)
-    if dtype == "bfloat16":
-        import ml_dtypes  # noqa: F401 - NumPy knows the name "bfloat16" once it is imported
-    q = rng.standard_normal((batch, seq, Q_HEADS, HEAD_DIM), dtype=np.float32).astype(dtype)
-    k = rng.standard_normal((batch, seq, KV_HEADS, HEAD_DIM), dtype=np.float32).astype(dtype)
+    numpy_type = numpy_dtype(dtype) or dtype  # NumPy's bfloat16 is ml_dtypes'
+    q = rng.standard_normal((batch, seq, Q_HEADS, HEAD_DIM), dtype=np.float32).astype(numpy_type)
+    k = rng.standard_normal((batch, seq, KV_HEADS, HEAD_DIM), dtype=np.float32).astype(numpy_type)
     positions = DECODE_POSITION if seq == 1 else None
     report = progress or (lambda text: None)
     report(f"{case} {dtype}: warming up")

@@ -20,7 +20,7 @@ import platform
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ import numpy as np
 from .. import __version__
 from ..scaling import HFRopeConfig, RopeScaling, from_hf_config
 from ..scaling.hf import layer_types
-from . import _benchmark
+from . import _benchmark, check
 from ._backends import extra_backends, installed_version, known_backends
 
 # The exit status when stdout is a pipe whose reader has gone (``anyrope info | head``):
@@ -71,11 +71,11 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
 
 
 def _exit_codes_text() -> str:
-    lines = ["exit codes:"]
-    for code, meaning in EXIT_CODES:
-        first, *rest = textwrap.wrap(meaning, width=72)
-        lines += [f"  {code:<4} {first}", *(f"       {line}" for line in rest)]
-    return "\n".join(lines)
+    rows = (
+        textwrap.fill(m, 79, initial_indent=f"  {c:<4} ", subsequent_indent=" " * 7)
+        for c, m in EXIT_CODES
+    )
+    return "\n".join(["exit codes:", *rows])
 
 
 def _numba_compiles_first() -> bool:
@@ -100,14 +100,10 @@ def _numba_compiles_first() -> bool:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from . import check
-
     if _numba_compiles_first():
-        print(
+        _stderr(
             "compiling anyrope's numba kernels for this machine: the first run takes some "
-            "seconds more; later runs load them from numba's cache",
-            file=sys.stderr,
-            flush=True,
+            "seconds more; later runs load them from numba's cache"
         )
     rows = check.run_check()
     settings = f"x of shape {check.SHAPE}, rotary_dim={check.ROTARY_DIM}, base={check.BASE}"
@@ -119,10 +115,9 @@ def _check(args: argparse.Namespace) -> int:
         print(f"not checked: {name} ({reason})")
     failed = [r for r in rows if not r.ok]
     if failed:
-        print(
+        _stderr(
             f"FAILED: {len(failed)} of {len(rows)} rows differ from the shipped reference or "
-            f"from NumPy here, or exceed {check.HALF_BOUND} ulp (half types)",
-            file=sys.stderr,
+            f"from NumPy here, or exceed {check.HALF_BOUND} ulp (half types)"
         )
         return 1
     print(
@@ -178,14 +173,11 @@ def devices(why_not: dict[str, str | None]) -> list[str]:
 def fast_paths(why_not: dict[str, str | None]) -> list[dict[str, Any]]:
     """Each fast path, whether this machine can take it, and why not (``why_not``: as
     :func:`devices` takes it)."""
-    numba = importlib.util.find_spec("numba") is None
+    missing = importlib.util.find_spec("numba") is None
+    numba = "numba is not installed (pip install numba)" if missing else None
     cupy = why_not["cupy-cuda"]
     paths = (
-        (
-            "numba (compiled CPU kernel, NumPy and PyTorch CPU)",
-            "numba is not installed (pip install numba)" if numba else None,
-            "numba is installed",
-        ),
+        ("numba (compiled CPU kernel, NumPy and PyTorch CPU)", numba, "numba is installed"),
         ("blocked (cache-blocked CPU, NumPy)", None, "always available with NumPy"),
         ("blocked (cache-blocked CPU, PyTorch)", why_not["torch-cpu"], "PyTorch CPU tensors"),
         ("CUDA kernel (CuPy arrays)", cupy, "CuPy with a CUDA device"),
@@ -348,7 +340,7 @@ def describe_plot(settings: HFRopeConfig, seq_len: int | None) -> PlotContent:
     length = seq_len or settings.max_position_embeddings
     scaled, factor = scaling.frequencies(rotary, base, seq_len=length)
     plain, _ = RopeScaling().frequencies(rotary, base)
-    method = _method(scaling)
+    method, sections = _streams(scaling, rotary)
     curves: list[tuple[Any, str, str]] = [(plain, "unscaled", "0.5")]
     if scaling.rope_type != "default":
         label = f"{method}, seq_len={length}" if scaling.depends_on_length else method
@@ -358,7 +350,6 @@ def describe_plot(settings: HFRopeConfig, seq_len: int | None) -> PlotContent:
             label += f" ({still} pairs from {len(scaled) - still} on do not turn)"
             scaled = np.where(scaled == 0.0, np.nan, scaled)
         curves.append((scaled, label, "tab:blue"))
-    sections = _sections(scaling, rotary)
     title = f"head_dim={settings.head_dim}, rotary_dim={rotary}, base={base:g}, {method}"
     if sections:
         title += " (" + ", ".join(f"{name} {stop - first}" for first, stop, name in sections)
@@ -368,25 +359,19 @@ def describe_plot(settings: HFRopeConfig, seq_len: int | None) -> PlotContent:
     return PlotContent(title, curves, _contexts(settings), sections)
 
 
-def _method(scaling: RopeScaling) -> str:
-    """The scaling method's name, with M-RoPE or axial said when the sections are theirs."""
-    if scaling.rope_type == "axial":
-        return "axial"
-    if scaling.mrope_section is not None:
-        return "M-RoPE" if scaling.rope_type == "default" else f"M-RoPE, {scaling.rope_type}"
-    return scaling.rope_type
-
-
-def _sections(scaling: RopeScaling, rotary: int) -> list[tuple[int, int, str]]:
+def _streams(scaling: RopeScaling, rotary: int) -> tuple[str, list[tuple[int, int, str]]]:
+    """The scaling method's name, with M-RoPE or axial said when it has position streams,
+    and the (first pair, stop pair, name) of each stream."""
     pairs = scaling.sections(rotary)
     if pairs is None:
-        return []
+        return scaling.rope_type, []
     if scaling.rope_type == "axial":
-        names = [f"axis {i}" for i in range(len(pairs))]
+        method, names = "axial", [f"axis {i}" for i in range(len(pairs))]
     else:
+        method = "M-RoPE" if scaling.rope_type == "default" else f"M-RoPE, {scaling.rope_type}"
         names = ["temporal", "height", "width"][: len(pairs)]
-    stops = list(itertools.accumulate(pairs))
-    return list(zip([0, *stops[:-1]], stops, names, strict=True))
+    stops = list(itertools.accumulate(pairs, initial=0))
+    return method, list(zip(stops[:-1], stops[1:], names, strict=True))
 
 
 def _contexts(settings: HFRopeConfig) -> list[tuple[int, str, str]]:
@@ -412,8 +397,9 @@ def _contexts(settings: HFRopeConfig) -> list[tuple[int, str, str]]:
     return lines
 
 
-def quiet_on_broken_pipe(run: Callable[[], int]) -> int:
-    """Run ``run`` and flush stdout; a closed stdout pipe ends it with status 141, quietly.
+def quiet_on_broken_pipe(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
+    """Parse ``argv`` with ``parser``, run the ``run`` it sets and flush stdout; a closed
+    stdout pipe ends it with status 141, quietly.
 
     The recipe of Python's documentation (:mod:`signal`, "Note on SIGPIPE"): flush inside
     the ``try`` so that buffered output fails here and not at exit, then point stdout at
@@ -423,7 +409,8 @@ def quiet_on_broken_pipe(run: Callable[[], int]) -> int:
     """
     try:
         try:
-            code = run()
+            args = parser.parse_args(argv)  # --help and --version print too
+            code: int = args.run(args)
         finally:  # also after argparse's SystemExit, which follows --help
             if sys.stdout is not None:
                 sys.stdout.flush()
@@ -437,9 +424,14 @@ def quiet_on_broken_pipe(run: Callable[[], int]) -> int:
     return code
 
 
+def _stderr(text: str) -> None:
+    """Print ``text`` on standard error, flushed (the notes, warnings and errors)."""
+    print(text, file=sys.stderr, flush=True)
+
+
 def fail(command: str, message: str, code: int = 2) -> int:
     """Say ``anyrope COMMAND: error: MESSAGE`` on standard error; returns ``code``."""
-    print(f"anyrope {command}: error: {message}", file=sys.stderr)
+    _stderr(f"anyrope {command}: error: {message}")
     return code
 
 
@@ -473,31 +465,27 @@ class _Progress:
         self.cases, self.steps, self.bar = cases, rounds + 1, bar
         self.task = None if bar is None else bar.add_task("", total=cases * self.steps)
         self.start = time.monotonic()
-        self.done = 0
 
     def case(self, index: int, name: str) -> Callable[[str], None]:
         """The callback of ``measure_case`` for case ``index`` (from 0) named ``name``."""
         head = f"case {index + 1} of {self.cases}"
         if self.bar is None:
             minutes, seconds = divmod(round(time.monotonic() - self.start), 60)
-            print(f"{head}: {name} ({minutes}:{seconds:02d} elapsed)", file=sys.stderr, flush=True)
+            _stderr(f"{head}: {name} ({minutes}:{seconds:02d} elapsed)")
             return lambda step: None
-        first = index * self.steps
+        # _benchmark.measure_case reports a warm-up, then each of the rounds: one step each.
+        done = itertools.count(index * self.steps)
 
         def step(text: str) -> None:
-            # _benchmark.measure_case reports a warm-up, then each of the rounds: one step each.
-            self.bar.update(self.task, description=f"{head}: {text}", completed=self.done)
-            self.done = min(self.done + 1, first + self.steps)
+            self.bar.update(self.task, description=f"{head}: {text}", completed=next(done))
 
-        self.done = first
         return step
 
 
-@contextlib.contextmanager
-def _progress(cases: int, rounds: int) -> Iterator[_Progress]:
+def _bar() -> contextlib.AbstractContextManager[Any]:
+    """A rich progress bar on standard error; without rich, a context that gives None."""
     if importlib.util.find_spec("rich") is None:
-        yield _Progress(cases, rounds, None)
-        return
+        return contextlib.nullcontext()
     from rich import progress
     from rich.console import Console
 
@@ -510,8 +498,7 @@ def _progress(cases: int, rounds: int) -> Iterator[_Progress]:
         progress.TextColumn("left"),
         progress.TimeRemainingColumn(),
     )
-    with progress.Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-        yield _Progress(cases, rounds, bar)
+    return progress.Progress(*columns, console=Console(stderr=True), transient=True)
 
 
 def _overloaded(*loads: float | None) -> bool:
@@ -530,24 +517,16 @@ def chart(results: list[_benchmark.CaseResult], target: Path, title: str) -> Non
     cases = list(dict.fromkeys(r.case for r in results))
     dtypes = list(dict.fromkeys(r.dtype for r in results))
     names = list(dict.fromkeys(t.name for r in results for t in r.timings if t.name != "copy"))
+    bars = len(names) * len(dtypes) * len(cases)
     fig, axes = plt.subplots(
-        len(cases),
-        1,
-        figsize=(9, 0.22 * len(names) * len(dtypes) * len(cases) + 2),
-        layout="constrained",
-        squeeze=False,
+        len(cases), figsize=(9, 0.22 * bars + 2), layout="constrained", squeeze=False
     )
+    x_copy = {(r.case, r.dtype, t.name): t.x_copy for r in results for t in r.timings}
     height = 0.8 / len(dtypes)
     for ax, case in zip(axes[:, 0], cases, strict=True):
         for j, dtype in enumerate(dtypes):
-            by_name = {
-                t.name: t.x_copy
-                for r in results
-                if r.case == case and r.dtype == dtype
-                for t in r.timings
-            }
             rows = [i + j * height for i in range(len(names))]
-            values = [by_name.get(name, float("nan")) for name in names]
+            values = [x_copy.get((case, dtype, name), math.nan) for name in names]
             ax.barh(rows, values, height=height, label=dtype)
         ax.set_yticks([i + 0.4 - height / 2 for i in range(len(names))], names)
         ax.axvline(1.0, color="0.4", linewidth=1)
@@ -587,23 +566,20 @@ def _bench(args: argparse.Namespace) -> int:
     if "bfloat16" in dtypes and importlib.util.find_spec("ml_dtypes") is None:
         # NumPy has no bfloat16 of its own: the arrays are ml_dtypes'.
         dtypes = tuple(d for d in dtypes if d != "bfloat16")
-        print(
-            "anyrope bench: bfloat16 left out: it needs ml_dtypes (pip install ml_dtypes)",
-            file=sys.stderr,
-        )
+        _stderr("anyrope bench: bfloat16 left out: it needs ml_dtypes (pip install ml_dtypes)")
         if not dtypes:
             return EXIT_MISSING_PACKAGE
     load, cores = _benchmark.load_average(), os.cpu_count() or 1
     if _overloaded(load):
-        print(
+        _stderr(
             f"anyrope bench: warning: the load average ({load:.2f}) exceeds the {cores} cores: "
             "other processes share them, so the timings are slower and noisier than this "
-            "machine's (torch.compile most of all)",
-            file=sys.stderr,
+            "machine's (torch.compile most of all)"
         )
     todo = [(case, dtype) for case in cases for dtype in dtypes]
     results = []
-    with _progress(len(todo), args.repeats) as progress:
+    with _bar() as bar:
+        progress = _Progress(len(todo), args.repeats, bar)
         for index, (case, dtype) in enumerate(todo):
             result = _benchmark.measure_case(
                 case, dtype, args.repeats, progress.case(index, f"{case} {dtype}")
@@ -612,18 +588,16 @@ def _bench(args: argparse.Namespace) -> int:
             if _overloaded(result.load_before, result.load_after):
                 print(f"  (the load average exceeded the {cores} cores: slower and noisier)")
             results.append(result)
-
-    output: Path = args.output
     command = " ".join(["anyrope", *sys.argv[1:]])
     report = {"command": command, "rounds": args.repeats, "results": [asdict(r) for r in results]}
-    record = _benchmark.write_json(output / "bench.json", report)
-    print(f"wrote {output / 'bench.json'}")
+    record = _benchmark.write_json(args.output / "bench.json", report)
+    print(f"wrote {args.output / 'bench.json'}")
     if importlib.util.find_spec("matplotlib") is None:
         print("bench.png not written: matplotlib is not installed (pip install matplotlib)")
         return 0
     title = f"anyrope bench, median of {args.repeats} rounds\n{record['machine']['processor']}"
-    chart(results, output / "bench.png", title)
-    print(f"wrote {output / 'bench.png'}")
+    chart(results, args.output / "bench.png", title)
+    print(f"wrote {args.output / 'bench.png'}")
     return 0
 
 
@@ -637,7 +611,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"anyrope {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    check = commands.add_parser(
+    commands.add_parser(
         "check",
         help=(
             "compare every installed backend with the reference bits shipped in anyrope, "
@@ -649,8 +623,7 @@ def build_parser() -> argparse.ArgumentParser:
             "(the same bits on every machine) and with NumPy here, and with a float64 "
             "oracle; list the backends not checked; exit 1 on any mismatch."
         ),
-    )
-    check.set_defaults(run=_check)
+    ).set_defaults(run=_check)
     info = commands.add_parser(
         "info",
         help="versions, installed backends, devices and available fast paths",
@@ -716,28 +689,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (141 when stdout's pipe was closed)."""
-
-    def run() -> int:
-        args = build_parser().parse_args(argv)  # --help and --version print too
-        code: int = args.run(args)
-        return code
-
-    return quiet_on_broken_pipe(run)
+    return quiet_on_broken_pipe(build_parser(), argv)
 
 
 def check_main(argv: Sequence[str] | None = None) -> int:
     """``python -m anyrope.check --write-reference PATH`` (maintainers); the exit code."""
-    from .check import write_reference
+    parser = argparse.ArgumentParser(
+        prog="python -m anyrope.check",
+        description="Write the reference digests of `python -m anyrope check` (maintainers).",
+    )
+    parser.add_argument("--write-reference", metavar="PATH", required=True, type=Path)
+    parser.set_defaults(run=_write_reference)
+    return quiet_on_broken_pipe(parser, argv)
 
-    def run() -> int:
-        parser = argparse.ArgumentParser(
-            prog="python -m anyrope.check",
-            description="Write the reference digests of `python -m anyrope check` (maintainers).",
-        )
-        parser.add_argument("--write-reference", metavar="PATH", required=True, type=Path)
-        args = parser.parse_args(argv)
-        write_reference(args.write_reference)
-        print(f"wrote {args.write_reference}")
-        return 0
 
-    return quiet_on_broken_pipe(run)
+def _write_reference(args: argparse.Namespace) -> int:
+    check.write_reference(args.write_reference)
+    print(f"wrote {args.write_reference}")
+    return 0
