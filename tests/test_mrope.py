@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import array_api_compat.numpy as numpy_xp
 import numpy as np
 import pytest
 
 import anyrope
+from anyrope._mrope import join_sections
 from anyrope.tools._backends import numpy_dtype
 
 SECTION = [4, 6, 6]  # a small [16, 24, 24]: sums to head_dim // 2 = 16
@@ -79,6 +81,17 @@ def _interleaved_stream_of_pair(sections: list[int]) -> list[int]:
         stream = pair % 3
         streams.append(stream if stream and pair < 3 * sections[stream] else 0)
     return streams
+
+
+@pytest.mark.parametrize("sections", [[3, 2, 2], [4, 1, 1], [6, 5, 5], [24, 20, 20]])
+def test_interleaved_join_takes_each_pair_from_its_stream(sections: list[int]) -> None:
+    """The joined tables of interleaved M-RoPE: pair i from stream i % 3 while within that
+    stream's count, else from stream 0 ([4, 1, 1]: streams 0, 1, 2, 0, 0, 0)."""
+    pairs = sum(sections)
+    tables = [(np.full((2, pairs), s, dtype=np.float32),) * 2 for s in range(3)]
+    cos, sin = join_sections(tables, sections, numpy_xp, interleaved=True)
+    owner = _interleaved_stream_of_pair(sections)
+    assert cos.tolist() == sin.tolist() == [owner] * 2
 
 
 @pytest.mark.parametrize("interleaved", [False, True])
