@@ -1,7 +1,8 @@
 """Two source trees of anyrope timed against each other, interleaved in one run (CPU).
 
     python benchmarks/bench_before_after.py --before ../old/src [--after src] \
-        [--rounds 15] [--cases decode-1,prefill-1x1024,...] [--json PATH]
+        [--rounds 15] [--cases decode-1:numpy,prefill-1x1024:torch,...] \
+        [--clock wall|cpu] [--cpu N] [--json PATH]
 
 One worker process per tree (each imports its own ``anyrope``, by ``PYTHONPATH``), both
 alive for the whole run and both on one CPU (``--cpu``, by default the last one this
@@ -13,7 +14,9 @@ for both trees (about 20 ms of work). The table gives, in microseconds per call,
 sample of each tree (noise on a shared machine only adds time) and the median one, and
 the ratios after / before of the best samples and the median of the per-round ratios
 (below 1.00: the after tree is faster). Only the public API is called, the same code on
-both sides.
+both sides. ``--clock cpu`` times the CPU time of the workers' threads instead of the
+wall clock: on a machine shared with other work, the time they wait for the CPU is left
+out.
 
 Cases, float32 with ``RoPE(128)``; q (B, S, 32, 128), k (B, S, 8, 128), layout bshd:
 
@@ -50,8 +53,8 @@ SHAPES = {
 CASES = [f"{name} {lib}" for name in SHAPES for lib in ("numpy", "torch")] + ["tables-4096 numpy"]
 
 
-def _worker() -> None:
-    """Answer "case n" lines on stdin with the seconds of n calls."""
+def _worker(clock: str) -> None:
+    """Answer "case n" lines on stdin with the seconds of n calls on ``clock``."""
     import numpy as np
     import torch
 
@@ -76,19 +79,20 @@ def _worker() -> None:
     calls["tables-4096 numpy"] = lambda: anyrope.RoPE(128, base=10000.0 + next(bases)).tables(
         np.arange(4096), dtype=np.float32
     )
+    now = {"wall": time.perf_counter, "cpu": time.process_time}[clock]
     for line in sys.stdin:
         case, n = line.rsplit(" ", 1)
         call = calls[case]
-        start = time.perf_counter()
+        start = now()
         for _ in range(int(n)):
             call()
-        print(time.perf_counter() - start, flush=True)
+        print(now() - start, flush=True)
 
 
-def _start(src: Path) -> subprocess.Popen[str]:
+def _start(src: Path, clock: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(src.resolve())}
     return subprocess.Popen(
-        [sys.executable, __file__, "--worker"],
+        [sys.executable, __file__, "--worker", clock],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -112,11 +116,21 @@ def main() -> None:
     parser.add_argument("--cases", default=",".join(c.replace(" ", ":") for c in CASES))
     parser.add_argument("--json", type=Path, help="where to write the samples")
     parser.add_argument("--cpu", type=int, help="the CPU both workers run on")
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="time.perf_counter, or the CPU time of the worker's threads (time.process_time: "
+        "the time other processes take the CPU is not counted)",
+    )
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):  # Linux; the workers inherit it
         os.sched_setaffinity(0, {max(os.sched_getaffinity(0)) if args.cpu is None else args.cpu})
     cases = [c.replace(":", " ") for c in args.cases.split(",")]
-    workers = {"before": _start(args.before), "after": _start(args.after)}
+    workers = {
+        side: _start(src, args.clock)
+        for side, src in (("before", args.before), ("after", args.after))
+    }
     # Warm both, and fix n per case from the before tree: about 20 ms a sample.
     counts = {}
     for case in cases:
@@ -148,7 +162,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--worker"]:
-        _worker()
+    if sys.argv[1:2] == ["--worker"]:
+        _worker(sys.argv[2])
     else:
         main()

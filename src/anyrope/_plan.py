@@ -215,7 +215,10 @@ def with_tables(plan: Plan, source: TableSource, form: str) -> Plan:
 def _tables_of(plan: Plan, where: tuple[Positions, ...], source: TableSource, form: str) -> Rows:
     """The tables of ``form`` for the positions ``where`` of a call planned as ``plan``."""
     one = where[0] if len(where) == 1 else None
-    cache = source.for_length(max(s.stop for s in where) if one is None else one.stop)
+    if source.depends_on_length:
+        cache = source.for_length(max(s.stop for s in where) if one is None else one.stop)
+    else:  # the one cache of fixed frequencies, without a call
+        cache = source.default
     cache = cache.undoing if plan.undo else cache
     xp, device, dtype = plan.xp, plan.device, plan.table_dtype
     # Membership, not str methods: this runs at every call.

@@ -381,6 +381,10 @@ class TableCache:
         """Tables covering at least positions :attr:`first` ``.. stop-1`` on ``device``
         (a length's cache: its block's tables, of which it serves row ``stop - 1 - first``).
         """
+        key = (xp.__name__, str(device), dtype)
+        held = self._tables.get(key)
+        if held is not None and held[2] >= stop:  # most calls: no closure made, no lock
+            return held[0], held[1]
 
         def grown() -> tuple[Array, Array, int]:
             if self.ahead:  # a block: its rows as computed, rounded once
@@ -392,7 +396,6 @@ class TableCache:
             self._reach = max(self._reach, size)
             return (*self.build(np.arange(size, dtype=np.int64), xp, device, dtype), size)
 
-        key = (xp.__name__, str(device), dtype)
         cos, sin, _ = _memo(self._lock, self._tables, key, lambda e: e[2] >= stop, grown)
         return cos, sin
 
