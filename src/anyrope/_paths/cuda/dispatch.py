@@ -135,7 +135,7 @@ _retired: list[tuple[Any, tuple[Array, ...]]] = []
 _captured: dict[int, tuple[Array, ...]] = {}
 
 
-def hold_cupy_tables(cupy: Any, stream: Any, tables: tuple[Array, ...]) -> None:
+def hold_cupy_tables(cupy: Any, stream: Any, tables: tuple[Array, Array]) -> None:
     """Keep CuPy ``tables`` from reuse until ``stream`` has run the launches that read them.
 
     The tables were put on the device earlier, maybe on another stream, and the cache
@@ -154,7 +154,7 @@ def hold_cupy_tables(cupy: Any, stream: Any, tables: tuple[Array, ...]) -> None:
             _captured.setdefault(id(tables[0]), tables)
         return
     last = _in_use.get(stream.ptr)
-    if last is not None and all(a is b for a, b in zip(last, tables, strict=True)):
+    if last is not None and last[0] is tables[0] and last[1] is tables[1]:
         return
     with _held_lock:
         if last is not None:
@@ -257,10 +257,10 @@ def launch_on_device(
 
 
 #: Stream handle -> the torch tables recorded on it last.
-_recorded: dict[int, tuple[Array, ...]] = {}
+_recorded: dict[int, tuple[Array, Array]] = {}
 
 
-def _record_torch_tables(device_id: int, stream_ptr: int, tables: tuple[Array, ...]) -> None:
+def _record_torch_tables(device_id: int, stream_ptr: int, tables: tuple[Array, Array]) -> None:
     """Keep torch ``tables`` from reuse until the stream ``stream_ptr`` of ``device_id``
     has passed the launches just queued.
 
@@ -270,8 +270,8 @@ def _record_torch_tables(device_id: int, stream_ptr: int, tables: tuple[Array, .
     of the step before records nothing. The tables are held here, so their identity
     cannot be taken by others.
     """
-    last = _recorded.get(stream_ptr)
-    if last is not None and all(a is b for a, b in zip(last, tables, strict=True)):
+    cos, sin = _recorded.get(stream_ptr, (None, None))
+    if cos is tables[0] and sin is tables[1]:
         return
     stream = _torch().cuda.current_stream(device_id)
     for table in tables:
