@@ -6,21 +6,25 @@
 q (64, 1, 32, 128) and k (64, 1, 8, 128), bfloat16, layout ``bshd``: one new token per
 sequence. Every line is timed in ONE run, round-robin (each round times every line once,
 a sample being ``--calls`` back-to-back calls); the table gives the median over the rounds
-and the interquartile range, in microseconds per call.
+and the interquartile range, in microseconds per call (``--clock cpu``: the thread's CPU
+time, which leaves out the time spent waiting for a busy CPU), then how many times per
+call each stand-in below was called.
 
 What is measured, and what is not. The torch tensors are CPU tensors that stand in for
 CUDA ones: ``anyrope._paths.cuda`` is told to take them (its ``cuda_array`` test, the CuPy
 install check and the once-per-device compile check are replaced for the run), and the
 driver call is a stand-in: ``cupy.cuda.driver.launchKernel`` (CuPy's binding of
-``cuLaunchKernel``, the one call the path makes per launch) records its arguments, the
-kernel's ``CUfunction`` lookup returns a number, ``torch.cuda.current_stream`` a stream
-handle and ``Tensor.record_stream`` nothing. So a line times the whole host side of
-``rope(q, k, positions)`` with ``impl="cuda"``, anyrope's launch code included: the
-geometry lookup and plan, the position checks, the table lookup, the output allocation
-(``torch.empty`` on the CPU allocator instead of the CUDA caching allocator), the bound
-launch and its parameter buffer, the ``extra`` list handed to the driver. Not measured:
-the driver's own work in ``cuLaunchKernel`` (about 2 to 3 us on an H100 or H200), the
-current-stream lookup and ``record_stream`` of torch's CUDA build, and the kernel itself.
+``cuLaunchKernel``, the one call the path makes per launch) counts its calls, and so do
+torch's stream lookups (``torch._C._cuda_getCurrentRawStream``, the raw handle, and
+``torch.cuda.current_stream``) and ``Tensor.record_stream``, which return at once. The
+kernels' ``CUfunction`` are put in the path's own table. So a line times the whole host
+side of ``rope(q, k, positions)`` with ``impl="cuda"``, anyrope's launch code included:
+the geometry lookup and plan, the position checks, the table lookup, the output
+allocation (``torch.empty`` on the CPU allocator instead of the CUDA caching allocator),
+the bound launch and its buffer, the kernel lookup. Not measured: the driver's own work
+in ``cuLaunchKernel`` (about 2 to 3 us on an H100 or H200), the work of torch's stream
+lookups and ``record_stream`` in a CUDA build (a ``torch.cuda.current_stream`` call makes
+a ``torch.cuda.Stream``: see the counts), CuPy's ``Device`` switch, and the kernel itself.
 With a positions tensor, the host range check reads a CPU tensor here; on a GPU that
 check is a device synchronisation.
 

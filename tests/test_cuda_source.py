@@ -17,6 +17,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import importlib.util
+import json
 import math
 import os
 import re
@@ -1413,3 +1414,32 @@ def test_two_threads_bind_one_template_each_to_its_own_buffer() -> None:
         assert launch.args[:4] == (i << 12, (i << 12) + 2048, 0, 0)
         assert launch.args[4:7] == (1 << 22, 1 << 23, 0)
         assert launch.args[7] == i  # the table offset
+
+
+def test_host_time_benchmark_runs_both_trees_and_refuses_without_a_gpu(tmp_path: Path) -> None:
+    # benchmarks/bench_cuda_host_gpu.py, the lead's one command on a GPU: without one it
+    # says so in one line; with --stub it times two trees (here the same one twice) in
+    # workers of their own, on the CPU, and writes every median.
+    pytest.importorskip("torch")
+    script = Path(__file__).parents[1] / "benchmarks" / "bench_cuda_host_gpu.py"
+    src = str(Path(anyrope.__file__).parents[1])
+    refused = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, check=False
+    )
+    if "no CUDA GPU" in refused.stdout:
+        assert refused.returncode == 2
+        assert refused.stdout.count("\n") == 1
+    report = tmp_path / "host.json"
+    options = ["--stub", "--before", src, "--after", src, "--rounds", "1", "--calls", "3"]
+    done = subprocess.run(
+        [sys.executable, str(script), *options, "--json", str(report)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "after/before" in done.stdout
+    medians = json.loads(report.read_text())["median_us"]
+    lines = ("torch offset", "torch tensor, max_positions", "launch planning", "torch q.add_(1)")
+    assert set(medians) == {f"{tree}: {line}" for tree in ("before", "after") for line in lines}
+    assert all(us > 0 for us in medians.values())
