@@ -1,25 +1,30 @@
 """Host time per call of the CUDA path on decode shapes, measured on a CPU (no GPU needed).
 
-    python benchmarks/bench_cuda_host.py [--rounds 15] [--calls 2000] [--json PATH]
+    python benchmarks/bench_cuda_host.py [--rounds 15] [--calls 2000] [--clock wall|cpu] \
+        [--json PATH]
 
 q (64, 1, 32, 128) and k (64, 1, 8, 128), bfloat16, layout ``bshd``: one new token per
 sequence. Every line is timed in ONE run, round-robin (each round times every line once,
 a sample being ``--calls`` back-to-back calls); the table gives the median over the rounds
-and the interquartile range, in microseconds per call.
+and the interquartile range, in microseconds per call (``--clock cpu``: the thread's CPU
+time, which leaves out the time spent waiting for a busy CPU), then how many times per
+call each stand-in below was called.
 
 What is measured, and what is not. The torch tensors are CPU tensors that stand in for
 CUDA ones: ``anyrope._paths.cuda`` is told to take them (its ``cuda_array`` test, the CuPy
 install check and the once-per-device compile check are replaced for the run), and the
 driver call is a stand-in: ``cupy.cuda.driver.launchKernel`` (CuPy's binding of
-``cuLaunchKernel``, the one call the path makes per launch) records its arguments, the
-kernel's ``CUfunction`` lookup returns a number, ``torch.cuda.current_stream`` a stream
-handle and ``Tensor.record_stream`` nothing. So a line times the whole host side of
-``rope(q, k, positions)`` with ``impl="cuda"``, anyrope's launch code included: the
-geometry lookup and plan, the position checks, the table lookup, the output allocation
-(``torch.empty`` on the CPU allocator instead of the CUDA caching allocator), the bound
-launch and its parameter buffer, the ``extra`` list handed to the driver. Not measured:
-the driver's own work in ``cuLaunchKernel`` (about 2 to 3 us on an H100 or H200), the
-current-stream lookup and ``record_stream`` of torch's CUDA build, and the kernel itself.
+``cuLaunchKernel``, the one call the path makes per launch) counts its calls, and so do
+torch's stream lookups (``torch._C._cuda_getCurrentRawStream``, the raw handle, and
+``torch.cuda.current_stream``) and ``Tensor.record_stream``, which return at once. The
+kernels' ``CUfunction`` are put in the path's own table. So a line times the whole host
+side of ``rope(q, k, positions)`` with ``impl="cuda"``, anyrope's launch code included:
+the geometry lookup and plan, the position checks, the table lookup, the output
+allocation (``torch.empty`` on the CPU allocator instead of the CUDA caching allocator),
+the bound launch and its buffer, the kernel lookup. Not measured: the driver's own work
+in ``cuLaunchKernel`` (about 2 to 3 us on an H100 or H200), the work of torch's stream
+lookups and ``record_stream`` in a CUDA build (a ``torch.cuda.current_stream`` call makes
+a ``torch.cuda.Stream``: see the counts), CuPy's ``Device`` switch, and the kernel itself.
 With a positions tensor, the host range check reads a CPU tensor here; on a GPU that
 check is a device synchronisation.
 
@@ -50,6 +55,7 @@ import statistics
 import sys
 import time
 import types
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -64,13 +70,17 @@ KV_HEADS = 8
 HEAD_DIM = 128
 POSITION = 1000
 TABLE_LEN = 4096
+#: The stand-ins whose calls the table counts, per call of each line.
+COUNTED = ("launch", "raw stream", "current_stream", "record_stream")
 
 
 @contextmanager
-def cpu_tensors_as_cuda() -> Iterator[list[Any]]:
+def cpu_tensors_as_cuda() -> Iterator[Counter[str]]:
     """The CUDA path takes torch CPU tensors and runs its own launch code to the end:
     only the driver's ``cuLaunchKernel`` (CuPy's binding of it) is a stand-in, which
-    records the launches, with the device and stream lookups and ``record_stream``."""
+    records nothing, with torch's stream lookups and ``record_stream``, which count their
+    calls (the counter yielded) and return at once; the kernels' ``CUfunction`` are put
+    in the path's own table, which the launches look them up in."""
     import torch
 
     from anyrope import _positions
@@ -79,12 +89,12 @@ def cpu_tensors_as_cuda() -> Iterator[list[Any]]:
 
     names = ("cuda_array", "_cupy_installed", "unusable", "_device_id")
     saved = [getattr(cuda, name) for name in names]
-    saved_pointer = _module.kernel_pointer
+    saved_pointers = dict(_module._pointers)
     saved_waits = _positions.waits_for_device
     saved_stream = torch.cuda.current_stream
     saved_record = torch.Tensor.record_stream
     saved_cupy = sys.modules.get("cupy")
-    launches: list[Any] = []
+    calls: Counter[str] = Counter()
 
     class Device:
         def __init__(self, device_id: int) -> None:
@@ -97,7 +107,18 @@ def cpu_tensors_as_cuda() -> Iterator[list[Any]]:
             pass
 
     def launch_kernel(*args: int) -> None:
-        launches.append(args)
+        calls["launch"] += 1
+
+    def current_stream(device: object = None) -> Any:
+        calls["current_stream"] += 1
+        return stream
+
+    def raw_stream(device: int) -> int:
+        calls["raw stream"] += 1
+        return 0
+
+    def record_stream(self: Any, on: object) -> None:
+        calls["record_stream"] += 1
 
     fake = types.ModuleType("cupy")
     fake.ndarray = type("ndarray", (), {})  # type: ignore[attr-defined]  # asked by array-api-compat
@@ -110,18 +131,22 @@ def cpu_tensors_as_cuda() -> Iterator[list[Any]]:
     cuda._cupy_installed = lambda: True  # type: ignore[assignment]
     cuda.unusable = lambda device_id: None  # type: ignore[assignment]
     cuda._device_id = lambda x: 0  # type: ignore[assignment]
-    _module.kernel_pointer = lambda *args, **kwargs: 1  # type: ignore[assignment]
-    torch.cuda.current_stream = lambda device=None: stream  # type: ignore[assignment]
-    torch.Tensor.record_stream = lambda self, on: None  # type: ignore[assignment,method-assign]
+    for variant in _module._variants("bfloat16"):  # CPU tensors are on "device" -1
+        _module._pointers[(-1, "bfloat16", *variant)] = 1
+    torch.cuda.current_stream = current_stream  # type: ignore[assignment]
+    torch._C._cuda_getCurrentRawStream = raw_stream  # type: ignore[attr-defined]  # a CUDA build's
+    torch.Tensor.record_stream = record_stream  # type: ignore[assignment,method-assign]
     _positions.waits_for_device = lambda values: True  # as on a GPU
     try:
-        yield launches
+        yield calls
     finally:
         for name, value in zip(names, saved, strict=True):
             setattr(cuda, name, value)
-        _module.kernel_pointer = saved_pointer  # type: ignore[assignment]
+        _module._pointers.clear()
+        _module._pointers.update(saved_pointers)
         _positions.waits_for_device = saved_waits
         torch.cuda.current_stream = saved_stream  # type: ignore[assignment]
+        del torch._C._cuda_getCurrentRawStream  # type: ignore[attr-defined]
         torch.Tensor.record_stream = saved_record  # type: ignore[method-assign]
         if saved_cupy is None:
             del sys.modules["cupy"]
@@ -194,32 +219,49 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="cpu: this thread's CPU time, which leaves out waiting for a busy CPU",
+    )
     args = parser.parse_args(argv)
+    clock = time.perf_counter_ns if args.clock == "wall" else time.thread_time_ns
 
     import torch
 
     torch.set_num_threads(1)
-    with cpu_tensors_as_cuda() as launches:
+    with cpu_tensors_as_cuda() as calls:
         lines = cases(torch)
         for fn in lines.values():  # warm up: plans, tables, kernels' launch plans
             fn()
-        assert launches, "the CUDA path did not reach the launcher"
+        assert calls["launch"], "the CUDA path did not reach the launcher"
         samples: dict[str, list[float]] = {name: [] for name in lines}
+        counts: dict[str, Counter[str]] = {}
         for _ in range(args.rounds):
             for name, fn in lines.items():
-                start = time.perf_counter_ns()
+                calls.clear()
+                start = clock()
                 for _ in range(args.calls):
                     fn()
-                samples[name].append((time.perf_counter_ns() - start) / args.calls / 1e3)
-                launches.clear()
+                samples[name].append((clock() - start) / args.calls / 1e3)
+                counts[name] = calls.copy()
 
     print(f"q ({BATCH}, 1, {Q_HEADS}, {HEAD_DIM}) + k ({BATCH}, 1, {KV_HEADS}, {HEAD_DIM}) bf16")
-    print(f"{'line':<31}{'median us':>10}{'IQR us':>9}")
+    print(f"{'line':<31}{'median us':>10}{'IQR us':>9}   per call: {', '.join(COUNTED)}")
     report = []
     for name, values in samples.items():
         q1, median, q3 = quartiles(values)
-        print(f"{name:<31}{median:>10.1f}{q3 - q1:>9.1f}")
-        report.append({"line": name, "median_us": median, "iqr_us": q3 - q1})
+        per_call = [counts[name][what] / args.calls for what in COUNTED]
+        print(f"{name:<31}{median:>10.1f}{q3 - q1:>9.1f}   {'  '.join(f'{n:g}' for n in per_call)}")
+        report.append(
+            {
+                "line": name,
+                "median_us": median,
+                "iqr_us": q3 - q1,
+                **{f"{what} per call": n for what, n in zip(COUNTED, per_call, strict=True)},
+            }
+        )
     if args.json is not None:
         write_json(args.json, {"rounds": args.rounds, "calls": args.calls, "results": report})
 

@@ -427,9 +427,9 @@ def test_under_capture_no_event_no_query(fake_cupy: Any) -> None:
 
 
 def test_torch_tables_are_recorded_on_the_launch_stream(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each launch is one cuLaunchKernel on the torch stream (looked up once per call)
-    with the launch's parameter buffer, and torch's caching allocator keeps the tables
-    until that stream has passed them."""
+    """Each launch is one cuLaunchKernel on the torch stream (its raw handle looked up
+    once per call) with the launch's buffer, and torch's caching allocator keeps the
+    tables until that stream has passed them."""
     torch = pytest.importorskip("torch")
     stream = types.SimpleNamespace(cuda_stream=99)
     looked_up: list[int] = []
@@ -442,10 +442,6 @@ def test_torch_tables_are_recorded_on_the_launch_stream(monkeypatch: pytest.Monk
 
         def record_stream(self, on: object) -> None:
             recorded.append(on)
-
-    def current_stream(device: int) -> Any:
-        looked_up.append(device)
-        return stream
 
     class Device:
         def __init__(self, device_id: int) -> None:
@@ -470,17 +466,27 @@ def test_torch_tables_are_recorded_on_the_launch_stream(monkeypatch: pytest.Monk
         Device=Device, driver=types.SimpleNamespace(launchKernel=launch_kernel)
     )
     monkeypatch.setitem(sys.modules, "cupy", fake)
-    monkeypatch.setattr(torch.cuda, "current_stream", current_stream)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: stream)
+    monkeypatch.setattr(
+        torch._C,
+        "_cuda_getCurrentRawStream",
+        lambda device: looked_up.append(device) or stream.cuda_stream,
+        raising=False,
+    )
     from anyrope._paths.cuda import _module
+    from anyrope._paths.cuda.geometry import LaunchTemplate
 
     monkeypatch.setattr(_module, "kernel_pointer", lambda *a, **k: 1234)
     x = torch.zeros(4).as_subclass(DeviceTensor)
     tables = (torch.zeros(2).as_subclass(DeviceTensor), torch.zeros(2).as_subclass(DeviceTensor))
-    params = bytes(range(172))
-    launch = Launch(1, False, False, (5, 6, 7), (8, 9, 10), params)
+    template = LaunchTemplate(
+        1, False, False, (5, 6, 7), (8, 9, 10), (0,) * 5, bytes(48) + bytes(range(172))
+    )
+    launch = template.bind((16, 32, 0, 0), 0, 3)
     cuda_dispatch.launch_on_device(x, "float32", [launch, launch], tables)
     assert looked_up == [0]
-    assert ran == [(1234, (5, 6, 7, 8, 9, 10), 0, 99, 0, params)] * 2
+    assert ran == [(1234, (5, 6, 7, 8, 9, 10), 0, 99, 0, launch.params)] * 2
+    assert launch.args[:4] == (16, 32, 0, 0)
     assert recorded == [stream, stream]
 
 

@@ -13,9 +13,11 @@ Without nvcc these tests skip, except under CI (``CI`` set), where they fail.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import importlib.util
+import json
 import math
 import os
 import re
@@ -1290,3 +1292,154 @@ def test_kernels_compile_once_per_device_and_dtype(monkeypatch: pytest.MonkeyPat
         assert pointer == kernel.kernel.ptr
     assert first == again * 4
     assert len(fake.compiled) == 4  # the pointers came with the kernels
+
+
+@pytest.mark.parametrize("raw_getter", [True, False], ids=["raw-stream-getter", "no-raw-getter"])
+def test_torch_tables_are_recorded_once_per_stream(
+    monkeypatch: pytest.MonkeyPatch, raw_getter: bool
+) -> None:
+    # Decode steps through the whole CUDA path on torch, only the driver call stubbed:
+    # each launch goes to the current stream, whose handle alone is looked up per call
+    # where torch has the raw getter; the tables are recorded once per stream (torch's
+    # caching allocator waits for every stream a block was recorded on, so once is
+    # enough), again on a new stream and for new tables, never per call.
+    torch = pytest.importorskip("torch")
+    from anyrope import _positions
+    from anyrope._paths import cuda
+    from anyrope._paths.cuda import dispatch as cuda_dispatch
+
+    current = types.SimpleNamespace(stream=types.SimpleNamespace(cuda_stream=11))
+    made: list[int] = []  # a torch.cuda.Stream made, by handle
+    recorded: list[tuple[int, int]] = []  # (table address, stream handle)
+    launched_on: list[int] = []
+
+    def current_stream(device: int) -> Any:
+        made.append(current.stream.cuda_stream)
+        return current.stream
+
+    def launch_kernel(function: int, *dims_and_more: int) -> None:
+        launched_on.append(dims_and_more[7])
+
+    fake = types.ModuleType("cupy")
+    fake.ndarray = type("ndarray", (), {})  # type: ignore[attr-defined]
+    fake.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
+        Device=lambda device_id: contextlib.nullcontext(),
+        driver=types.SimpleNamespace(launchKernel=launch_kernel),
+    )
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(cuda, "cuda_array", lambda x: True)
+    monkeypatch.setattr(cuda, "_cupy_installed", lambda: True)
+    monkeypatch.setattr(cuda, "unusable", lambda device_id: None)
+    monkeypatch.setattr(cuda, "_device_id", lambda x: 0)
+    monkeypatch.setattr(_positions, "waits_for_device", lambda values: True)
+    monkeypatch.setattr(_module, "kernel_pointer", lambda *args, **kwargs: 1)
+    monkeypatch.setattr(cuda_dispatch, "_recorded", {}, raising=False)
+    monkeypatch.setattr(torch.cuda, "current_stream", current_stream)
+    if raw_getter:
+        monkeypatch.setattr(
+            torch._C,
+            "_cuda_getCurrentRawStream",
+            lambda device: current.stream.cuda_stream,
+            raising=False,
+        )
+    else:
+        monkeypatch.delattr(torch._C, "_cuda_getCurrentRawStream", raising=False)
+    monkeypatch.setattr(
+        torch.Tensor,
+        "record_stream",
+        lambda self, on: recorded.append((self.data_ptr(), on.cuda_stream)),
+    )
+    q = torch.zeros(4, 1, 8, 64, dtype=torch.bfloat16)
+    k = torch.zeros(4, 1, 2, 64, dtype=torch.bfloat16)
+    rope = anyrope.RoPE(64)
+
+    def decode(steps: int, stream: int) -> list[tuple[int, int]]:
+        current.stream = types.SimpleNamespace(cuda_stream=stream)
+        before, made[:] = len(recorded), []
+        for _ in range(steps):
+            rope(q, k, positions=1000, impl="cuda")
+        assert launched_on[-steps:] == [stream] * steps
+        return recorded[before:]
+
+    first = decode(50, 11)
+    assert len(first) == 2  # cos and sin, once
+    assert {on for _, on in first} == {11}
+    assert made == ([11] if raw_getter else [11] * 51)
+    assert [on for _, on in decode(10, 12)] == [12, 12]  # a stream of its own
+    assert made == ([12] if raw_getter else [12] * 11)
+    assert decode(10, 11) == []  # stream 11 has these tables already
+    assert made == ([] if raw_getter else [11] * 10)
+    rope.clear_cache()
+    again = decode(3, 11)  # new tables
+    assert [on for _, on in again] == [11, 11]
+    assert {table for table, _ in again}.isdisjoint(table for table, _ in first)
+
+
+def test_two_threads_bind_one_template_each_to_its_own_buffer() -> None:
+    # A launch's buffer (cuLaunchKernel's `extra` list, then the parameters) is made per
+    # call: threads that launch the same template at once never see each other's
+    # addresses, and each `extra` list points into its own buffer.
+    from anyrope._paths.cuda.geometry import HEADER
+
+    (template,) = launch_templates(
+        [_contiguous(1 << 20, (2, 1, 4, 64)), _contiguous(1 << 21, (2, 1, 4, 64))],
+        layout="bshd",
+        itemsize=4,
+        rotary_dim=64,
+        interleaved=False,
+        inverse=False,
+        inplace=False,
+        positions=None,
+        position_itemsize=0,
+        cos_ptr=1 << 22,
+        sin_ptr=1 << 23,
+        table_rows=100,
+    )
+
+    def bind(i: int) -> tuple[int, Launch]:
+        return i, template.bind((i << 12, (i << 12) + 2048, 0, 0), 0, i)
+
+    with ThreadPoolExecutor(4) as pool:
+        bound = list(pool.map(bind, range(400)))
+    for i, launch in bound:
+        at = ctypes.addressof(launch.buffer)
+        assert struct.unpack_from("<6Q", launch.buffer) == (
+            1,
+            at + HEADER,
+            2,
+            at + 40,
+            0,
+            len(launch.params),
+        )
+        assert launch.args[:4] == (i << 12, (i << 12) + 2048, 0, 0)
+        assert launch.args[4:7] == (1 << 22, 1 << 23, 0)
+        assert launch.args[7] == i  # the table offset
+
+
+def test_host_time_benchmark_runs_both_trees_and_refuses_without_a_gpu(tmp_path: Path) -> None:
+    # benchmarks/bench_cuda_host_gpu.py, the lead's one command on a GPU: without one it
+    # says so in one line; with --stub it times two trees (here the same one twice) in
+    # workers of their own, on the CPU, and writes every median.
+    pytest.importorskip("torch")
+    script = Path(__file__).parents[1] / "benchmarks" / "bench_cuda_host_gpu.py"
+    src = str(Path(anyrope.__file__).parents[1])
+    refused = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, check=False
+    )
+    if "no CUDA GPU" in refused.stdout:
+        assert refused.returncode == 2
+        assert refused.stdout.count("\n") == 1
+    report = tmp_path / "host.json"
+    options = ["--stub", "--before", src, "--after", src, "--rounds", "1", "--calls", "3"]
+    done = subprocess.run(
+        [sys.executable, str(script), *options, "--json", str(report)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "after/before" in done.stdout
+    medians = json.loads(report.read_text())["median_us"]
+    lines = ("torch offset", "torch tensor, max_positions", "launch planning", "torch q.add_(1)")
+    assert set(medians) == {f"{tree}: {line}" for tree in ("before", "after") for line in lines}
+    assert all(us > 0 for us in medians.values())

@@ -137,16 +137,13 @@ def get_kernel(
 
 
 def kernel_pointer(
-    device_id: int,
-    dtype_name: str,
-    *,
-    width: int,
-    interleaved: bool,
-    wide_index: bool,
+    device_id: int, dtype_name: str, width: int, interleaved: bool, wide_index: bool
 ) -> int:
     """The ``CUfunction`` of one variant on ``device_id``, for ``cuLaunchKernel``
-    (compiled as :func:`get_kernel` compiles it)."""
-    return int(_compiled(_pointers, (device_id, dtype_name, width, interleaved, wide_index)))
+    (compiled as :func:`get_kernel` compiles it; asked once per launch, so the arguments
+    may come positionally, and a known one is one lookup)."""
+    key = (device_id, dtype_name, width, interleaved, wide_index)
+    return _pointers.get(key) or _compiled(_pointers, key)
 
 
 def _compiled(table: dict[tuple[int, str, int, bool, bool], Any], key: Any) -> Any:

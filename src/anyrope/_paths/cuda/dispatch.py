@@ -15,7 +15,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import operator
-import struct
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -24,6 +23,7 @@ import array_api_compat
 from ... import _threads
 from ..._namespace import Array, Namespace
 from ..._plan import Plan
+from . import _module
 from .geometry import Launch, LaunchTemplate, Operand, launch_templates
 
 __all__ = ["Launcher", "hold_cupy_tables", "launch_on_device", "rotate_raw"]
@@ -135,7 +135,7 @@ _retired: list[tuple[Any, tuple[Array, ...]]] = []
 _captured: dict[int, tuple[Array, ...]] = {}
 
 
-def hold_cupy_tables(cupy: Any, stream: Any, tables: tuple[Array, ...]) -> None:
+def hold_cupy_tables(cupy: Any, stream: Any, tables: tuple[Array, Array]) -> None:
     """Keep CuPy ``tables`` from reuse until ``stream`` has run the launches that read them.
 
     The tables were put on the device earlier, maybe on another stream, and the cache
@@ -154,7 +154,7 @@ def hold_cupy_tables(cupy: Any, stream: Any, tables: tuple[Array, ...]) -> None:
             _captured.setdefault(id(tables[0]), tables)
         return
     last = _in_use.get(stream.ptr)
-    if last is not None and all(a is b for a, b in zip(last, tables, strict=True)):
+    if last is not None and last[0] is tables[0] and last[1] is tables[1]:
         return
     with _held_lock:
         if last is not None:
@@ -204,7 +204,7 @@ def _accessors(first: Array) -> tuple[Callable[[Array], Operand], Callable[[Arra
 def _empty_like(arrays: tuple[Array, ...], xp: Namespace) -> tuple[Array, ...]:
     """C-contiguous outputs of the shapes, dtype and device of ``arrays``."""
     if type(arrays[0]).__module__.startswith("torch"):
-        empty_like, contiguous = _torch_empty_like()
+        empty_like, contiguous = _torch().empty_like, _torch().contiguous_format
         return tuple(
             [
                 empty_like(x) if x.is_contiguous() else empty_like(x, memory_format=contiguous)
@@ -215,64 +215,65 @@ def _empty_like(arrays: tuple[Array, ...], xp: Namespace) -> tuple[Array, ...]:
 
 
 @functools.cache
-def _torch_empty_like() -> tuple[Callable[..., Array], Any]:
-    # Looked up once: an import statement per call costs as much as the allocation.
+def _torch() -> Any:
+    # Imported once: an import statement per call costs as much as the allocation.
     import torch
 
-    return torch.empty_like, torch.contiguous_format
-
-
-# cuLaunchKernel's `extra` list (the parameter buffer's key and address, its size's key
-# and address, the end), then the size, then the buffer: one bytearray per launch.
-_EXTRA = struct.Struct("<6Q")
-_BUFFER_POINTER, _BUFFER_SIZE, _END = 1, 2, 0
-_SIZE_AT = 40
+    return torch
 
 
 def launch_on_device(
     first: Array, name: str, launches: Sequence[Launch], tables: tuple[Array, Array]
 ) -> None:
     """Run ``launches`` on the caller's current stream (torch's for torch tensors, looked
-    up once per call) and keep ``tables`` until that stream has read them."""
+    up once per call as a raw handle) and keep ``tables`` until that stream has read them."""
     import cupy
 
-    from ._module import kernel_pointer
-
-    torch_stream = None
+    stream = None
     if array_api_compat.is_torch_array(first):
-        import torch
-
         device_id = first.get_device()
-        torch_stream = torch.cuda.current_stream(device_id)
-        stream_ptr = int(torch_stream.cuda_stream)
+        # The handle alone: torch.cuda.current_stream makes a torch.cuda.Stream, which only
+        # a new recording needs. The raw getter (what torch's compiled code calls) is
+        # missing from torch builds without CUDA.
+        raw = getattr(_torch()._C, "_cuda_getCurrentRawStream", None)
+        stream_ptr = raw(device_id) if raw else _torch().cuda.current_stream(device_id).cuda_stream
     else:
         device_id = int(first.device.id)
         stream = cupy.cuda.get_current_stream(device_id)
         stream_ptr = int(stream.ptr)
-    launch_kernel = cupy.cuda.driver.launchKernel
+    launch_kernel, kernel_pointer = cupy.cuda.driver.launchKernel, _module.kernel_pointer
     with cupy.cuda.Device(device_id):
         for launch in launches:
             function = kernel_pointer(
-                device_id,
-                name,
-                width=launch.width,
-                interleaved=launch.interleaved,
-                wide_index=launch.wide_index,
+                device_id, name, launch.width, launch.interleaved, launch.wide_index
             )
-            extra = bytearray(_EXTRA.size) + launch.params
-            at = ctypes.addressof(ctypes.c_char.from_buffer(extra))
-            _EXTRA.pack_into(
-                extra,
-                0,
-                *(_BUFFER_POINTER, at + _EXTRA.size, _BUFFER_SIZE, at + _SIZE_AT, _END),
-                len(launch.params),
-            )
-            # The driver copies the parameters before it returns.
+            # `extra` is the launch's buffer; the driver copies the parameters before it returns.
+            at = ctypes.addressof(launch.buffer)
             launch_kernel(function, *launch.grid, *launch.block, 0, stream_ptr, 0, at)
-    if torch_stream is not None:
-        # torch's caching allocator keeps a block until the streams it was recorded on
-        # have passed this point (under graph capture too).
-        for table in tables:
-            table.record_stream(torch_stream)
+    if stream is None:
+        _record_torch_tables(device_id, stream_ptr, tables)
     else:
         hold_cupy_tables(cupy, stream, tables)
+
+
+#: Stream handle -> the torch tables recorded on it last.
+_recorded: dict[int, tuple[Array, Array]] = {}
+
+
+def _record_torch_tables(device_id: int, stream_ptr: int, tables: tuple[Array, Array]) -> None:
+    """Keep torch ``tables`` from reuse until the stream ``stream_ptr`` of ``device_id``
+    has passed the launches just queued.
+
+    torch's caching allocator, when a block is freed, waits for every stream the block
+    was recorded on (``record_stream``, under graph capture too): recording the same
+    tables on the same stream again adds nothing, so a decode step that reads the tables
+    of the step before records nothing. The tables are held here, so their identity
+    cannot be taken by others.
+    """
+    cos, sin = _recorded.get(stream_ptr, (None, None))
+    if cos is tables[0] and sin is tables[1]:
+        return
+    stream = _torch().cuda.current_stream(device_id)
+    for table in tables:
+        table.record_stream(stream)
+    _recorded[stream_ptr] = tables

@@ -9,6 +9,7 @@ wrong stride, layout permutation or batch collapse is caught without a GPU.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import struct
 from collections.abc import Sequence
@@ -50,19 +51,22 @@ class Operand(NamedTuple):
 # ``inverse`` as int32. Packed once per geometry; a call writes only its addresses and
 # offset, so no argument is converted per call.
 PARAMS = {False: struct.Struct("<7Q27i2i"), True: struct.Struct("<7Q27q2i")}
-_IO = struct.Struct("<4Q")
-_IO_POSITIONS = struct.Struct("<Q")
-_POSITIONS_AT = 48
-_OFFSET_AT = 56
-_OFFSET = {False: struct.Struct("<i"), True: struct.Struct("<q")}
+# A launch's buffer: cuLaunchKernel's `extra` list (the parameter buffer's key and
+# address, its size's key and address, the end), the size, then the parameters; `bind`
+# copies the template's once and writes the addresses in two packs.
+HEADER = 48
+_EXTRA_AND_IO = struct.Struct("<10Q")
+_POSITIONS_AND_OFFSET = {False: struct.Struct("<Qi"), True: struct.Struct("<Qq")}
+_BUFFER = {wide: ctypes.c_char * (HEADER + PARAMS[wide].size) for wide in (False, True)}
 
 
 class Launch(NamedTuple):
     """One kernel launch, bound to the memory of one call (a named tuple: made for every
     call, cheaply).
 
-    ``params`` is the kernel's parameter buffer (:data:`PARAMS`), the bytes the driver
-    copies at the launch.
+    ``buffer`` is what cuLaunchKernel reads at ``ctypes.addressof(buffer)`` as its
+    ``extra`` list, with the kernel's parameter buffer (:data:`PARAMS`) from
+    :data:`HEADER` on; the driver copies it at the launch.
     """
 
     width: int
@@ -70,13 +74,18 @@ class Launch(NamedTuple):
     wide_index: bool
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
-    params: bytes
+    buffer: ctypes.Array[ctypes.c_char]
+
+    @property
+    def params(self) -> bytes:
+        """The kernel's parameter buffer."""
+        return bytes(self.buffer)[HEADER:]
 
     @property
     def args(self) -> tuple[int, ...]:
         """The arguments as Python integers, in ``ANYROPE_PARAMS`` order (the host
         harness takes them so)."""
-        return PARAMS[self.wide_index].unpack(self.params)
+        return PARAMS[self.wide_index].unpack_from(self.buffer, HEADER)
 
 
 @dataclass(frozen=True)
@@ -88,8 +97,9 @@ class LaunchTemplate:
     templates, so they are planned once and :meth:`bind` fills in what changes between
     calls: the addresses of q and k, of their outputs and of the positions (each plus a
     fixed byte shift, for the launches of non-collapsible batch axes) and the table
-    offset. ``params`` holds the rest of the parameter buffer already: the cos and sin
-    pointers, the table rows and the geometry.
+    offset. ``params`` holds the rest of a launch's buffer already: the cos and sin
+    pointers, the table rows and the geometry, after :data:`HEADER` bytes that ``bind``
+    fills.
     """
 
     width: int
@@ -103,17 +113,16 @@ class LaunchTemplate:
     def bind(self, io: Sequence[int], positions: int, offset: int) -> Launch:
         """The launch for q_in, q_out, k_in and k_out at ``io`` (0 for an absent k), the
         positions at ``positions`` (0 for none) and the table ``offset``."""
-        q_in, q_out, k_in, k_out = io
         s0, s1, s2, s3, s4 = self.shifts
-        params = bytearray(self.params)
-        _IO.pack_into(
-            params, 0, q_in + s0, q_out + s1, k_in + s2 if k_in else 0, k_out + s3 if k_out else 0
-        )
-        _IO_POSITIONS.pack_into(params, _POSITIONS_AT, positions + s4 if positions else 0)
-        _OFFSET[self.wide_index].pack_into(params, _OFFSET_AT, offset)
-        return Launch(
-            self.width, self.interleaved, self.wide_index, self.grid, self.block, bytes(params)
-        )
+        buffer = _BUFFER[self.wide_index].from_buffer_copy(self.params)
+        at = ctypes.addressof(buffer)
+        q_in, q_out, k_in, k_out = io
+        io = (q_in + s0, q_out + s1, k_in + s2 if k_in else 0, k_out + s3 if k_out else 0)
+        # CU_LAUNCH_PARAM_BUFFER_POINTER (1), BUFFER_SIZE (2) and END (0); the size at 40.
+        _EXTRA_AND_IO.pack_into(buffer, 0, 1, at + HEADER, 2, at + 40, 0, len(buffer) - HEADER, *io)
+        positions = positions + s4 if positions else 0
+        _POSITIONS_AND_OFFSET[self.wide_index].pack_into(buffer, HEADER + 48, positions, offset)
+        return Launch(self.width, self.interleaved, self.wide_index, self.grid, self.block, buffer)
 
 
 def _axes(layout: str, ndim: int) -> tuple[list[int], int, int]:
@@ -250,7 +259,7 @@ def launch_templates(
         ]
         shifts += [0] * (4 - len(operands)) + [shift[-1] * pos_itemsize]
         # The addresses of the call and the table offset are written by `bind`.
-        params = PARAMS[wide].pack(
+        params = bytes(HEADER) + PARAMS[wide].pack(
             *(0, 0, 0, 0, cos_ptr, sin_ptr, 0, 0),
             table_rows if bound is None else bound,
             *strides,
