@@ -2,21 +2,25 @@
 
     python benchmarks/bench_before_after.py --before ../old/src [--after src] \
         [--rounds 15] [--cases decode-1:numpy,prefill-1x1024:torch,...] \
-        [--clock wall|cpu] [--cpu N] [--json PATH]
+        [--clock wall|cpu] [--processes 3] [--cpu N] [--json PATH]
 
-One worker process per tree (each imports its own ``anyrope``, by ``PYTHONPATH``), both
-alive for the whole run and both on one CPU (``--cpu``, by default the last one this
-process may use): they never run at once, and a worker left alone on a busier core would
-be measured slower for it. Each round asks both workers for one sample of every case, in
-turn, the first of the pair alternating from round to round, so that both trees see the
-same load on a shared machine. A sample is ``n`` back-to-back calls, ``n`` fixed per case
-for both trees (about 20 ms of work). The table gives, in microseconds per call, the best
-sample of each tree (noise on a shared machine only adds time) and the median one, and
-the ratios after / before of the best samples and the median of the per-round ratios
-(below 1.00: the after tree is faster). Only the public API is called, the same code on
-both sides. ``--clock cpu`` times the CPU time of the workers' threads instead of the
-wall clock: on a machine shared with other work, the time they wait for the CPU is left
-out.
+Worker processes for each tree (each imports its own ``anyrope``, by ``PYTHONPATH``), all
+alive for the whole run and all on one CPU (``--cpu``, by default the last one this process
+may use): they never run at once, and a worker left alone on a busier core would be measured
+slower for it. Each round asks one worker of each tree for one sample of every case, in
+turn, each pair's first worker alternating from one of its rounds to the next, so that both
+trees see the same load on a shared machine. The same code runs a few percent faster or
+slower in one process than in another (where its arrays land in memory, it seems): one
+worker per tree, the same tree against itself gave ratios from 0.95 to 1.08 on the large
+cases. So each tree has ``--processes`` workers, round ``r`` asks the pair ``r mod
+processes``, and a ratio is not the luck of one process. A sample is ``n`` back-to-back
+calls, ``n`` fixed per case for both trees (about 20 ms of work). The table gives, in
+microseconds per call, the best sample of each tree (noise on a shared machine only adds
+time) and the median one, and the ratios after / before of the best samples and the median
+of the per-round ratios (below 1.00: the after tree is faster). Only the public API is
+called, the same code on both sides. ``--clock cpu`` times the CPU time of the workers'
+threads instead of the wall clock: on a machine shared with other work, the time they wait
+for the CPU is left out.
 
 Cases, float32 with ``RoPE(128)``; q (B, S, 32, 128), k (B, S, 8, 128), layout bshd:
 
@@ -115,7 +119,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--cases", default=",".join(c.replace(" ", ":") for c in CASES))
     parser.add_argument("--json", type=Path, help="where to write the samples")
-    parser.add_argument("--cpu", type=int, help="the CPU both workers run on")
+    parser.add_argument("--cpu", type=int, help="the CPU all workers run on")
+    parser.add_argument("--processes", type=int, default=3, help="workers per tree")
     parser.add_argument(
         "--clock",
         choices=("wall", "cpu"),
@@ -128,22 +133,24 @@ def main() -> None:
         os.sched_setaffinity(0, {max(os.sched_getaffinity(0)) if args.cpu is None else args.cpu})
     cases = [c.replace(":", " ") for c in args.cases.split(",")]
     workers = {
-        side: _start(src, args.clock)
+        side: [_start(src, args.clock) for _ in range(args.processes)]
         for side, src in (("before", args.before), ("after", args.after))
     }
-    # Warm both, and fix n per case from the before tree: about 20 ms a sample.
+    # Warm all, and fix n per case from the before tree: about 20 ms a sample.
     counts = {}
     for case in cases:
-        for worker in workers.values():
+        for worker in (*workers["before"], *workers["after"]):
             _sample(worker, case, 3)
-        counts[case] = max(1, int(20_000 / _sample(workers["before"], case, 5)))
+        counts[case] = max(1, int(20_000 / _sample(workers["before"][0], case, 5)))
     samples: dict[str, dict[str, list[float]]] = {c: {"before": [], "after": []} for c in cases}
     for r in range(args.rounds):
-        order = ("before", "after") if r % 2 == 0 else ("after", "before")
+        # Each pair goes first in every other of its rounds, whatever the count of pairs.
+        order = ("before", "after") if r // args.processes % 2 == 0 else ("after", "before")
         for case in cases:
             for side in order:
-                samples[case][side].append(_sample(workers[side], case, counts[case]))
-    for worker in workers.values():
+                worker = workers[side][r % args.processes]
+                samples[case][side].append(_sample(worker, case, counts[case]))
+    for worker in (*workers["before"], *workers["after"]):
         assert worker.stdin is not None
         worker.stdin.close()
         worker.wait()

@@ -650,21 +650,23 @@ class RoPE:
             )
         device = device_of(positions) if device is None else device
         check_dtype(xp, dtype)
+        # Rounded once on the host, where NumPy has the dtype: no float64 tables to convert.
+        rounded = np.dtype(np.float32 if dtype == xp.float32 else np.float64)
         host = host_positions(positions)
         cache = self._source.for_length(int(host.max()) + 1 if host.size else 0)
         if sections is None:
-            cos, sin = cache.build(host, xp, device, np.dtype(np.float64))
+            cos, sin = cache.build(host, xp, device, rounded)
         else:
             cos, sin = _mrope.join_sections(
                 [
-                    cache.build(stream, xp, device, np.dtype(np.float64))
+                    cache.build(stream, xp, device, rounded)
                     for stream in _mrope.split_host_streams(host, sections, axial=self.axial)
                 ],
                 sections,
                 xp,
                 interleaved=self.scaling.mrope_interleaved,
             )
-        return xp.astype(cos, dtype), xp.astype(sin, dtype)
+        return xp.astype(cos, dtype, copy=False), xp.astype(sin, dtype, copy=False)
 
 
 #: The sides (queries, keys) of the arrays of ``rope(q, k)``, of ``rotate`` and of keys.

@@ -83,16 +83,15 @@ def host_tables(
     instead of multiplying (the tables that undo a rotation).
     """
     flat = positions.reshape(-1).astype(np.float64)
-    cos = np.empty((flat.size, inv_freq.size), dtype=dtype)
-    sin = np.empty_like(cos)
+    cos, sin = np.empty((2, flat.size, inv_freq.size), dtype=dtype)
     rows = max(1, BLOCK_ENTRIES // max(inv_freq.size, 1))
-    for start in range(0, flat.size, rows):
-        block = slice(start, start + rows)
-        pair = sincos(flat[block, None] * inv_freq)
-        # Far from the center an xPos amplitude leaves the float range (inf or 0, as in
-        # the peers' tables); cached rows beyond a call's positions may hold such values.
-        scale = None if amplitude is None else amplitude(flat[block])
-        with np.errstate(over="ignore", invalid="ignore"):
+    # Far from the center an xPos amplitude leaves the float range (inf or 0, as in the
+    # peers' tables); cached rows beyond a call's positions may hold such values.
+    with np.errstate(over="ignore", invalid="ignore"):
+        for start in range(0, flat.size, rows):
+            block = slice(start, start + rows)
+            pair = sincos(flat[block, None] * inv_freq)
+            scale = None if amplitude is None else amplitude(flat[block])
             for t, out in zip(pair, (sin, cos), strict=True):
                 if attention_factor != 1.0:
                     # The tables of inverse=True: cos/a and sin/a, one float64 division.
