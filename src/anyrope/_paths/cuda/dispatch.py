@@ -268,7 +268,7 @@ def launch_on_device(
                 len(launch.params),
             )
             # The driver copies the parameters before it returns.
-            launch_kernel(function, *launch.grid, *launch.block, 0, stream_ptr, 0, at)
+            launch_kernel(function, *launch.grid, *launch.block, launch.shared, stream_ptr, 0, at)
     if torch_stream is not None:
         # torch's caching allocator keeps a block until the streams it was recorded on
         # have passed this point (under graph capture too).

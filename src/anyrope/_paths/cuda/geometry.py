@@ -62,7 +62,7 @@ class Launch(NamedTuple):
     call, cheaply).
 
     ``params`` is the kernel's parameter buffer (:data:`PARAMS`), the bytes the driver
-    copies at the launch.
+    copies at the launch; ``shared`` its bytes of dynamic shared memory per block.
     """
 
     width: int
@@ -71,6 +71,7 @@ class Launch(NamedTuple):
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     params: bytes
+    shared: int
 
     @property
     def args(self) -> tuple[int, ...]:
@@ -99,6 +100,7 @@ class LaunchTemplate:
     block: tuple[int, int, int]
     shifts: tuple[int, ...]
     params: bytes
+    shared: int
 
     def bind(self, io: Sequence[int], positions: int, offset: int) -> Launch:
         """The launch for q_in, q_out, k_in and k_out at ``io`` (0 for an absent k), the
@@ -112,7 +114,13 @@ class LaunchTemplate:
         _IO_POSITIONS.pack_into(params, _POSITIONS_AT, positions + s4 if positions else 0)
         _OFFSET[self.wide_index].pack_into(params, _OFFSET_AT, offset)
         return Launch(
-            self.width, self.interleaved, self.wide_index, self.grid, self.block, bytes(params)
+            self.width,
+            self.interleaved,
+            self.wide_index,
+            self.grid,
+            self.block,
+            bytes(params),
+            self.shared,
         )
 
 
@@ -264,8 +272,11 @@ def launch_templates(
             min(inner_size, _MAX_GRID[1]),
             min(math.ceil(heads / (block[1] * per_thread)), _MAX_GRID[2]),
         )
+        # A rotation stages V cos and V sin entries per unit and token (rope_unit): 64
+        # bytes a thread at most, under the 48 KiB a launch may take without opting in.
+        shared = block[0] * block[2] * 2 * width * (8 if itemsize == 8 else 4) if pairs else 0
         templates.append(
-            LaunchTemplate(width, interleaved, wide, grid, block, tuple(shifts), params)
+            LaunchTemplate(width, interleaved, wide, grid, block, tuple(shifts), params, shared)
         )
     return templates
 
