@@ -207,20 +207,22 @@ def stored_as_is(program: list[Instruction], at: int) -> bool:
     return False
 
 
-def feeds_an_address(program: list[Instruction], at: int) -> bool:
-    """Whether what ``at`` loads goes, through arithmetic, into the address of another
-    load (the position does: it selects the table rows)."""
-    taint = set(program[at].writes)
-    for instruction in program[at + 1 :]:
+def addressed_loads(program: list[Instruction], at: int) -> list[int]:
+    """The loads whose address what ``at`` loads goes into, through arithmetic, along the
+    straight-line code that follows (the position's: the table rows it selects)."""
+    taint, found = set(program[at].writes), []
+    for i in range(at + 1, len(program)):
+        instruction = program[i]
         if instruction.ends_block:
-            return False
+            break
         if instruction.reads & taint:
             if instruction.load:
-                return True
-            taint |= instruction.writes
+                found.append(i)
+            else:
+                taint |= instruction.writes
         else:
             taint -= instruction.writes
-    return False
+    return found
 
 
 @dataclass(frozen=True)
@@ -248,19 +250,19 @@ def _same_address(program: list[Instruction], i: int, j: int) -> bool:
 
 def unit_loads(program: list[Instruction]) -> Loads:
     """Position loads: those whose value makes an address, and their alternatives at the
-    same address (32- or 64-bit, predicated). Table loads are read-only (``.CONSTANT``;
-    they feed the stores to shared memory). x loads: the others but the copies past the
-    rotated width (a load stored as is)."""
+    same address (32- or 64-bit, predicated). Table loads: those at the addresses the
+    position makes (they feed the stores to shared memory). x loads: the others but the
+    copies past the rotated width (a load stored as is)."""
     loads = [i for i, instruction in enumerate(program) if instruction.load]
     uses = {i: first_use(program, i) for i in loads}
-    feeding = [i for i in loads if feeds_an_address(program, i)]
+    addressed = {i: addressed_loads(program, i) for i in loads}
+    feeding = [i for i in loads if addressed[i]]
     position = [i for i in loads if any(_same_address(program, i, j) for j in feeding)]
+    tables = {t for i in position for t in addressed[i]}
     x = [
         i
         for i in loads
-        if i not in position
-        and ".CONSTANT" not in program[i].opcode
-        and not stored_as_is(program, i)
+        if i not in position and i not in tables and not stored_as_is(program, i)
     ]
     # ptxas may emit the unit's code more than once (the first pass of the stride loops
     # apart from the later ones, which wait for the rows to be read before restaging
@@ -284,6 +286,10 @@ def unit_loads(program: list[Instruction]) -> Loads:
         issued = [*unit, p]
         first = min((u for u in (uses[i] for i in issued) if u is not None), default=None)
         late += [program[i].address for i in issued if first is not None and i > first]
+        # The table rows in one round too: every table load before any use of one.
+        rows = addressed[p]
+        first = min((u for u in (uses[i] for i in rows) if u is not None), default=None)
+        late += [program[i].address for i in rows if first is not None and i > first]
         after += [program[i].address for i in unit if i > staged]
     late += [program[i].address for i in x if i not in placed]
     return Loads(

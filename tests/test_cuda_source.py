@@ -125,10 +125,15 @@ def test_kernel_compiles(arch: str, instantiations: Path, tmp_path: Path) -> Non
                 assert x_load in entry
                 assert f"st.global.{kind}" in entry
                 # x is read before the position, and the position before the table rows
-                # it selects (ld.global.nc); x and the position are strong (relaxed)
-                # loads, which ptxas keeps in this order (tests/test_cuda_sass.py).
+                # it selects, which go to shared memory; all are strong (relaxed) loads,
+                # which ptxas keeps in this order (tests/test_cuda_sass.py).
                 position = entry.index("ld.relaxed.gpu.global.s32")
-                assert entry.index(x_load) < position < entry.index("ld.global.nc")
+                table = re.compile(r"ld\.relaxed\.gpu\.global\.(v[24]\.)?u32")
+                assert entry.index(x_load) < position
+                staged = table.search(entry, position)
+                assert staged is not None
+                stored = entry.index("st.shared")
+                assert staged.start() < stored < entry.index("bar.sync", stored)
     assert seen == 4 * (3 + 3 + 2 + 1)
     # The grid walks (token, head, unit) without dividing: no integer division or
     # remainder anywhere (the old flat grid had three 64-bit divisions per unit).

@@ -164,17 +164,6 @@ ANYROPE_HD typename chunk_of<B>::type load_chunk(const void* p, bool live = true
   return r;
 }
 
-// Tables are read-only for the whole launch: the non-coherent (read-only) cache path.
-template <int B> ANYROPE_HD typename chunk_of<B>::type load_chunk_ro(const void* p) {
-#if defined(__CUDA_ARCH__)
-  return __ldg(static_cast<const typename chunk_of<B>::type*>(p));
-#else
-  typename chunk_of<B>::type r;
-  __builtin_memcpy(&r, p, B);
-  return r;
-#endif
-}
-
 // A store that is not `live` writes nothing; a predicate on the instruction, not a branch,
 // so that the code of a unit stays one straight line.
 template <int B>
@@ -232,8 +221,9 @@ template <int B> ANYROPE_HD void store_shared(void* p, typename chunk_of<B>::typ
 #endif
 }
 
-// Where load_vec reads: x (strong, predicated), the tables (read-only), shared memory.
-enum class From { x, table, shared };
+// Where load_vec reads: global memory (strong, predicated: x and the table rows) or shared
+// memory.
+enum class From { global, shared };
 
 // The barrier of a block's threads.  The host harness (tests/cuda_harness) runs the threads
 // of a block as fibers and defines host_barrier: it switches to the next fiber and checks
@@ -260,9 +250,7 @@ ANYROPE_HD void load_vec(const E* p, E (&dst)[N], bool live = true) {
 #pragma unroll
   for (int k = 0; k < N / per; ++k) {
     pack<E, B> chunk;
-    chunk.u = FROM == From::table    ? load_chunk_ro<B>(p + k * per)
-              : FROM == From::shared ? load_shared<B>(p + k * per)
-                                     : load_chunk<B>(p + k * per, live);
+    chunk.u = FROM == From::shared ? load_shared<B>(p + k * per) : load_chunk<B>(p + k * per, live);
 #pragma unroll
     for (int j = 0; j < per; ++j) dst[k * per + j] = chunk.e[j];
   }
@@ -465,7 +453,7 @@ ANYROPE_HD void rope_unit(const tensor_view<T, I>& q, const tensor_view<T, I>& k
         x0[r][0] = live[r] ? src[r][(2 * i0) * in_d[r]] : T{};
         x0[r][1] = live[r] ? src[r][(2 * i0 + 1) * in_d[r]] : T{};
       } else {
-        load_vec<From::x, XB>(src[r] + 2 * i0, x0[r], live[r]);
+        load_vec<From::global, XB>(src[r] + 2 * i0, x0[r], live[r]);
       }
     } else {
       // Half-split pairs (x[i], x[i + half]): one vector from each half.
@@ -473,8 +461,8 @@ ANYROPE_HD void rope_unit(const tensor_view<T, I>& q, const tensor_view<T, I>& k
         x0[r][0] = live[r] ? src[r][i0 * in_d[r]] : T{};
         x1[r][0] = live[r] ? src[r][(i0 + a.half) * in_d[r]] : T{};
       } else {
-        load_vec<From::x, XB>(src[r] + i0, x0[r], live[r]);
-        load_vec<From::x, XB>(src[r] + i0 + a.half, x1[r], live[r]);
+        load_vec<From::global, XB>(src[r] + i0, x0[r], live[r]);
+        load_vec<From::global, XB>(src[r] + i0 + a.half, x1[r], live[r]);
       }
     }
   }
@@ -486,8 +474,12 @@ ANYROPE_HD void rope_unit(const tensor_view<T, I>& q, const tensor_view<T, I>& k
   if (stager & unit_live) {
     I row;
     const bool held = table_row(a, b, s, row);
-    load_vec<From::table, CB>(a.cos_t + (row * a.half + i0), c);
-    load_vec<From::table, CB>(a.sin_t + (row * a.half + i0), sn);
+    // Strong loads, as x: ptxas keeps them in program order, so that the sin row is not
+    // fetched only after the cos row has been stored (seen in the interleaved variants
+    // with read-only loads: two trips to memory before the barrier).  Each block reads a
+    // row once, so the L1 they skip has nothing to give.
+    load_vec<From::global, CB>(a.cos_t + (row * a.half + i0), c);
+    load_vec<From::global, CB>(a.sin_t + (row * a.half + i0), sn);
     if (!held) {
       // Row 0 was read instead; NaN tables make every rotated feature of the token NaN.
 #pragma unroll
