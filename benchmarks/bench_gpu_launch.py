@@ -118,7 +118,9 @@ def _measure(torch: Any, timer: Any, dtype_key: str, case: bench_gpu.Case) -> di
     block = geometry._block(case.rotary_dim // 2 // width, heads, case.seq, per_thread)
     threads = block[0] * block[1] * block[2]
     # The table rows the block stages in shared memory (geometry.launch_templates).
-    shared = block[0] * block[2] * 2 * width * (8 if itemsize == 8 else 4)
+    shared = (
+        0 if case.interleaved else block[0] * block[2] * 2 * width * (8 if itemsize == 8 else 4)
+    )
     try:
         blocks_per_sm: int | str = int(
             cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(

@@ -251,19 +251,16 @@ def _same_address(program: list[Instruction], i: int, j: int) -> bool:
 def unit_loads(program: list[Instruction]) -> Loads:
     """Position loads: those whose value makes an address, and their alternatives at the
     same address (32- or 64-bit, predicated). Table loads: those at the addresses the
-    position makes (they feed the stores to shared memory). x loads: the others but the
-    copies past the rotated width (a load stored as is)."""
+    position makes (strong loads that feed the stores to shared memory, or read-only
+    ``.CONSTANT`` loads in the interleaved variants, which stage nothing). x loads: the
+    others but the copies past the rotated width (a load stored as is)."""
     loads = [i for i, instruction in enumerate(program) if instruction.load]
     uses = {i: first_use(program, i) for i in loads}
     addressed = {i: addressed_loads(program, i) for i in loads}
     feeding = [i for i in loads if addressed[i]]
     position = [i for i in loads if any(_same_address(program, i, j) for j in feeding)]
     tables = {t for i in position for t in addressed[i]}
-    x = [
-        i
-        for i in loads
-        if i not in position and i not in tables and not stored_as_is(program, i)
-    ]
+    x = [i for i in loads if i not in position and i not in tables and not stored_as_is(program, i)]
     # ptxas may emit the unit's code more than once (the first pass of the stride loops
     # apart from the later ones, which wait for the rows to be read before restaging
     # them): each copy is a unit of its own, its position load followed by the barrier
@@ -281,13 +278,16 @@ def unit_loads(program: list[Instruction]) -> Loads:
             len(program),
         )
         following = next((n for n in position if n > staged), len(program))
-        unit = [i for i in x if (uses[i] or -1) > staged and (uses[i] or -1) < following]
+        # Interleaved pairs stage nothing: their x is first used after the position.
+        start = staged if staged < len(program) else p
+        unit = [i for i in x if (uses[i] or -1) > start and (uses[i] or -1) < following]
         placed.update(unit)
         issued = [*unit, p]
         first = min((u for u in (uses[i] for i in issued) if u is not None), default=None)
         late += [program[i].address for i in issued if first is not None and i > first]
-        # The table rows in one round too: every table load before any use of one.
-        rows = addressed[p]
+        # Staged, the table rows in one round too: every table load before any use of one
+        # (unstaged, NVRTC splits the 16-bit V8 interleaved variants' in two).
+        rows = addressed[p] if staged < len(program) else []
         first = min((u for u in (uses[i] for i in rows) if u is not None), default=None)
         late += [program[i].address for i in rows if first is not None and i > first]
         after += [program[i].address for i in unit if i > staged]

@@ -113,15 +113,8 @@ class LaunchTemplate:
         )
         _IO_POSITIONS.pack_into(params, _POSITIONS_AT, positions + s4 if positions else 0)
         _OFFSET[self.wide_index].pack_into(params, _OFFSET_AT, offset)
-        return Launch(
-            self.width,
-            self.interleaved,
-            self.wide_index,
-            self.grid,
-            self.block,
-            bytes(params),
-            self.shared,
-        )
+        head = (self.width, self.interleaved, self.wide_index, self.grid, self.block)
+        return Launch(*head, bytes(params), self.shared)
 
 
 def _axes(layout: str, ndim: int) -> tuple[list[int], int, int]:
@@ -158,12 +151,10 @@ def _collapse(
     dims = [(size, [s[i] for s in strides]) for i, size in enumerate(shape) if size != 1]
     merged: list[tuple[int, list[int]]] = []
     for size, st in dims:
-        if merged:
-            prev_size, prev_st = merged[-1]
-            if all(p == s * size for p, s in zip(prev_st, st, strict=True)):
-                merged[-1] = (prev_size * size, st)
-                continue
-        merged.append((size, st))
+        if merged and all(p == s * size for p, s in zip(merged[-1][1], st, strict=True)):
+            merged[-1] = (merged[-1][0] * size, st)
+        else:
+            merged.append((size, st))
     return merged
 
 
@@ -205,11 +196,9 @@ def launch_templates(
     half = rotary_dim // 2
     tail = 0 if inplace else head_dim - rotary_dim
     heads = sum(op.shape[h_axis] for op in operands[::2])
+    shared_axes = (*batch_shape, seq, head_dim)
     for k in operands[2::2]:
-        if k.shape[-1] != head_dim or (*(k.shape[a] for a in batch_axes), k.shape[s_axis]) != (
-            *batch_shape,
-            seq,
-        ):
+        if (*(k.shape[a] for a in batch_axes), k.shape[s_axis], k.shape[-1]) != shared_axes:
             raise ValueError(
                 f"`k` must share batch, seq and head_dim with `q` ({layout}); got q "
                 f"{q_in.shape}, k {k.shape}"
@@ -229,11 +218,8 @@ def launch_templates(
     # pair to rotate. In one launch, a warp would hold threads of both kinds and run the
     # two branches one after the other, each with its own trip to memory.
     parts = [(half, half // width, 0)] + ([(0, tail // tail_elems, 2 * half)] if tail else [])
-    wide = not (
-        table_rows * half < _INT32_LIMIT
-        and all(_extent(op) < _INT32_LIMIT for op in strided)
-        and all(size < _INT32_LIMIT for size in (*q_in.shape, heads, half + tail))
-    )
+    sizes = (table_rows * half, *map(_extent, strided), *q_in.shape, heads, half + tail)
+    wide = max(sizes) >= _INT32_LIMIT
 
     outer = batch[:-1]
     inner_size, inner = batch[-1] if batch else (1, [0] * len(strided))
@@ -272,9 +258,11 @@ def launch_templates(
             min(inner_size, _MAX_GRID[1]),
             min(math.ceil(heads / (block[1] * per_thread)), _MAX_GRID[2]),
         )
-        # A rotation stages V cos and V sin entries per unit and token (rope_unit): 64
-        # bytes a thread at most, under the 48 KiB a launch may take without opting in.
-        shared = block[0] * block[2] * 2 * width * (8 if itemsize == 8 else 4) if pairs else 0
+        # A rotation of half-split pairs stages V cos and V sin entries per unit and token
+        # (rope_unit): 64 bytes a thread at most, under the 48 KiB of a launch that does
+        # not opt in.
+        staged = 2 * width * (8 if itemsize == 8 else 4) if pairs and not interleaved else 0
+        shared = block[0] * block[2] * staged
         templates.append(
             LaunchTemplate(width, interleaved, wide, grid, block, tuple(shifts), params, shared)
         )
@@ -323,9 +311,7 @@ def _block(units: int, heads: int, seq: int, per_thread: int) -> tuple[int, int,
     fit in BLOCK threads, each thread taking ``per_thread`` heads, the heads spread evenly
     over the fewest groups."""
     x = max(1, min(units, BLOCK))
-    fit = max(1, BLOCK // x)
     slots = math.ceil(heads / per_thread)
-    groups = math.ceil(slots / fit)
+    groups = math.ceil(slots / max(1, BLOCK // x))
     y = max(1, math.ceil(slots / groups))
-    z = max(1, min(seq, BLOCK // (x * y), _MAX_TOKENS_PER_BLOCK))
-    return x, y, z
+    return x, y, max(1, min(seq, BLOCK // (x * y), _MAX_TOKENS_PER_BLOCK))
