@@ -117,10 +117,14 @@ def _measure(torch: Any, timer: Any, dtype_key: str, case: bench_gpu.Case) -> di
     heads = case.q_heads + case.k_heads
     block = geometry._block(case.rotary_dim // 2 // width, heads, case.seq, per_thread)
     threads = block[0] * block[1] * block[2]
+    # The table rows the block stages in shared memory (geometry.launch_templates).
+    shared = (
+        0 if case.interleaved else block[0] * block[2] * 2 * width * (8 if itemsize == 8 else 4)
+    )
     try:
         blocks_per_sm: int | str = int(
             cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
-                kernel.kernel.ptr, threads, 0
+                kernel.kernel.ptr, threads, shared
             )
         )
     except Exception as error:  # a figure missing, never the run
@@ -131,6 +135,7 @@ def _measure(torch: Any, timer: Any, dtype_key: str, case: bench_gpu.Case) -> di
         "heads per thread": per_thread,
         "registers": int(kernel.num_regs),
         "block": block,
+        "shared bytes": shared,
         "blocks per SM": blocks_per_sm,
         "copy us": copy_us,
         "kernel us": kernel_us,

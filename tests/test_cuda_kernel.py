@@ -480,12 +480,12 @@ def test_torch_tables_are_recorded_on_the_launch_stream(monkeypatch: pytest.Monk
     x = torch.zeros(4).as_subclass(DeviceTensor)
     tables = (torch.zeros(2).as_subclass(DeviceTensor), torch.zeros(2).as_subclass(DeviceTensor))
     template = LaunchTemplate(
-        1, False, False, (5, 6, 7), (8, 9, 10), (0,) * 5, bytes(48) + bytes(range(172))
+        1, False, False, (5, 6, 7), (8, 9, 10), (0,) * 5, bytes(48) + bytes(range(172)), 96
     )
     launch = template.bind((16, 32, 0, 0), 0, 3)
     cuda_dispatch.launch_on_device(x, "float32", [launch, launch], tables)
     assert looked_up == [0]
-    assert ran == [(1234, (5, 6, 7, 8, 9, 10), 0, 99, 0, launch.params)] * 2
+    assert ran == [(1234, (5, 6, 7, 8, 9, 10), 96, 99, 0, launch.params)] * 2
     assert launch.args[:4] == (16, 32, 0, 0)
     assert recorded == [stream, stream]
 

@@ -122,6 +122,7 @@ class Instruction:
     operands: tuple[str, ...]
     reads: frozenset[int]
     writes: frozenset[int]
+    predicated: bool
 
     @property
     def load(self) -> bool:
@@ -129,8 +130,15 @@ class Instruction:
 
     @property
     def ends_block(self) -> bool:
-        """An unconditional branch or exit: what follows is reached another way."""
-        return self.opcode in {"BRA", "EXIT"}
+        """An unconditional branch or exit: what follows is reached another way (a
+        predicated branch may fall through)."""
+        return self.opcode in {"BRA", "EXIT"} and not self.predicated
+
+    @property
+    def barrier(self) -> bool:
+        """A barrier every thread of the block waits at (not the conditional one, which
+        guards the reuse of the shared rows in a block's later iterations)."""
+        return self.opcode.startswith("BAR.SYNC") and not self.predicated
 
 
 def _registers(operand: str, count: int) -> set[int]:
@@ -157,7 +165,12 @@ def parse(sass: str) -> list[Instruction]:
         reads = {r for o in sources for r in _registers(o, 2 if ".64" in o else 1)}
         program.append(
             Instruction(
-                int(match.group(1), 16), opcode, operands, frozenset(reads), frozenset(writes)
+                int(match.group(1), 16),
+                opcode,
+                operands,
+                frozenset(reads),
+                frozenset(writes),
+                match.group(2) is not None,
             )
         )
     return program
@@ -176,54 +189,114 @@ def first_use(program: list[Instruction], at: int) -> int | None:
     return None
 
 
-def feeds_an_address(program: list[Instruction], at: int) -> bool:
-    """Whether what ``at`` loads goes, through arithmetic, into the address of another
-    load (the position does: it selects the table rows)."""
+def stored_as_is(program: list[Instruction], at: int) -> bool:
+    """Whether what ``at`` loads goes, through moves only, into a store (a copy of the
+    features past the rotated width)."""
     taint = set(program[at].writes)
     for instruction in program[at + 1 :]:
         if instruction.ends_block:
             return False
         if instruction.reads & taint:
-            if instruction.load:
+            if instruction.opcode.startswith("ST"):
                 return True
+            if not instruction.opcode.startswith(("MOV", "IMAD.MOV")):
+                return False
             taint |= instruction.writes
         else:
             taint -= instruction.writes
     return False
 
 
+def addressed_loads(program: list[Instruction], at: int) -> list[int]:
+    """The loads whose address what ``at`` loads goes into, through arithmetic, along the
+    straight-line code that follows (the position's: the table rows it selects)."""
+    taint, found = set(program[at].writes), []
+    for i in range(at + 1, len(program)):
+        instruction = program[i]
+        if instruction.ends_block:
+            break
+        if instruction.reads & taint:
+            if instruction.load:
+                found.append(i)
+            else:
+                taint |= instruction.writes
+        else:
+            taint -= instruction.writes
+    return found
+
+
 @dataclass(frozen=True)
 class Loads:
-    """The loads of a rotated unit in one kernel, by what they load, and the loads that
-    some instruction that depends on them precedes (empty when the order is right)."""
+    """The loads of a rotated unit in one kernel, by what they load, the loads that
+    some instruction that depends on them precedes (empty when the order is right) and
+    the loads of x issued after the barrier at which the block's table rows are staged
+    in shared memory (empty when the order is right)."""
 
     position: list[int]
     x: list[int]
     late: list[int]
+    after_barrier: list[int]
+
+
+def _same_address(program: list[Instruction], i: int, j: int) -> bool:
+    """Whether loads ``i`` and ``j`` read the same address: the same operand, its
+    registers not written in between."""
+    operand = program[i].operands[-1]
+    if program[j].operands[-1] != operand:
+        return False
+    registers = _registers(operand, 2 if ".64" in operand else 1)
+    return not any(program[n].writes & registers for n in range(min(i, j), max(i, j)))
 
 
 def unit_loads(program: list[Instruction]) -> Loads:
     """Position loads: those whose value makes an address, and their alternatives at the
-    same address (32- or 64-bit, predicated). Table loads are read-only (``.CONSTANT``).
-    x loads: the others but the copies past the rotated width (a load stored as is)."""
+    same address (32- or 64-bit, predicated). Table loads: those at the addresses the
+    position makes (strong loads that feed the stores to shared memory, or read-only
+    ``.CONSTANT`` loads in the interleaved variants, which stage nothing). x loads: the
+    others but the copies past the rotated width (a load stored as is)."""
     loads = [i for i, instruction in enumerate(program) if instruction.load]
     uses = {i: first_use(program, i) for i in loads}
-    addresses = {program[i].operands[-1] for i in loads if feeds_an_address(program, i)}
-    position = [i for i in loads if program[i].operands[-1] in addresses]
-    x = [
-        i
-        for i in loads
-        if i not in position
-        and ".CONSTANT" not in program[i].opcode
-        and (uses[i] is None or not program[uses[i]].opcode.startswith("ST"))
-    ]
-    late = []
+    addressed = {i: addressed_loads(program, i) for i in loads}
+    feeding = [i for i in loads if addressed[i]]
+    position = [i for i in loads if any(_same_address(program, i, j) for j in feeding)]
+    tables = {t for i in position for t in addressed[i]}
+    x = [i for i in loads if i not in position and i not in tables and not stored_as_is(program, i)]
+    # ptxas may emit the unit's code more than once (the first pass of the stride loops
+    # apart from the later ones, which wait for the rows to be read before restaging
+    # them): each copy is a unit of its own, its position load followed by the barrier
+    # at which its table rows are staged (the first after a store to shared memory), and
+    # its x loads those whose first use follows that barrier.
+    late, after, placed = [], [], set()
     for p in position:
-        issued = [*x, p]
+        staged = next(
+            (
+                b
+                for b in range(p + 1, len(program))
+                if program[b].opcode.startswith("BAR.SYNC")
+                and any(program[n].opcode.startswith("STS") for n in range(p, b))
+            ),
+            len(program),
+        )
+        following = next((n for n in position if n > staged), len(program))
+        # Interleaved pairs stage nothing: their x is first used after the position.
+        start = staged if staged < len(program) else p
+        unit = [i for i in x if (uses[i] or -1) > start and (uses[i] or -1) < following]
+        placed.update(unit)
+        issued = [*unit, p]
         first = min((u for u in (uses[i] for i in issued) if u is not None), default=None)
         late += [program[i].address for i in issued if first is not None and i > first]
+        # Staged, the table rows in one round too: every table load before any use of one
+        # (unstaged, NVRTC splits the 16-bit V8 interleaved variants' in two).
+        rows = addressed[p] if staged < len(program) else []
+        first = min((u for u in (uses[i] for i in rows) if u is not None), default=None)
+        late += [program[i].address for i in rows if first is not None and i > first]
+        after += [program[i].address for i in unit if i > staged]
+    late += [program[i].address for i in x if i not in placed]
     return Loads(
-        [program[i].address for i in position], [program[i].address for i in x], sorted(set(late))
+        [program[i].address for i in position],
+        [program[i].address for i in x],
+        sorted(set(late)),
+        sorted(set(after)),
     )
 
 
@@ -268,6 +341,10 @@ def test_x_and_position_loads_are_issued_before_their_first_use(
     loads = unit_loads(parse(_function(sass, lowered[name])))
     assert loads.position, f"no position load found in {name}"
     assert len(loads.x) >= 1, f"no load of x found in {name}"
+    assert loads.after_barrier == [], (
+        f"{name} (NVRTC {_nvrtc_version(nvrtc)}, {ARCH}): the loads of x at "
+        f"{[hex(a) for a in loads.after_barrier]} wait for the table rows to be staged"
+    )
     assert loads.late == [], (
         f"{name} (NVRTC {_nvrtc_version(nvrtc)}, {ARCH}): the loads at "
         f"{[hex(a) for a in loads.late]} come after an instruction that uses a load of x or "

@@ -127,10 +127,21 @@ def test_kernel_compiles(arch: str, instantiations: Path, tmp_path: Path) -> Non
                 assert x_load in entry
                 assert f"st.global.{kind}" in entry
                 # x is read before the position, and the position before the table rows
-                # it selects (ld.global.nc); x and the position are strong (relaxed)
-                # loads, which ptxas keeps in this order (tests/test_cuda_sass.py).
+                # it selects, which half-split pairs stage in shared memory for the block;
+                # all are strong (relaxed) loads, which ptxas keeps in this order
+                # (tests/test_cuda_sass.py).
                 position = entry.index("ld.relaxed.gpu.global.s32")
-                assert entry.index(x_load) < position < entry.index("ld.global.nc")
+                assert entry.index(x_load) < position
+                if entry.startswith(f"{prefix}Lb0E"):
+                    table = re.compile(r"ld\.relaxed\.gpu\.global\.(v[24]\.)?u32")
+                    rows = table.search(entry, position)
+                    assert rows is not None
+                    stored = entry.index("st.shared")
+                    assert rows.start() < stored < entry.index("bar.sync", stored)
+                else:  # interleaved pairs read their rows themselves, read-only
+                    assert position < entry.index("ld.global.nc")
+                    assert "st.shared" not in entry
+                    assert "bar.sync" not in entry
     assert seen == 4 * (3 + 3 + 2 + 1)
     # The grid walks (token, head, unit) without dividing: no integer division or
     # remainder anywhere (the old flat grid had three 64-bit divisions per unit).
@@ -285,7 +296,9 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Any:
         ctypes.c_int,
         ctypes.POINTER(ctypes.c_uint),
         ctypes.POINTER(ctypes.c_uint),
+        ctypes.c_uint,
         ctypes.POINTER(ctypes.c_longlong),
+        ctypes.c_int,
         ctypes.c_int,
     ]
     return lib
@@ -302,27 +315,53 @@ def _data(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype[Any]
     return (rng.standard_normal(shape) * 3).astype(dtype)
 
 
-def _harness_launcher(harness: Any, launches: list[Launch], grid_cap: int | None = None) -> Any:
-    """A launcher for anyrope._paths.cuda.dispatch that runs each launch in the host harness."""
+def _harness_run(harness: Any, name: str, launch: Launch, skip: int = 0) -> int:
+    """Run ``launch`` in the host harness: 0, or the harness's code for what went wrong
+    (5: the threads of a block did not all meet at a barrier)."""
+    args = (ctypes.c_longlong * len(launch.args))(*launch.args)
+    return int(
+        harness.anyrope_harness_run(
+            DTYPE_CODES[name],
+            launch.width,
+            int(launch.interleaved),
+            int(launch.wide_index),
+            (ctypes.c_uint * 3)(*launch.grid),
+            (ctypes.c_uint * 3)(*launch.block),
+            launch.shared,
+            args,
+            len(launch.args),
+            skip,
+        )
+    )
+
+
+def _harness_launcher(
+    harness: Any,
+    launches: list[Launch],
+    grid_cap: int | None = None,
+    block: tuple[int, int, int] | None = None,
+) -> Any:
+    """A launcher for anyrope._paths.cuda.dispatch that runs each launch in the host
+    harness; ``grid_cap`` caps the grid, ``block`` replaces the block shape (any shape
+    covers any geometry: the kernel's stride loops)."""
 
     def launcher(x: Any, name: str, call: Sequence[Launch], tables: tuple[Any, Any]) -> None:
         for launch in call:
             launches.append(launch)
-            grid = launch.grid if grid_cap is None else tuple(min(grid_cap, n) for n in launch.grid)
-            args = (ctypes.c_longlong * len(launch.args))(*launch.args)
-            code = harness.anyrope_harness_run(
-                DTYPE_CODES[name],
-                launch.width,
-                int(launch.interleaved),
-                int(launch.wide_index),
-                (ctypes.c_uint * 3)(*grid),
-                (ctypes.c_uint * 3)(*launch.block),
-                args,
-                len(launch.args),
-            )
-            assert code == 0
+            assert _harness_run(harness, name, _reshaped(launch, grid_cap, block)) == 0
 
     return launcher
+
+
+def _reshaped(launch: Launch, grid_cap: int | None, block: tuple[int, int, int] | None) -> Launch:
+    """``launch`` with its grid capped at ``grid_cap`` and its block shape ``block``, its
+    shared memory sized for that shape (the table rows of a unit and token, each)."""
+    if grid_cap is not None:
+        launch = launch._replace(grid=tuple(min(grid_cap, n) for n in launch.grid))
+    if block is not None:
+        per_unit = launch.shared // (launch.block[0] * launch.block[2])
+        launch = launch._replace(block=block, shared=per_unit * block[0] * block[2])
+    return launch
 
 
 def _run(
@@ -337,6 +376,7 @@ def _run(
     inplace: bool = False,
     grid_cap: int | None = None,
     max_positions: int | None = None,
+    block: tuple[int, int, int] | None = None,
 ) -> tuple[tuple[np.ndarray, ...], list[Launch]]:
     """Rotate NumPy ``arrays`` through launch.py with the harness in place of the GPU."""
     first = arrays[0]
@@ -348,7 +388,7 @@ def _run(
     )
     plan = _plan(rope, arrays, positions, layout=layout, inverse=inverse, inplace=inplace)
     launches: list[Launch] = []
-    launcher = _harness_launcher(harness, launches, grid_cap)
+    launcher = _harness_launcher(harness, launches, grid_cap, block)
     outputs = rotate_raw(plan, plan.arrays, launcher=launcher)
     return outputs, launches
 
@@ -595,6 +635,83 @@ def test_harness_binds_each_call_to_its_own_memory(harness: Any) -> None:
         _assert_bits(y, _expected(x, offset, **common))
         # The rotation, then the copy past rotary_dim (which reads no table).
         assert [launch.args[7] for launch in launches] == [offset, offset]
+
+
+# q with 3 heads and k with 2, bfloat16 (2 heads per thread), 32 rotated pairs in 4 units,
+# run in blocks of 2 units x 2 head rows x 3 tokens, at most 2 blocks per grid dimension:
+# the units loop runs twice, the tokens loop twice (7 tokens in tiles of 3), the second
+# group of heads has a head row with no live head (its first would be head 5) and the
+# last tile two tokens past the sequence.  Every loop turn past the first waits for the
+# shared rows to be read before it restages them.
+_BARRIER_BLOCK = (2, 2, 3)
+
+
+def _barrier_case(harness: Any) -> tuple[list[np.ndarray], list[np.ndarray], list[Launch]]:
+    """(outputs, expected, launches) of the geometry above, through the harness."""
+    rng = np.random.default_rng(27)
+    dtype = _dtype("bfloat16")
+    q = _data(rng, (2, 7, 3, 64), dtype)
+    k = _data(rng, (2, 7, 2, 64), dtype)
+    positions = rng.permutation(50)[:7].astype(np.int64)
+    common = {"rotary_dim": 64, "interleaved": False, "layout": "bshd"}
+    outputs, launches = _run(harness, (q, k), positions, grid_cap=2, block=_BARRIER_BLOCK, **common)
+    expected = [_expected(x, positions, **common) for x in (q, k)]
+    return list(outputs), expected, launches
+
+
+def test_harness_block_threads_meet_at_every_barrier(harness: Any) -> None:
+    # The harness runs a block's threads as fibers and fails a launch (5) in which they
+    # do not all wait at the same barrier: threads without a live head or token, and
+    # units past the row, take part in every barrier of the rotation.
+    outputs, expected, launches = _barrier_case(harness)
+    (launch,) = launches
+    assert HEADS_PER_THREAD[2] == 2
+    assert launch.args[30] == 5  # heads
+    for y, want in zip(outputs, expected, strict=True):
+        _assert_bits(y, want)
+
+
+def test_harness_catches_a_thread_that_misses_a_barrier(harness: Any) -> None:
+    # The fault the harness must catch: one thread of each block passes every barrier
+    # (as a per-thread `continue` around the barrier would make it).
+    _, _, (launch,) = _barrier_case(harness)
+    assert _harness_run(harness, "bfloat16", _reshaped(launch, 2, _BARRIER_BLOCK), skip=1) == 5
+
+
+def test_harness_catches_rows_read_before_they_are_staged(harness: Any) -> None:
+    # Without the barrier after the staging, the harness (which runs the last thread of a
+    # block first, over shared memory filled with NaN bytes) gives wrong bits: the head
+    # rows read the table rows before the first head row has written them.
+    outputs, expected, (launch,) = _barrier_case(harness)
+    for y in outputs:
+        y[...] = 0
+    assert _harness_run(harness, "bfloat16", _reshaped(launch, 2, _BARRIER_BLOCK), skip=2) == 0
+    assert all(np.isnan(y.astype(np.float32)).any() for y in outputs)
+    for y, want in zip(outputs, expected, strict=True):
+        with pytest.raises(AssertionError):
+            _assert_bits(y, want)
+
+
+@pytest.mark.parametrize(
+    ("itemsize", "head_dim", "heads"),
+    [(2, 128, 4), (2, 4096, 1), (4, 128, 4), (8, 8192, 1), (8, 64, 1)],
+    ids=["bfloat16", "bfloat16-wide-head", "float32", "float64-wide-head", "float64-narrow"],
+)
+def test_rotation_launches_size_their_shared_memory(
+    itemsize: int, head_dim: int, heads: int
+) -> None:
+    """A rotation stages V cos and V sin entries of the compute type per unit and token
+    of its block, within the 48 KiB a launch takes without opting in; the copy past the
+    rotated width stages nothing."""
+    q = _contiguous(4096, (2, 9, heads, head_dim))
+    rotation, copy = _bf16_launches(
+        q, _contiguous(1 << 28, q.shape), None, None, rotary_dim=head_dim // 2, itemsize=itemsize
+    )
+    table_itemsize = 8 if itemsize == 8 else 4
+    per_unit = 2 * rotation.width * table_itemsize
+    assert rotation.shared == rotation.block[0] * rotation.block[2] * per_unit
+    assert 0 < rotation.shared <= 48 * 1024
+    assert copy.shared == 0
 
 
 @pytest.mark.parametrize("wide_index", [False, True], ids=["int32-index", "int64-index"])

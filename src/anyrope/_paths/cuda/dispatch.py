@@ -249,7 +249,7 @@ def launch_on_device(
             )
             # `extra` is the launch's buffer; the driver copies the parameters before it returns.
             at = ctypes.addressof(launch.buffer)
-            launch_kernel(function, *launch.grid, *launch.block, 0, stream_ptr, 0, at)
+            launch_kernel(function, *launch.grid, *launch.block, launch.shared, stream_ptr, 0, at)
     if stream is None:
         _record_torch_tables(device_id, stream_ptr, tables)
     else:

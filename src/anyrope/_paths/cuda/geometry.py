@@ -66,7 +66,8 @@ class Launch(NamedTuple):
 
     ``buffer`` is what cuLaunchKernel reads at ``ctypes.addressof(buffer)`` as its
     ``extra`` list, with the kernel's parameter buffer (:data:`PARAMS`) from
-    :data:`HEADER` on; the driver copies it at the launch.
+    :data:`HEADER` on; the driver copies it at the launch. ``shared``: its bytes of dynamic
+    shared memory per block.
     """
 
     width: int
@@ -75,6 +76,7 @@ class Launch(NamedTuple):
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     buffer: ctypes.Array[ctypes.c_char]
+    shared: int
 
     @property
     def params(self) -> bytes:
@@ -109,6 +111,7 @@ class LaunchTemplate:
     block: tuple[int, int, int]
     shifts: tuple[int, ...]
     params: bytes
+    shared: int
 
     def bind(self, io: Sequence[int], positions: int, offset: int) -> Launch:
         """The launch for q_in, q_out, k_in and k_out at ``io`` (0 for an absent k), the
@@ -122,7 +125,15 @@ class LaunchTemplate:
         _EXTRA_AND_IO.pack_into(buffer, 0, 1, at + HEADER, 2, at + 40, 0, len(buffer) - HEADER, *io)
         positions = positions + s4 if positions else 0
         _POSITIONS_AND_OFFSET[self.wide_index].pack_into(buffer, HEADER + 48, positions, offset)
-        return Launch(self.width, self.interleaved, self.wide_index, self.grid, self.block, buffer)
+        return Launch(
+            self.width,
+            self.interleaved,
+            self.wide_index,
+            self.grid,
+            self.block,
+            buffer,
+            self.shared,
+        )
 
 
 def _axes(layout: str, ndim: int) -> tuple[list[int], int, int]:
@@ -159,12 +170,10 @@ def _collapse(
     dims = [(size, [s[i] for s in strides]) for i, size in enumerate(shape) if size != 1]
     merged: list[tuple[int, list[int]]] = []
     for size, st in dims:
-        if merged:
-            prev_size, prev_st = merged[-1]
-            if all(p == s * size for p, s in zip(prev_st, st, strict=True)):
-                merged[-1] = (prev_size * size, st)
-                continue
-        merged.append((size, st))
+        if merged and all(p == s * size for p, s in zip(merged[-1][1], st, strict=True)):
+            merged[-1] = (merged[-1][0] * size, st)
+        else:
+            merged.append((size, st))
     return merged
 
 
@@ -206,11 +215,9 @@ def launch_templates(
     half = rotary_dim // 2
     tail = 0 if inplace else head_dim - rotary_dim
     heads = sum(op.shape[h_axis] for op in operands[::2])
+    shared_axes = (*batch_shape, seq, head_dim)
     for k in operands[2::2]:
-        if k.shape[-1] != head_dim or (*(k.shape[a] for a in batch_axes), k.shape[s_axis]) != (
-            *batch_shape,
-            seq,
-        ):
+        if (*(k.shape[a] for a in batch_axes), k.shape[s_axis], k.shape[-1]) != shared_axes:
             raise ValueError(
                 f"`k` must share batch, seq and head_dim with `q` ({layout}); got q "
                 f"{q_in.shape}, k {k.shape}"
@@ -230,11 +237,8 @@ def launch_templates(
     # pair to rotate. In one launch, a warp would hold threads of both kinds and run the
     # two branches one after the other, each with its own trip to memory.
     parts = [(half, half // width, 0)] + ([(0, tail // tail_elems, 2 * half)] if tail else [])
-    wide = not (
-        table_rows * half < _INT32_LIMIT
-        and all(_extent(op) < _INT32_LIMIT for op in strided)
-        and all(size < _INT32_LIMIT for size in (*q_in.shape, heads, half + tail))
-    )
+    sizes = (table_rows * half, *map(_extent, strided), *q_in.shape, heads, half + tail)
+    wide = max(sizes) >= _INT32_LIMIT
 
     outer = batch[:-1]
     inner_size, inner = batch[-1] if batch else (1, [0] * len(strided))
@@ -273,8 +277,13 @@ def launch_templates(
             min(inner_size, _MAX_GRID[1]),
             min(math.ceil(heads / (block[1] * per_thread)), _MAX_GRID[2]),
         )
+        # A rotation of half-split pairs stages V cos and V sin entries per unit and token
+        # (rope_unit): 64 bytes a thread at most, under the 48 KiB of a launch that does
+        # not opt in.
+        staged = 2 * width * (8 if itemsize == 8 else 4) if pairs and not interleaved else 0
+        shared = block[0] * block[2] * staged
         templates.append(
-            LaunchTemplate(width, interleaved, wide, grid, block, tuple(shifts), params)
+            LaunchTemplate(width, interleaved, wide, grid, block, tuple(shifts), params, shared)
         )
     return templates
 
@@ -321,9 +330,7 @@ def _block(units: int, heads: int, seq: int, per_thread: int) -> tuple[int, int,
     fit in BLOCK threads, each thread taking ``per_thread`` heads, the heads spread evenly
     over the fewest groups."""
     x = max(1, min(units, BLOCK))
-    fit = max(1, BLOCK // x)
     slots = math.ceil(heads / per_thread)
-    groups = math.ceil(slots / fit)
+    groups = math.ceil(slots / max(1, BLOCK // x))
     y = max(1, math.ceil(slots / groups))
-    z = max(1, min(seq, BLOCK // (x * y), _MAX_TOKENS_PER_BLOCK))
-    return x, y, z
+    return x, y, max(1, min(seq, BLOCK // (x * y), _MAX_TOKENS_PER_BLOCK))

@@ -12,9 +12,12 @@
 // hence no __restrict__ on the tensors.
 #include "rope_math.cuh"
 
+// The table rows of a block's tokens (rope_thread); sized by the launch.
+extern __shared__ __align__(16) unsigned char anyrope_shared[];
+
 template <typename T, int V, bool INTERLEAVED, typename I>
 __global__ void __launch_bounds__(256)
     anyrope_rope(ANYROPE_PARAMS(T, typename anyrope::compute_of<T>::type, I)) {
-  anyrope::rope_entry<T, V, INTERLEAVED, I>(ANYROPE_ARGS, blockIdx, threadIdx, blockDim,
-                                            gridDim);
+  anyrope::rope_entry<T, V, INTERLEAVED, I>(ANYROPE_ARGS, anyrope_shared, blockIdx, threadIdx,
+                                            blockDim, gridDim);
 }

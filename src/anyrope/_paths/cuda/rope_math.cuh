@@ -214,6 +214,39 @@ ANYROPE_HD void store_chunk(void* p, typename chunk_of<B>::type v, bool live = t
 #endif
 }
 
+// The block's table rows in shared memory (plain accesses; the pointer is B-byte aligned).
+template <int B> ANYROPE_HD typename chunk_of<B>::type load_shared(const void* p) {
+#if defined(__CUDA_ARCH__)
+  return *static_cast<const typename chunk_of<B>::type*>(p);
+#else
+  typename chunk_of<B>::type r;
+  __builtin_memcpy(&r, p, B);
+  return r;
+#endif
+}
+template <int B> ANYROPE_HD void store_shared(void* p, typename chunk_of<B>::type v) {
+#if defined(__CUDA_ARCH__)
+  *static_cast<typename chunk_of<B>::type*>(p) = v;
+#else
+  __builtin_memcpy(p, &v, B);
+#endif
+}
+
+// Where load_vec reads: global memory (strong, predicated), the tables through the
+// read-only cache, or shared memory.
+enum class From { global, table, shared };
+
+// The barrier of a block's threads.  The host harness (tests/cuda_harness) runs the threads
+// of a block as fibers and defines host_barrier: it switches to the next fiber and checks
+// that every thread of the block waits at the same barrier (`id`) before any goes on.
+enum Barrier { kRowsRead = 1, kRowsStaged = 2 };
+#if defined(__CUDA_ARCH__)
+ANYROPE_HD void block_barrier(Barrier) { __syncthreads(); }
+#else
+void host_barrier(int id);
+ANYROPE_HD void block_barrier(Barrier id) { host_barrier(id); }
+#endif
+
 template <typename E, int B> union pack {
   typename chunk_of<B>::type u;
   E e[B / sizeof(E)];
@@ -221,20 +254,22 @@ template <typename E, int B> union pack {
 
 // N contiguous elements in B-byte accesses; p is B-byte aligned (checked on the host).
 // A load that is not `live` leaves zero bits (the x of a head past the last).
-template <bool READ_ONLY, int B, typename E, int N>
+template <From FROM, int B, typename E, int N>
 ANYROPE_HD void load_vec(const E* p, E (&dst)[N], bool live = true) {
   constexpr int per = B / static_cast<int>(sizeof(E));
   static_assert(per >= 1 && N % per == 0, "a whole number of B-byte accesses");
 #pragma unroll
   for (int k = 0; k < N / per; ++k) {
     pack<E, B> chunk;
-    chunk.u = READ_ONLY ? load_chunk_ro<B>(p + k * per) : load_chunk<B>(p + k * per, live);
+    chunk.u = FROM == From::table    ? load_chunk_ro<B>(p + k * per)
+              : FROM == From::shared ? load_shared<B>(p + k * per)
+                                     : load_chunk<B>(p + k * per, live);
 #pragma unroll
     for (int j = 0; j < per; ++j) dst[k * per + j] = chunk.e[j];
   }
 }
 
-template <int B, typename E, int N>
+template <int B, bool SHARED = false, typename E, int N>
 ANYROPE_HD void store_vec(E* p, const E (&src)[N], bool live = true) {
   constexpr int per = B / static_cast<int>(sizeof(E));
   static_assert(per >= 1 && N % per == 0, "a whole number of B-byte accesses");
@@ -243,7 +278,11 @@ ANYROPE_HD void store_vec(E* p, const E (&src)[N], bool live = true) {
     pack<E, B> chunk;
 #pragma unroll
     for (int j = 0; j < per; ++j) chunk.e[j] = src[k * per + j];
-    store_chunk<B>(p + k * per, chunk.u, live);
+    if constexpr (SHARED) {
+      store_shared<B>(p + k * per, chunk.u);
+    } else {
+      store_chunk<B>(p + k * per, chunk.u, live);
+    }
   }
 }
 
@@ -280,8 +319,8 @@ template <typename C, typename I> struct shared_args {
   I q_heads;        // heads 0 .. q_heads - 1 are q's, the rest k's
   I heads;          // q_heads + k_heads
   I half;           // rotary_dim / 2
-  I units;          // work units of one (token, head) row: half / V rotated, then the copies
-  I tail_elems;     // elements per copied unit (0 copies when in place or no tail)
+  I units;          // work units of one (token, head) row: half / V rotated, or the copies
+  I tail_elems;     // elements per copied unit (a launch with half == 0)
   int pos_size;
   int inverse;
 };
@@ -352,17 +391,29 @@ template <> struct heads_per_thread<8> { static constexpr int value = ANYROPE_HE
 template <typename T, bool INTERLEAVED>
 constexpr int kHeadsPerThread = INTERLEAVED ? 1 : heads_per_thread<sizeof(T)>::value;
 
-// Unit u of the rows (b, s, first + r * step), r < R, of q and k (heads past the last
-// are not live: not read, not written): V pairs rotated, or one chunk of the features
-// past the rotated width copied.  V == 1 is the scalar variant (any strides, any
-// alignment); V > 1 moves V elements of each half (2V interleaved) per access.
+// Unit u of the rows (b, s, first + r * step), r < R, of q and k: V pairs rotated (a
+// launch with half > 0) or one chunk of the features past the rotated width copied (a
+// launch with half == 0, all of whose units are copies).  A head past the last, a token
+// past seq or a unit past the row is not live: not read, not written; every thread of the
+// block comes here as often as the others, for the barriers of the rotation.  V == 1 is the
+// scalar variant (any strides, any alignment); V > 1 moves V elements of each half (2V
+// interleaved) per access.
+//
+// The table rows of the block's tokens go through shared memory, V cos then V sin entries
+// per unit (threadIdx.x) of each token (threadIdx.z), `rows` the unit's; staged by the threads of the
+// first head row (threadIdx.y == 0, whose first head is always live), which alone read
+// the positions; the other head rows read them there.  The L2 so serves a token's table
+// rows once per block instead of once per head row (docs/performance.rst, "GPU").
+// Interleaved pairs (one head per thread) read their rows themselves, with no barrier:
+// staged, they ran at 0.74 of a copy instead of 0.93 (bfloat16, H200).
 template <typename T, int V, bool INTERLEAVED, typename C, typename I>
 ANYROPE_HD void rope_unit(const tensor_view<T, I>& q, const tensor_view<T, I>& k,
-                          const shared_args<C, I>& a, I b, I s, I first, I step, I u) {
+                          const shared_args<C, I>& a, C* rows, bool stager, bool reused,
+                          bool unit_live, I b, I s, I first, I step, I u) {
   constexpr int R = kHeadsPerThread<T, INTERLEAVED>;
+  constexpr bool STAGED = !INTERLEAVED;
   constexpr int XB = V * static_cast<int>(sizeof(T));  // bytes of one x access
   constexpr int CB = V * static_cast<int>(sizeof(C)) < 16 ? V * static_cast<int>(sizeof(C)) : 16;
-  const I rot_units = a.half / V;
   const T* src[R];
   T* dst[R];
   I in_d[R];
@@ -371,8 +422,9 @@ ANYROPE_HD void rope_unit(const tensor_view<T, I>& q, const tensor_view<T, I>& k
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const I wanted = first + r * step;
-    live[r] = wanted < a.heads;
-    const I h = live[r] ? wanted : first;
+    live[r] = unit_live & (wanted < a.heads);
+    // A row that is not live points at head 0 of q: an address that exists.
+    const I h = live[r] ? wanted : I(0);
     // Field by field, the view of q or of k: no second copy of the code below.
     const bool is_q = h < a.q_heads;
     const tensor_view<T, I> tv = is_q ? q : k;
@@ -383,8 +435,8 @@ ANYROPE_HD void rope_unit(const tensor_view<T, I>& q, const tensor_view<T, I>& k
     out_d[r] = tv.out_d;
   }
 
-  if (u >= rot_units) {
-    const I d0 = 2 * a.half + (u - rot_units) * a.tail_elems;
+  if (a.half == 0) {
+    const I d0 = u * a.tail_elems;
     if constexpr (V == 1) {
       T v[R];
 #pragma unroll
@@ -406,7 +458,7 @@ ANYROPE_HD void rope_unit(const tensor_view<T, I>& q, const tensor_view<T, I>& k
 
   const I i0 = u * V;
   // x first: its address does not depend on the position, so its loads are in flight
-  // while the position, and then the table rows it selects, are fetched.
+  // while the position, and then the table rows it selects, are fetched and staged.
   T x0[R][INTERLEAVED ? 2 * V : V];
   T x1[R][V];
 #pragma unroll
@@ -417,7 +469,7 @@ ANYROPE_HD void rope_unit(const tensor_view<T, I>& q, const tensor_view<T, I>& k
         x0[r][0] = live[r] ? src[r][(2 * i0) * in_d[r]] : T{};
         x0[r][1] = live[r] ? src[r][(2 * i0 + 1) * in_d[r]] : T{};
       } else {
-        load_vec<false, XB>(src[r] + 2 * i0, x0[r], live[r]);
+        load_vec<From::global, XB>(src[r] + 2 * i0, x0[r], live[r]);
       }
     } else {
       // Half-split pairs (x[i], x[i + half]): one vector from each half.
@@ -425,28 +477,47 @@ ANYROPE_HD void rope_unit(const tensor_view<T, I>& q, const tensor_view<T, I>& k
         x0[r][0] = live[r] ? src[r][i0 * in_d[r]] : T{};
         x1[r][0] = live[r] ? src[r][(i0 + a.half) * in_d[r]] : T{};
       } else {
-        load_vec<false, XB>(src[r] + i0, x0[r], live[r]);
-        load_vec<false, XB>(src[r] + i0 + a.half, x1[r], live[r]);
+        load_vec<From::global, XB>(src[r] + i0, x0[r], live[r]);
+        load_vec<From::global, XB>(src[r] + i0 + a.half, x1[r], live[r]);
       }
     }
   }
 
-  I row;
-  const bool held = table_row(a, b, s, row);
-  const C* crow = a.cos_t + (row * a.half + i0);
-  const C* srow = a.sin_t + (row * a.half + i0);
   C c[V];
   C sn[V];
-  load_vec<true, CB>(crow, c);
-  load_vec<true, CB>(srow, sn);
-  if (!held) {
-    // Row 0 was read instead; NaN tables make every rotated feature of the token NaN.
+  // The rows are overwritten only once every thread has read the last ones.
+  if (STAGED & reused) block_barrier(kRowsRead);
+  // Unstaged, every thread reads its rows, with no branch (ptxas would wait for x before
+  // it: a unit past the row reads those of unit 0).
+  if (!STAGED || (stager & unit_live)) {
+    I row;
+    const bool held = table_row(a, b, s, row);
+    // Staged: strong loads, as x, which ptxas keeps in program order, so that the sin row
+    // is not fetched only after the cos row has been stored (seen with read-only loads:
+    // two trips to memory before the barrier); a block reads a row once.  Unstaged: the
+    // read-only cache, where the head rows of a token find its rows (strong loads skip
+    // L1: 0.86 of a copy instead of 0.93, interleaved bfloat16 on the H200).
+    constexpr From ROWS = STAGED ? From::global : From::table;
+    load_vec<ROWS, CB>(a.cos_t + (row * a.half + i0), c);
+    load_vec<ROWS, CB>(a.sin_t + (row * a.half + i0), sn);
+    if (!held) {
+      // Row 0 was read instead; NaN tables make every rotated feature of the token NaN.
 #pragma unroll
-    for (int j = 0; j < V; ++j) c[j] = sn[j] = quiet_nan<C>();
+      for (int j = 0; j < V; ++j) c[j] = sn[j] = quiet_nan<C>();
+    }
+    if (a.inverse) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) sn[j] = negate(sn[j]);
+    }
+    if constexpr (STAGED) {
+      store_vec<CB, true>(rows, c);
+      store_vec<CB, true>(rows + V, sn);
+    }
   }
-  if (a.inverse) {
-#pragma unroll
-    for (int j = 0; j < V; ++j) sn[j] = negate(sn[j]);
+  if constexpr (STAGED) {
+    block_barrier(kRowsStaged);
+    load_vec<From::shared, CB>(rows, c);
+    load_vec<From::shared, CB>(rows + V, sn);
   }
 
 #pragma unroll
@@ -491,24 +562,32 @@ ANYROPE_HD void rope_unit(const tensor_view<T, I>& q, const tensor_view<T, I>& k
 // threads of a warp read adjacent rows at each step), threadIdx.z the tokens of a tile
 // along seq; blockIdx.x the seq tiles, blockIdx.y the (collapsed) batch, blockIdx.z the
 // groups of heads.  Every dimension is a stride loop, so any grid covers any geometry;
-// the host sizes the grid so that each loop runs once.
+// the host sizes the grid so that each loop runs once.  Every loop runs as often in each
+// thread of a block (what a thread does not hold is not live), so that all of them meet
+// at each barrier.  `shared`: a rotation launch's dynamic shared memory,
+// blockDim.z * blockDim.x * V * 2 entries of C (geometry.launch_templates sizes it).
 template <typename T, int V, bool INTERLEAVED, typename C, typename I>
 ANYROPE_HD void rope_thread(const tensor_view<T, I>& q, const tensor_view<T, I>& k,
-                            const shared_args<C, I>& a, uint3 block, uint3 thread,
+                            const shared_args<C, I>& a, C* shared, uint3 block, uint3 thread,
                             uint3 block_dim, uint3 grid_dim) {
   const I step = static_cast<I>(block_dim.y);
   const I per_group = step * kHeadsPerThread<T, INTERLEAVED>;
   const I tile_seq = static_cast<I>(block_dim.z);
+  const I across = static_cast<I>(block_dim.x);
+  C* const rows = shared + (static_cast<I>(thread.z) * across + static_cast<I>(thread.x)) * 2 * V;
+  bool reused = false;
   for (I g = static_cast<I>(block.z); g * per_group < a.heads; g += static_cast<I>(grid_dim.z)) {
     const I first = g * per_group + static_cast<I>(thread.y);
-    if (first >= a.heads) continue;
     for (I b = static_cast<I>(block.y); b < a.batch; b += static_cast<I>(grid_dim.y)) {
       for (I tile = static_cast<I>(block.x); tile * tile_seq < a.seq;
            tile += static_cast<I>(grid_dim.x)) {
         const I s = tile * tile_seq + static_cast<I>(thread.z);
-        if (s >= a.seq) continue;
-        for (I u = static_cast<I>(thread.x); u < a.units; u += static_cast<I>(block_dim.x)) {
-          rope_unit<T, V, INTERLEAVED>(q, k, a, b, s, first, step, u);
+        for (I u0 = 0; u0 < a.units; u0 += across) {
+          const I u = u0 + static_cast<I>(thread.x);
+          const bool live = (s < a.seq) & (u < a.units);
+          rope_unit<T, V, INTERLEAVED>(q, k, a, rows, thread.y == 0, reused, live, b,
+                                       live ? s : I(0), first, step, live ? u : I(0));
+          reused = true;
         }
       }
     }
@@ -535,8 +614,8 @@ ANYROPE_HD void rope_thread(const tensor_view<T, I>& q, const tensor_view<T, I>&
 // One thread of a launch, from the flat parameters (q_in may equal q_out: in place).
 // I is the index type: int when every offset of the launch fits (checked on the host).
 template <typename T, int V, bool INTERLEAVED, typename I>
-ANYROPE_HD void rope_entry(ANYROPE_PARAMS(T, typename compute_of<T>::type, I), uint3 block,
-                           uint3 thread, uint3 block_dim, uint3 grid_dim) {
+ANYROPE_HD void rope_entry(ANYROPE_PARAMS(T, typename compute_of<T>::type, I), void* shared,
+                           uint3 block, uint3 thread, uint3 block_dim, uint3 grid_dim) {
   using C = typename compute_of<T>::type;
   const tensor_view<T, I> q{q_in, q_out, q_in_b, q_in_s, q_in_h, q_in_d,
                             q_out_b, q_out_s, q_out_h, q_out_d};
@@ -544,7 +623,8 @@ ANYROPE_HD void rope_entry(ANYROPE_PARAMS(T, typename compute_of<T>::type, I), u
                             k_out_b, k_out_s, k_out_h, k_out_d};
   const shared_args<C, I> a{cos_t, sin_t, pos, offset, rows, pos_b, pos_s, batch, seq, q_heads,
                             heads, half, units, tail_elems, pos_size, inverse};
-  rope_thread<T, V, INTERLEAVED>(q, k, a, block, thread, block_dim, grid_dim);
+  rope_thread<T, V, INTERLEAVED>(q, k, a, static_cast<C*>(shared), block, thread, block_dim,
+                                 grid_dim);
 }
 
 }  // namespace anyrope
