@@ -351,3 +351,19 @@ def test_x_and_position_loads_are_issued_before_their_first_use(
         f"of the position (positions {[hex(a) for a in loads.position]}, "
         f"x {[hex(a) for a in loads.x]})"
     )
+
+
+@pytest.mark.parametrize("nvrtc", _nvrtc_params())
+def test_only_half_split_pairs_wait_at_a_barrier(nvrtc: str | None) -> None:
+    """Half-split pairs stage their table rows (a barrier); interleaved pairs read their
+    own, with no barrier and the loops of the kernel before the staging, which measured
+    0.93 of a copy against 0.75 for the staged loops (bfloat16, H200)."""
+    if nvrtc is None:
+        _missing("NVRTC (pip install nvidia-cuda-nvrtc)")
+        return
+    sass, lowered = _sass(nvrtc)
+    waits = {
+        name: any(i.opcode.startswith("BAR") for i in parse(_function(sass, lowered[name])))
+        for _, name in VECTOR_VARIANTS
+    }
+    assert waits == {name: ", true, " not in name for name in waits}
