@@ -204,10 +204,12 @@ def _accessors(first: Array) -> tuple[Callable[[Array], Operand], Callable[[Arra
 def _empty_like(arrays: tuple[Array, ...], xp: Namespace) -> tuple[Array, ...]:
     """C-contiguous outputs of the shapes, dtype and device of ``arrays``."""
     if type(arrays[0]).__module__.startswith("torch"):
-        empty_like, contiguous = _torch().empty_like, _torch().contiguous_format
+        torch = _torch()
         return tuple(
             [
-                empty_like(x) if x.is_contiguous() else empty_like(x, memory_format=contiguous)
+                torch.empty_like(x)
+                if x.is_contiguous()
+                else torch.empty_like(x, memory_format=torch.contiguous_format)
                 for x in arrays
             ]
         )
@@ -235,8 +237,9 @@ def launch_on_device(
         # The handle alone: torch.cuda.current_stream makes a torch.cuda.Stream, which only
         # a new recording needs. The raw getter (what torch's compiled code calls) is
         # missing from torch builds without CUDA.
-        raw = getattr(_torch()._C, "_cuda_getCurrentRawStream", None)
-        stream_ptr = raw(device_id) if raw else _torch().cuda.current_stream(device_id).cuda_stream
+        torch = _torch()
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        stream_ptr = raw(device_id) if raw else torch.cuda.current_stream(device_id).cuda_stream
     else:
         device_id = int(first.device.id)
         stream = cupy.cuda.get_current_stream(device_id)

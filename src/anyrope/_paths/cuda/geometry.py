@@ -280,7 +280,7 @@ def launch_templates(
         # A rotation of half-split pairs stages V cos and V sin entries per unit and token
         # (rope_unit): 64 bytes a thread at most, under the 48 KiB of a launch that does
         # not opt in.
-        staged = 2 * width * (8 if itemsize == 8 else 4) if pairs and not interleaved else 0
+        staged = 2 * width * _table_itemsize(itemsize) if pairs and not interleaved else 0
         shared = block[0] * block[2] * staged
         templates.append(
             LaunchTemplate(width, interleaved, wide, grid, block, tuple(shifts), params, shared)
@@ -311,13 +311,19 @@ def _widths(
             for op in operands
         )
     ]
-    table_itemsize = 8 if itemsize == 8 else 4
     for size in sizes:
-        width, table_bytes = size // itemsize, min(16, size // itemsize * table_itemsize)
+        width = size // itemsize
+        table_bytes = min(16, width * _table_itemsize(itemsize))
         if half % width == 0 and all(ptr % table_bytes == 0 for ptr in tables):
             copy = [s for s in sizes if (2 * half * itemsize) % s == (tail * itemsize) % s == 0]
             return width, copy[0] // itemsize if copy else 1
     return 1, 1
+
+
+def _table_itemsize(itemsize: int) -> int:
+    """Bytes of a table entry (the kernel's compute type: float32 for 16-bit
+    elements) for elements of ``itemsize`` bytes."""
+    return 8 if itemsize == 8 else 4
 
 
 def _extent(op: Operand) -> int:
