@@ -340,12 +340,16 @@ def _harness_launcher(
     launches: list[Launch],
     grid_cap: int | None = None,
     block: tuple[int, int, int] | None = None,
+    tables_read: list[Any] | None = None,
 ) -> Any:
     """A launcher for anyrope._paths.cuda.dispatch that runs each launch in the host
     harness; ``grid_cap`` caps the grid, ``block`` replaces the block shape (any shape
-    covers any geometry: the kernel's stride loops)."""
+    covers any geometry: the kernel's stride loops); ``tables_read`` gets (and keeps)
+    the cos table of each call."""
 
     def launcher(x: Any, name: str, call: Sequence[Launch], tables: tuple[Any, Any]) -> None:
+        if tables_read is not None:
+            tables_read.append(tables[0])
         for launch in call:
             launches.append(launch)
             assert _harness_run(harness, name, _reshaped(launch, grid_cap, block)) == 0
@@ -1024,12 +1028,11 @@ def test_unread_positions_are_gathered_in_the_graph_by_the_reference(
     assert torch_as_cuda == []
 
 
-def test_harness_through_the_pipeline_as_the_tables_change(
-    harness: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Calls of one geometry reuse their plan, launch templates and tables (Plan.memo):
-    # a table that grows or is cleared between them must be looked up again, and every
-    # call must give the bits of the array-API path.
+def _kernel_path_on_the_harness(
+    harness: Any, monkeypatch: pytest.MonkeyPatch, tables_read: list[Any] | None = None
+) -> list[Launch]:
+    """The CUDA path taking NumPy arrays as device arrays, its launches (listed in the list
+    returned) run by the host harness (see :func:`_harness_launcher`)."""
     from anyrope._paths import cuda
 
     launches: list[Launch] = []
@@ -1037,11 +1040,108 @@ def test_harness_through_the_pipeline_as_the_tables_change(
     monkeypatch.setattr(cuda, "_cupy_installed", lambda: True)
     monkeypatch.setattr(cuda, "unusable", lambda device_id: None)
     monkeypatch.setattr(cuda, "_device_id", lambda x: 0)
-    monkeypatch.setattr(cuda.dispatch, "launch_on_device", _harness_launcher(harness, launches))
+    launcher = _harness_launcher(harness, launches, tables_read=tables_read)
+    monkeypatch.setattr(cuda.dispatch, "launch_on_device", launcher)
+    return launches
+
+
+def _planned_calls(monkeypatch: pytest.MonkeyPatch, rope: anyrope.RoPE) -> list[object]:
+    """The positions of each call of ``rope`` that the pipeline plans (a new plan, or a
+    kept plan made for new arrays), listed as they come."""
+    from anyrope import _pipeline
+    from anyrope._plan import Plan
+
+    planned: list[object] = []
+    make_plan, for_call = _pipeline.make_plan, Plan.for_call
+
+    def made(source: Any, call: Any, **geometry: Any) -> Any:
+        if source is rope._source:
+            planned.append(call.positions)
+        return make_plan(source, call, **geometry)
+
+    def again(plan: Any, arrays: Any, positions: object, source: Any, form: str) -> Any:
+        if source is rope._source:
+            planned.append(positions)
+        return for_call(plan, arrays, positions, source, form)
+
+    monkeypatch.setattr(_pipeline, "make_plan", made)
+    monkeypatch.setattr(Plan, "for_call", again)
+    return planned
+
+
+@pytest.mark.parametrize("rotary_dim", [32, 24], ids=["full", "partial"])
+def test_a_decode_step_binds_its_addresses_only(
+    harness: Any, monkeypatch: pytest.MonkeyPatch, rotary_dim: int
+) -> None:
+    # The host time of a decode step: after its first call, a geometry's launches are
+    # bound to the tables of its last call (anyrope._paths.bind), so a step whose rows
+    # those tables hold plans nothing (no plan for the call, no table lookup, no
+    # templates); the step past their rows plans in full and binds the grown tables.
+    # Every step gives the bits of the array-API path.
+    launches = _kernel_path_on_the_harness(harness, monkeypatch)
+    rope = anyrope.RoPE(32, rotary_dim=rotary_dim)
+    planned = _planned_calls(monkeypatch, rope)
+    rng = np.random.default_rng(8)
+    reference = anyrope.RoPE(32, rotary_dim=rotary_dim)
+    steps = [0, 1, 2, 254, 255, 256, 257, 511, 512]  # the tables hold 256 rows, then 512, ...
+    for step in steps:
+        q = _data(rng, (2, 1, 4, 32), np.dtype(np.float32))
+        k = _data(rng, (2, 1, 2, 32), np.dtype(np.float32))
+        wanted = reference(q, k, step, impl="array_api")
+        for y, want in zip(rope(q, k, step, impl="cuda"), wanted, strict=True):
+            _assert_bits(y, want)
+        x = _data(rng, (3, 2, 32), np.dtype(np.float32))
+        want = reference.rotate(x, step, impl="array_api")
+        _assert_bits(rope.rotate(x, step, impl="cuda"), want)
+    assert planned[:2] == [0, 0]  # the first call of each geometry (q and k, then x)
+    # Past the rows of its tables, each geometry once: x (3 tokens) at 254 and 511, q
+    # and k (1 token) at 256 and 512.
+    assert planned[2:] == [254, 256, 511, 512]
+    assert len(launches) == len(steps) * (2 if rotary_dim == 32 else 4)
+    # Errors still name what was received: a call that the bound launches do not serve
+    # is planned, and checked, in full.
+    with pytest.raises(ValueError, match="offset must be non-negative; got -1"):
+        rope(q, k, -1, impl="cuda")
+    with pytest.raises(ValueError, match="exceeds 2\\*\\*53"):
+        rope(q, k, 2**53, impl="cuda")
+
+
+def test_a_bound_decode_step_reads_each_calls_positions(
+    harness: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A positions array left unread on the host (a GPU's, with max_positions) is read by
+    # the kernel at each call: the bound launches take the address of each call's array,
+    # and a position outside the tables gives NaN, as the first call does.
+    from anyrope import _positions
+
+    _kernel_path_on_the_harness(harness, monkeypatch)
+    monkeypatch.setattr(_positions, "waits_for_device", lambda values: True)
+    rope = anyrope.RoPE(32, max_positions=64)
+    planned = _planned_calls(monkeypatch, rope)
+    rng = np.random.default_rng(9)
+    for rows in ([1, 5], [7, 63], [64, 2], [0, 0]):
+        positions = np.array(rows, dtype=np.int64)[:, None]  # a new array each step
+        q = _data(rng, (2, 1, 4, 32), np.dtype(np.float32))
+        k = _data(rng, (2, 1, 2, 32), np.dtype(np.float32))
+        wanted = anyrope.RoPE(32)(q, k, np.minimum(positions, 63), impl="array_api")
+        for y, want in zip(rope(q, k, positions, impl="cuda"), wanted, strict=True):
+            held = (positions < 64)[:, 0]
+            _assert_bits(y[held], want[held])
+            assert np.isnan(y[~held]).all()
+    assert len(planned) == 1  # the first step; the others bind their addresses only
+
+
+def test_harness_through_the_pipeline_as_the_tables_change(
+    harness: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Calls of one geometry reuse their plan, launch templates and tables (Plan.memo):
+    # a table that grows or is cleared between them must be looked up again, and every
+    # call must give the bits of the array-API path.
+    cos_tables: list[Any] = []  # the cos table each call read, kept (so no address is reused)
+    launches = _kernel_path_on_the_harness(harness, monkeypatch, tables_read=cos_tables)
     rng = np.random.default_rng(5)
     rope = anyrope.RoPE(32, rotary_dim=24)
     reference = anyrope.RoPE(32, rotary_dim=24)
-    cos_tables = []  # the address of the cos table each call read
     # A call at the end of the tables grows them; one far beyond reads a window.
     for positions in [3, 200, 256, "clear", 17, 256, 5, 70000]:
         if positions == "clear":
@@ -1054,13 +1154,13 @@ def test_harness_through_the_pipeline_as_the_tables_change(
         assert len(launches) == before + 2  # the rotation, then the copy past rotary_dim
         for y, want in zip(got, reference(q, k, positions, impl="array_api"), strict=True):
             _assert_bits(y, want)
-        cos_tables.append(launches[before].args[4])
+        assert launches[before].args[4] == cos_tables[-1].__array_interface__["data"][0]
     first, same, grown, cleared, grown_again, last, window = cos_tables
-    assert first == same != grown  # kept, then grown for 256
-    assert cleared != grown  # after clear_cache, new tables (the old ones are not read)
-    assert grown_again != cleared  # grown for 256 again
-    assert last == grown_again
-    assert window != last  # rows from 70000 on, not tables grown to 2**17 rows
+    assert first is same is not grown  # kept, then grown for 256
+    assert cleared is not grown  # after clear_cache, new tables (the old ones are not read)
+    assert grown_again is not cleared  # grown for 256 again
+    assert last is grown_again
+    assert window is not last  # rows from 70000 on, not tables grown to 2**17 rows
 
 
 def test_inplace_on_torch_tells_autograd(harness: Any, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ._call import Call
 from ._namespace import Array
-from ._paths import choose, route_of
-from ._plan import make_plan, with_tables
+from ._paths import Bound, Path, bind, choose, route_of
+from ._plan import Plan, make_plan, with_tables
 from ._tables import TableSource
 
 
@@ -36,9 +37,12 @@ def rotate(
     arrays, positions = call.arrays, call.positions
     known, key = _kept(source, call, head_dim, interleaved)
     if known is not None:
-        plan, path = known
-        results: tuple[Array, ...] = path.run(plan.for_call(arrays, positions, source, path.TABLES))
-        return results
+        if known.bound is not None:
+            bound: tuple[Array, ...] | None = known.bound(arrays, positions)
+            if bound is not None:
+                return bound
+        planned = known.plan.for_call(arrays, positions, source, known.path.TABLES)
+        return _run(known, planned, source)
     geometry: dict[str, Any] = {"head_dim": head_dim, "interleaved": interleaved}
     if any(isinstance(x, np.ndarray) and not x.dtype.isnative for x in arrays):
         return _in_native_order(source, call, geometry)
@@ -47,9 +51,12 @@ def rotate(
     # A symbolic dimension (None) is not known to be empty.
     full = [0 not in x.shape for x in plan.arrays]
     if all(full):
-        if key is not None and len(plan.where) == 1:
-            source.remember(key, (plan.template(), path))
-        return path.run(with_tables(plan, source, path.TABLES))
+        planned = with_tables(plan, source, path.TABLES)
+        if key is None or len(plan.where) != 1:
+            return path.run(planned)
+        entry = Kept(plan.template(), path)
+        source.remember(key, entry)
+        return _run(entry, planned, source)
     rotated = iter(())
     if any(full):  # those with elements, rotated as a call of their own
         kept = tuple(x for x, f in zip(arrays, full, strict=True) if f)
@@ -59,6 +66,27 @@ def rotate(
         next(rotated) if f else (x if call.inplace else plan.xp.asarray(x, copy=True))
         for x, f in zip(plan.arrays, full, strict=True)
     )
+
+
+@dataclass
+class Kept:
+    """What a table source keeps for the calls of one geometry: the plan without its
+    arrays, its path, and what runs the next call with the tables of the last one
+    (:func:`anyrope._paths.bind`), if the path binds any."""
+
+    plan: Plan
+    path: Path
+    bound: Bound | None = None
+
+
+def _run(kept: Kept, plan: Plan, source: TableSource) -> tuple[Array, ...]:
+    """Run ``plan`` on the path ``kept`` holds, and bind its tables for the next call of
+    its geometry (not where the tables depend on the length, so that a later call's
+    positions may need others)."""
+    results: tuple[Array, ...] = kept.path.run(plan)
+    if not source.depends_on_length:
+        kept.bound = bind(kept.path, plan)
+    return results
 
 
 def _in_native_order(

@@ -6,7 +6,6 @@ the queries and keys of an XPos carry a decaying amplitude.
 
 from __future__ import annotations
 
-import functools
 import numbers
 from collections.abc import Mapping
 from typing import Any
@@ -555,14 +554,17 @@ class RoPE:
         # The inverse of a scaled rotation a R(theta) is R(-theta) / a: the pipeline's
         # inverse with the other side's tables (xPos: amplitude 1 / a).
         sources = (self._sources[::-1] if call.inverse else self._sources)[sides]
-        rotate = functools.partial(_pipeline.rotate_each, sources, interleaved=self.interleaved)
-        start = self.start_index
+        start, interleaved = self.start_index, self.interleaved
         if not start or not all(map(array_api_compat.is_array_api_obj, call.arrays)):
-            return rotate(call, head_dim=self.head_dim)
+            return _pipeline.rotate_each(
+                sources, call, head_dim=self.head_dim, interleaved=interleaved
+            )
         # The features from start_index on, as views; those before are kept.
         whole = call.arrays
         tails = _slices.tails(whole, call.names, self.head_dim, start)
-        rotated = rotate(call.on(tails), head_dim=self.head_dim - start)
+        rotated = _pipeline.rotate_each(
+            sources, call.on(tails), head_dim=self.head_dim - start, interleaved=interleaved
+        )
         if call.inplace:
             return whole
         return _slices.rejoin(whole, rotated, start, namespace_of(*whole, xp=call.xp))

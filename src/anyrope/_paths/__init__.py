@@ -60,6 +60,21 @@ class Route(Protocol):
     """``rotate(rotate_arrays, sources, call, *, head_dim, interleaved)``."""
 
 
+Bound = Callable[[tuple[Array, ...], object], "tuple[Array, ...] | None"]
+"""``bound(arrays, positions)``: a later call of a plan's geometry, run with that plan's
+tables and launches, only its addresses bound; ``None``, having done nothing, for a call
+it does not serve (its positions past those tables), which is then planned in full."""
+
+
+def bind(path: Path, plan: Plan) -> Bound | None:
+    """What runs the later calls of ``plan``'s geometry (``plan`` just run by ``path``,
+    its tables fetched) without planning them again, where ``path`` has one: a path may
+    define ``bind(plan)``, returning a :data:`Bound` or ``None`` (the CUDA kernel's, whose
+    decode step would spend most of its time planning)."""
+    binder = getattr(path, "bind", None)
+    return None if binder is None else binder(plan)
+
+
 AUTO_ORDER: tuple[Path, ...] = (cuda, numba_cpu, blocked, jax_cpu, reference)
 """Paths in the order ``impl="auto"`` tries them."""
 

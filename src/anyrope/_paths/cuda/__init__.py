@@ -132,6 +132,16 @@ def _device_id(x: Array) -> int:
     return int(x.device.id)
 
 
+def bind(plan: Plan) -> dispatch.Bound | None:
+    """The launches of ``plan`` bound for the later calls of its geometry and tables
+    (:func:`anyrope._paths.bind`): the kernel checks the positions, so only an offset
+    past the tables' rows or pointers of another alignment need a new plan. Not for
+    tensors that require grad, which go through autograd."""
+    if plan.requires_grad:
+        return None
+    return dispatch.bind(plan, launcher=dispatch.launch_on_device)
+
+
 def run(plan: Plan) -> tuple[Array, ...]:
     """Rotate q (and k) in one kernel launch; torch tensors that need grad go through
     autograd, whose backward is the same kernel with ``inverse`` flipped."""

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import operator
+import importlib
+import sys
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -26,7 +27,7 @@ from ..._plan import Plan
 from . import _module
 from .geometry import Launch, LaunchTemplate, Operand, launch_templates
 
-__all__ = ["Launcher", "hold_cupy_tables", "launch_on_device", "rotate_raw"]
+__all__ = ["Bound", "Launcher", "bind", "hold_cupy_tables", "launch_on_device", "rotate_raw"]
 
 Launcher = Callable[[Array, str, Sequence[Launch], tuple[Array, Array]], None]
 """``launcher(first_array, dtype_name, launches, tables)`` runs a call's launches, in
@@ -56,13 +57,43 @@ def rotate_raw(
     The launches are planned once per geometry (shapes, strides, dtypes, options and
     pointer alignments); a call after the first only binds its addresses.
     """
-    xp, where, inverse, inplace = plan.xp, plan.where[0], plan.inverse, plan.inplace
-    operand, address = _accessors(arrays[0])
+    address = _accessors(arrays[0])[1]
     rows = plan.tables
-    cos, sin, table_rows = address(rows.cos), address(rows.sin), int(rows.cos.shape[0])
     positions = rows.row_of  # int32 or int64 (see anyrope._positions)
-    outputs = arrays if inplace else _empty_like(arrays, xp)
-    io = [p for x, y in zip(arrays, outputs, strict=True) for p in (address(x), address(y))]
+    outputs = arrays if plan.inplace else _empty_like(arrays, plan.xp)
+    io = _io(arrays, outputs, address)
+    templates = _plan_templates(plan, arrays, outputs, io)
+    pos_ptr = 0 if positions is None else address(positions)
+    offset = rows.offset if positions is None else 0
+    launches = [template.bind(io, pos_ptr, offset) for template in templates]
+    if launches:  # none for empty arrays: nothing to launch, no table to keep
+        launcher(arrays[0], plan.dtype, launches, (rows.cos, rows.sin))
+    return outputs
+
+
+def _io(
+    arrays: tuple[Array, ...], outputs: tuple[Array, ...], address: Callable[[Array], int]
+) -> tuple[int, int, int, int]:
+    """The addresses of q, its output, k and its output (0 and 0 without k)."""
+    if len(arrays) == 2:
+        return address(arrays[0]), address(outputs[0]), address(arrays[1]), address(outputs[1])
+    return address(arrays[0]), address(outputs[0]), 0, 0
+
+
+def _alignment(io: tuple[int, int, int, int]) -> int:
+    # What the choice of a variant reads from the pointers: the alignment they all share.
+    return (io[0] | io[1] | io[2] | io[3]) % _ALIGN
+
+
+def _plan_templates(
+    plan: Plan, arrays: tuple[Array, ...], outputs: tuple[Array, ...], io: tuple[int, int, int, int]
+) -> list[LaunchTemplate]:
+    """The launch templates of ``arrays`` rotated into ``outputs`` (at the addresses ``io``,
+    of :func:`_io`) as ``plan`` says, planned once per geometry."""
+    operand, address = _accessors(arrays[0])
+    where, inverse, inplace, rows = plan.where[0], plan.inverse, plan.inplace, plan.tables
+    cos, sin, table_rows = address(rows.cos), address(rows.sin), int(rows.cos.shape[0])
+    positions = rows.row_of
     # Positions left unread on the device are checked by the kernel against max_positions,
     # not against the rows the tables may have grown to: the result does not depend on
     # the calls made before.
@@ -73,13 +104,12 @@ def rotate_raw(
     key: tuple[object, ...] = (
         inverse,
         inplace,
-        functools.reduce(operator.or_, io) % _ALIGN,
+        _alignment(io),
         cos,
         sin,
         table_rows,
         bound,
     )
-    pos_ptr = 0 if positions is None else address(positions)
     if arrays is plan.arrays:
         # The plans of one geometry share their memo (Plan.memo): its templates need no
         # geometry in their key, nor the caller's positions (reshaped the same way).
@@ -95,7 +125,7 @@ def rotate_raw(
     if positions_vary:
         # What launches read of a positions array besides its address.
         key += (*operand(positions)[1:], _itemsize(positions))
-    templates = cache.get(key)
+    templates: list[LaunchTemplate] | None = cache.get(key)
     if templates is None:
         pos = None if positions is None else operand(positions)
         templates = launch_templates(
@@ -116,13 +146,68 @@ def rotate_raw(
         if len(cache) >= _MAX_TEMPLATES:
             cache.clear()
         cache[key] = templates
-    if len(io) == 2:
-        io += (0, 0)
-    offset = rows.offset if positions is None else 0
-    launches = [template.bind(io, pos_ptr, offset) for template in templates]
-    if launches:  # none for empty arrays: nothing to launch, no table to keep
-        launcher(arrays[0], plan.dtype, launches, (rows.cos, rows.sin))
-    return outputs
+    return templates
+
+
+class Bound:
+    """The launches of a plan bound for the later calls of its geometry with its tables
+    (:func:`bind`): a call binds its addresses, allocates its outputs and launches, and
+    checks nothing else, since its geometry (shapes, strides, dtypes, devices, kind of
+    positions, options) is that of the plan.
+
+    A call returns ``None``, having done nothing, where the plan's launches do not serve
+    it: an offset whose rows these tables do not hold, or pointers of another alignment.
+    The pipeline then plans it in full (and binds the tables that call fetched).
+    """
+
+    def __init__(self, plan: Plan, launcher: Launcher) -> None:
+        address = _accessors(plan.arrays[0])[1]
+        outputs = _empty_like(plan.arrays, plan.xp)
+        io = _io(plan.arrays, outputs, address)
+        rows, where = plan.tables, plan.where[0]
+        self._templates = _plan_templates(plan, plan.arrays, outputs, io)
+        self._align = _alignment(io)
+        self._address, self._xp, self._dtype = address, plan.xp, plan.dtype
+        self._launcher = launcher
+        self._tables = (rows.cos, rows.sin)
+        # With an offset, row r of the tables holds position r + first.
+        self._first = where.offset - rows.offset if rows.row_of is None else None
+        self._rows, self._seq = int(rows.cos.shape[0]), where.seq
+
+    def __call__(self, arrays: tuple[Array, ...], positions: object) -> tuple[Array, ...] | None:
+        address, first = self._address, self._first
+        if first is None:  # a positions array the kernel reads (and checks)
+            pos_ptr, offset = address(positions), 0
+        else:
+            if positions is None:
+                positions = 0
+            elif type(positions) is not int:  # a 0-d array: its value is read on the host
+                return None
+            offset = positions - first
+            if offset < 0 or offset + self._seq > self._rows:
+                return None
+            pos_ptr = 0
+        outputs = _empty_like(arrays, self._xp)
+        io = _io(arrays, outputs, address)
+        if _alignment(io) != self._align:
+            return None
+        launches = [template.bind(io, pos_ptr, offset) for template in self._templates]
+        if launches:
+            self._launcher(arrays[0], self._dtype, launches, self._tables)
+        return outputs
+
+
+def bind(plan: Plan, *, launcher: Launcher) -> Bound | None:
+    """:class:`Bound` launches of ``plan`` (its arrays rotated, its tables fetched), or
+    ``None`` where a later call needs more than its addresses bound: in place (the
+    memory of the arrays is checked at every call), positions read on the host, several
+    position streams."""
+    if plan.inplace or len(plan.where) != 1:
+        return None
+    where = plan.where[0]
+    if where.array is not None and not where.unread:
+        return None
+    return Bound(plan, launcher)
 
 
 _held_lock = _threads.lock()
@@ -205,14 +290,9 @@ def _empty_like(arrays: tuple[Array, ...], xp: Namespace) -> tuple[Array, ...]:
     """C-contiguous outputs of the shapes, dtype and device of ``arrays``."""
     if type(arrays[0]).__module__.startswith("torch"):
         torch = _torch()
-        return tuple(
-            [
-                torch.empty_like(x)
-                if x.is_contiguous()
-                else torch.empty_like(x, memory_format=torch.contiguous_format)
-                for x in arrays
-            ]
-        )
+        if all(x.is_contiguous() for x in arrays):
+            return tuple(map(torch.empty_like, arrays))
+        return tuple(torch.empty_like(x, memory_format=torch.contiguous_format) for x in arrays)
     return tuple(xp.empty(x.shape, dtype=x.dtype, device=x.device) for x in arrays)
 
 
@@ -229,17 +309,11 @@ def launch_on_device(
 ) -> None:
     """Run ``launches`` on the caller's current stream (torch's for torch tensors, looked
     up once per call as a raw handle) and keep ``tables`` until that stream has read them."""
-    import cupy
-
+    cupy = _cupy()
     stream = None
     if array_api_compat.is_torch_array(first):
         device_id = first.get_device()
-        # The handle alone: torch.cuda.current_stream makes a torch.cuda.Stream, which only
-        # a new recording needs. The raw getter (what torch's compiled code calls) is
-        # missing from torch builds without CUDA.
-        torch = _torch()
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        stream_ptr = raw(device_id) if raw else torch.cuda.current_stream(device_id).cuda_stream
+        stream_ptr = _torch_stream(device_id)
     else:
         device_id = int(first.device.id)
         stream = cupy.cuda.get_current_stream(device_id)
@@ -257,6 +331,20 @@ def launch_on_device(
         _record_torch_tables(device_id, stream_ptr, tables)
     else:
         hold_cupy_tables(cupy, stream, tables)
+
+
+def _cupy() -> Any:
+    # The module itself, not an import statement (about a microsecond at every call).
+    return sys.modules.get("cupy") or importlib.import_module("cupy")
+
+
+def _torch_stream(device_id: int) -> int:
+    """The handle of the current torch stream of ``device_id``: from the raw getter that
+    torch's compiled code calls (torch.cuda.current_stream makes a torch.cuda.Stream, which
+    only a new recording needs), or the public API in a torch build without it."""
+    torch = _torch()
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return int(raw(device_id)) if raw else int(torch.cuda.current_stream(device_id).cuda_stream)
 
 
 #: Stream handle -> the torch tables recorded on it last.
