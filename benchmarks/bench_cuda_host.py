@@ -19,7 +19,9 @@ torch's stream lookups (``torch._C._cuda_getCurrentRawStream``, the raw handle, 
 ``torch.cuda.current_stream``) and ``Tensor.record_stream``, which return at once. The
 kernels' ``CUfunction`` are put in the path's own table. So a line times the whole host
 side of ``rope(q, k, positions)`` with ``impl="cuda"``, anyrope's launch code included:
-the geometry lookup and plan, the position checks, the table lookup, the output
+the geometry lookup and, for the first call of a geometry or a step past the rows of
+its tables, the plan, the position checks and the table lookup (the other steps run the
+launches bound to the tables of the step before: docs/architecture.rst), the output
 allocation (``torch.empty`` on the CPU allocator instead of the CUDA caching allocator),
 the bound launch and its buffer, the kernel lookup. Not measured: the driver's own work
 in ``cuLaunchKernel`` (about 2 to 3 us on an H100 or H200), the work of torch's stream
@@ -38,6 +40,9 @@ check is a device synchronisation.
   them (on a GPU, a synchronisation: it waits for all queued work).
 * ``launch planning``: the CUDA path's ``rotate_raw`` on a plan made once (the part of the
   call that the kernel path owns: tables, outputs, launch plan, packed arguments).
+* ``outputs and launch``: what no launch from Python can skip, for scale: the two
+  ``torch.empty_like``, the addresses, the launch's buffer bound from its template and
+  ``launch_on_device``.
 * ``eager HF, batch 1``: the Hugging Face expression in torch eager,
   ``q * cos + rotate_half(q) * sin`` (and k), cos/sin gathered from (4096, 128) tables
   by a position tensor, for batch 1 (q (1, 1, 32, 128)) on the CPU, where its nine
@@ -198,11 +203,22 @@ def cases(torch: Any) -> dict[str, Callable[[], object]]:
         sin = table_sin[positions_one].unsqueeze(2)
         return q_one * cos + rotate_half(q_one) * sin, k_one * cos + rotate_half(k_one) * sin
 
+    rotate_raw(plan, plan.arrays, launcher=launch_on_device)
+    (templates,) = plan.memo["cuda"].values()
+
+    def outputs_and_launch() -> tuple[Any, Any]:
+        q2, k2 = torch.empty_like(q), torch.empty_like(k)
+        io = (q.data_ptr(), q2.data_ptr(), k.data_ptr(), k2.data_ptr())
+        launches = [template.bind(io, 0, POSITION) for template in templates]
+        launch_on_device(q, "bfloat16", launches, (plan.tables.cos, plan.tables.sin))
+        return q2, k2
+
     return {
         "anyrope offset": lambda: rope(q, k, positions=POSITION, impl="cuda"),
         "anyrope tensor, max_positions": lambda: ahead(q, k, positions=positions, impl="cuda"),
         "anyrope tensor": lambda: rope(q, k, positions=positions, impl="cuda"),
         "launch planning": lambda: rotate_raw(plan, plan.arrays, launcher=launch_on_device),
+        "outputs and launch": outputs_and_launch,
         "eager HF, batch 1": eager,
     }
 

@@ -25,7 +25,8 @@ compiled for the first time.
 Without a GPU it says so in one line and exits 2. ``--stub`` runs, on any machine, the
 host side with torch CPU tensors standing in for CUDA ones and the driver call stubbed
 (``bench_cuda_host.cpu_tensors_as_cuda``): the lines then are ``torch offset``, ``torch
-tensor, max_positions``, ``launch planning`` and ``torch q.add_(1)`` (q of one element) on the CPU.
+tensor, max_positions``, ``launch planning``, ``outputs and launch`` (what no launch from
+Python skips) and ``torch q.add_(1)`` (q of one element) on the CPU.
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ def stub_lines(stack: ExitStack) -> dict[str, Callable[[], object]]:
         "torch offset": cases["anyrope offset"],
         "torch tensor, max_positions": cases["anyrope tensor, max_positions"],
         "launch planning": cases["launch planning"],
+        "outputs and launch": cases["outputs and launch"],
         "torch q.add_(1)": lambda: bare.add_(1),
     }
 

@@ -382,9 +382,9 @@ def test_the_same_tables_take_no_event(fake_cupy: Any) -> None:
     stream = _Stream(7)
     tables = (object(), object())
     for _ in range(100):
-        cuda_dispatch.hold_cupy_tables(fake_cupy, stream, tables)
+        cuda_dispatch.hold_cupy_tables(fake_cupy, stream, tables, device_id=0)
     assert _Event.made == []
-    assert cuda_dispatch._in_use == {7: tables}
+    assert cuda_dispatch._in_use == {(0, 7): tables}
 
 
 def test_tables_a_stream_moved_on_from_are_held_until_it_read_them(fake_cupy: Any) -> None:
@@ -393,19 +393,34 @@ def test_tables_a_stream_moved_on_from_are_held_until_it_read_them(fake_cupy: An
     keeps the old ones until it has passed; other streams keep their own."""
     one, two = _Stream(1), _Stream(2)
     first, second, third = ((object(), object()) for _ in range(3))
-    cuda_dispatch.hold_cupy_tables(fake_cupy, one, first)
-    cuda_dispatch.hold_cupy_tables(fake_cupy, two, first)
-    cuda_dispatch.hold_cupy_tables(fake_cupy, one, second)
+    cuda_dispatch.hold_cupy_tables(fake_cupy, one, first, device_id=0)
+    cuda_dispatch.hold_cupy_tables(fake_cupy, two, first, device_id=0)
+    cuda_dispatch.hold_cupy_tables(fake_cupy, one, second, device_id=0)
     (event,) = _Event.made
     assert event.stream is one
     assert [kept for _, kept in cuda_dispatch._retired] == [first]
-    assert cuda_dispatch._in_use == {1: second, 2: first}
-    cuda_dispatch.hold_cupy_tables(fake_cupy, one, third)  # the first event has not passed
+    assert cuda_dispatch._in_use == {(0, 1): second, (0, 2): first}
+    # The first event has not passed:
+    cuda_dispatch.hold_cupy_tables(fake_cupy, one, third, device_id=0)
     assert [kept for _, kept in cuda_dispatch._retired] == [first, second]
     event.passed = True
-    cuda_dispatch.hold_cupy_tables(fake_cupy, one, first)
+    cuda_dispatch.hold_cupy_tables(fake_cupy, one, first, device_id=0)
     assert [kept for _, kept in cuda_dispatch._retired] == [second, third]
     assert len(_Event.made) == 3
+
+
+def test_the_null_streams_of_two_devices_hold_their_own_tables(fake_cupy: Any) -> None:
+    """Handle 0 names the null stream of every device: tables read there on one device
+    are not taken for another device's, nor released by an event on it."""
+    null_0, null_1 = _Stream(0), _Stream(0)
+    on_0, on_1 = (object(), object()), (object(), object())
+    cuda_dispatch.hold_cupy_tables(fake_cupy, null_0, on_0, device_id=0)
+    cuda_dispatch.hold_cupy_tables(fake_cupy, null_1, on_1, device_id=1)
+    assert _Event.made == []  # no stream moved on: device 1 met its own stream
+    assert cuda_dispatch._in_use == {(0, 0): on_0, (1, 0): on_1}
+    cuda_dispatch.hold_cupy_tables(fake_cupy, null_0, on_0, device_id=0)
+    assert _Event.made == []
+    assert cuda_dispatch._retired == []
 
 
 def test_under_capture_no_event_no_query(fake_cupy: Any) -> None:
@@ -414,15 +429,15 @@ def test_under_capture_no_event_no_query(fake_cupy: Any) -> None:
     time), and the stream's tables before the capture stay held."""
     stream = _Stream(3)
     before, captured = (object(), object()), (object(), object())
-    cuda_dispatch.hold_cupy_tables(fake_cupy, stream, before)
-    cuda_dispatch.hold_cupy_tables(fake_cupy, stream, (object(), object()))
+    cuda_dispatch.hold_cupy_tables(fake_cupy, stream, before, device_id=0)
+    cuda_dispatch.hold_cupy_tables(fake_cupy, stream, (object(), object()), device_id=0)
     stream.capturing = True
     for tables in (before, captured, captured):
-        cuda_dispatch.hold_cupy_tables(fake_cupy, stream, tables)
+        cuda_dispatch.hold_cupy_tables(fake_cupy, stream, tables, device_id=0)
     assert len(_Event.made) == 1  # the change before the capture
     assert list(cuda_dispatch._captured.values()) == [before, captured]
     stream.capturing = False
-    cuda_dispatch.hold_cupy_tables(fake_cupy, stream, captured)
+    cuda_dispatch.hold_cupy_tables(fake_cupy, stream, captured, device_id=0)
     assert cuda_dispatch._captured[id(captured[0])] is captured
 
 

@@ -1106,6 +1106,27 @@ def test_a_decode_step_binds_its_addresses_only(
         rope(q, k, 2**53, impl="cuda")
 
 
+def test_a_bound_decode_step_in_place_tells_autograd(
+    harness: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # rotate_qkv in place rotates q and k as one view: bound too, its writes still bump
+    # the tensor's version counter at every step (see test_inplace_on_torch_tells_autograd).
+    torch = pytest.importorskip("torch")
+
+    _kernel_path_on_the_harness(harness, monkeypatch)
+    rope = anyrope.RoPE(16)
+    planned = _planned_calls(monkeypatch, rope)
+    gen = torch.Generator().manual_seed(3)
+    qkv = torch.randn(2, 1, 4 + 2 * 2, 16, dtype=torch.float32, generator=gen)
+    for step in range(4):
+        want = anyrope.RoPE(16).rotate_qkv(qkv, step, num_heads_q=4, impl="array_api")
+        version = qkv._version
+        assert rope.rotate_qkv(qkv, step, num_heads_q=4, inplace=True, impl="cuda") is qkv
+        assert torch.equal(qkv, want)
+        assert qkv._version > version
+    assert planned == [0]  # the first step: a plan of the view of q and k
+
+
 def test_a_bound_decode_step_reads_each_calls_positions(
     harness: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1657,6 +1678,12 @@ def test_host_time_benchmark_runs_both_trees_and_refuses_without_a_gpu(tmp_path:
     assert done.returncode == 0, done.stderr
     assert "after/before" in done.stdout
     medians = json.loads(report.read_text())["median_us"]
-    lines = ("torch offset", "torch tensor, max_positions", "launch planning", "torch q.add_(1)")
+    lines = (
+        "torch offset",
+        "torch tensor, max_positions",
+        "launch planning",
+        "outputs and launch",
+        "torch q.add_(1)",
+    )
     assert set(medians) == {f"{tree}: {line}" for tree in ("before", "after") for line in lines}
     assert all(us > 0 for us in medians.values())

@@ -162,13 +162,14 @@ class Bound:
 
     def __init__(self, plan: Plan, launcher: Launcher) -> None:
         address = _accessors(plan.arrays[0])[1]
-        outputs = _empty_like(plan.arrays, plan.xp)
+        outputs = plan.arrays if plan.inplace else _empty_like(plan.arrays, plan.xp)
         io = _io(plan.arrays, outputs, address)
         rows, where = plan.tables, plan.where[0]
         self._templates = _plan_templates(plan, plan.arrays, outputs, io)
         self._align = _alignment(io)
         self._address, self._xp, self._dtype = address, plan.xp, plan.dtype
-        self._launcher = launcher
+        self._launcher, self._inplace = launcher, plan.inplace
+        self._torch_inplace = plan.inplace and plan.library == "torch"
         self._tables = (rows.cos, rows.sin)
         # With an offset, row r of the tables holds position r + first.
         self._first = where.offset - rows.offset if rows.row_of is None else None
@@ -187,22 +188,30 @@ class Bound:
             if offset < 0 or offset + self._seq > self._rows:
                 return None
             pos_ptr = 0
-        outputs = _empty_like(arrays, self._xp)
+        outputs = arrays if self._inplace else _empty_like(arrays, self._xp)
         io = _io(arrays, outputs, address)
         if _alignment(io) != self._align:
             return None
         launches = [template.bind(io, pos_ptr, offset) for template in self._templates]
         if launches:
             self._launcher(arrays[0], self._dtype, launches, self._tables)
+        if self._torch_inplace:
+            from ..._torch import bump_versions
+
+            bump_versions(arrays)
         return outputs
 
 
 def bind(plan: Plan, *, launcher: Launcher) -> Bound | None:
     """:class:`Bound` launches of ``plan`` (its arrays rotated, its tables fetched), or
-    ``None`` where a later call needs more than its addresses bound: in place (the
-    memory of the arrays is checked at every call), positions read on the host, several
-    position streams."""
-    if plan.inplace or len(plan.where) != 1:
+    ``None`` where a later call needs more than its addresses bound: positions read on
+    the host, several position streams, or in place where the pipeline checks the
+    memory of each call again (two arrays, which may share it; a NumPy array, which may
+    be read-only). One device array in place (``rotate_qkv``'s q and k as one view)
+    is bound."""
+    if len(plan.where) != 1:
+        return None
+    if plan.inplace and (len(plan.arrays) > 1 or plan.library == "numpy"):
         return None
     where = plan.where[0]
     if where.array is not None and not where.unread:
@@ -211,8 +220,9 @@ def bind(plan: Plan, *, launcher: Launcher) -> Bound | None:
 
 
 _held_lock = _threads.lock()
-#: Stream handle -> the CuPy tables its latest launch read (kept while it may be queued).
-_in_use: dict[int, tuple[Array, ...]] = {}
+#: (Device, stream handle) -> the CuPy tables its latest launch read (kept while it may be
+#: queued). The device too: handle 0 names the null stream of every device.
+_in_use: dict[tuple[int, int], tuple[Array, ...]] = {}
 #: Tables a stream has moved on from, each with an event recorded after its last reader.
 _retired: list[tuple[Any, tuple[Array, ...]]] = []
 #: Tables read by a launch under stream capture, by ``id`` of cos: a CUDA graph may
@@ -220,8 +230,11 @@ _retired: list[tuple[Any, tuple[Array, ...]]] = []
 _captured: dict[int, tuple[Array, ...]] = {}
 
 
-def hold_cupy_tables(cupy: Any, stream: Any, tables: tuple[Array, Array]) -> None:
-    """Keep CuPy ``tables`` from reuse until ``stream`` has run the launches that read them.
+def hold_cupy_tables(
+    cupy: Any, stream: Any, tables: tuple[Array, Array], *, device_id: int
+) -> None:
+    """Keep CuPy ``tables`` from reuse until ``stream`` (of device ``device_id``) has run
+    the launches that read them.
 
     The tables were put on the device earlier, maybe on another stream, and the cache
     may drop them (grown, cleared, their RoPE freed) while a kernel is still queued;
@@ -238,7 +251,8 @@ def hold_cupy_tables(cupy: Any, stream: Any, tables: tuple[Array, Array]) -> Non
         with _held_lock:
             _captured.setdefault(id(tables[0]), tables)
         return
-    last = _in_use.get(stream.ptr)
+    where = (device_id, stream.ptr)
+    last = _in_use.get(where)
     if last is not None and last[0] is tables[0] and last[1] is tables[1]:
         return
     with _held_lock:
@@ -247,7 +261,7 @@ def hold_cupy_tables(cupy: Any, stream: Any, tables: tuple[Array, Array]) -> Non
             event.record(stream)
             _retired[:] = [(done, kept) for done, kept in _retired if not done.done]
             _retired.append((event, last))
-        _in_use[stream.ptr] = tables
+        _in_use[where] = tables
 
 
 # Alignment that the choice of a variant reads from a pointer (its widest access).
@@ -330,7 +344,7 @@ def launch_on_device(
     if stream is None:
         _record_torch_tables(device_id, stream_ptr, tables)
     else:
-        hold_cupy_tables(cupy, stream, tables)
+        hold_cupy_tables(cupy, stream, tables, device_id=device_id)
 
 
 def _cupy() -> Any:
@@ -347,8 +361,8 @@ def _torch_stream(device_id: int) -> int:
     return int(raw(device_id)) if raw else int(torch.cuda.current_stream(device_id).cuda_stream)
 
 
-#: Stream handle -> the torch tables recorded on it last.
-_recorded: dict[int, tuple[Array, Array]] = {}
+#: (Device, stream handle) -> the torch tables recorded on that stream last.
+_recorded: dict[tuple[int, int], tuple[Array, Array]] = {}
 
 
 def _record_torch_tables(device_id: int, stream_ptr: int, tables: tuple[Array, Array]) -> None:
@@ -361,10 +375,10 @@ def _record_torch_tables(device_id: int, stream_ptr: int, tables: tuple[Array, A
     of the step before records nothing. The tables are held here, so their identity
     cannot be taken by others.
     """
-    cos, sin = _recorded.get(stream_ptr, (None, None))
+    cos, sin = _recorded.get((device_id, stream_ptr), (None, None))
     if cos is tables[0] and sin is tables[1]:
         return
     stream = _torch().cuda.current_stream(device_id)
     for table in tables:
         table.record_stream(stream)
-    _recorded[stream_ptr] = tables
+    _recorded[device_id, stream_ptr] = tables
