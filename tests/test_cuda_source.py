@@ -1106,6 +1106,42 @@ def test_a_decode_step_binds_its_addresses_only(
         rope(q, k, 2**53, impl="cuda")
 
 
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    case=st.fixed_dictionaries(
+        {
+            "layout": st.sampled_from(["bshd", "bhsd", "sbhd"]),
+            "interleaved": st.booleans(),
+            "rotary_dim": st.sampled_from([16, 12, 6]),
+            "seq": st.integers(1, 3),
+            "heads": st.tuples(st.integers(1, 3), st.integers(1, 2)),
+            "steps": st.lists(st.integers(0, 600), min_size=2, max_size=5),
+        }
+    )
+)
+def test_bound_steps_give_the_bits_of_the_array_api_path(
+    harness: Any, monkeypatch: pytest.MonkeyPatch, case: dict[str, Any]
+) -> None:
+    # Any layout, pairing, width and walk of offsets (back, forth, past the tables' rows,
+    # into windows): the steps that run the bound launches give the array-API bits.
+    _kernel_path_on_the_harness(harness, monkeypatch)
+    layout, seq, steps = case["layout"], case["seq"], case["steps"]
+    options = {"rotary_dim": case["rotary_dim"], "interleaved": case["interleaved"]}
+    rope, reference = anyrope.RoPE(16, **options), anyrope.RoPE(16, **options)
+    rng = np.random.default_rng(len(steps))
+    shapes = {"bshd": (2, seq, 0, 16), "bhsd": (2, 0, seq, 16), "sbhd": (seq, 2, 0, 16)}
+    for step in steps:
+        q, k = (
+            _data(rng, tuple(n or h for n in shapes[layout]), np.dtype(np.float32))
+            for h in case["heads"]
+        )
+        wanted = reference(q, k, step, layout=layout, impl="array_api")
+        for y, want in zip(rope(q, k, step, layout=layout, impl="cuda"), wanted, strict=True):
+            _assert_bits(y, want)
+
+
 def test_a_bound_decode_step_in_place_tells_autograd(
     harness: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
