@@ -1098,6 +1098,13 @@ def test_a_decode_step_binds_its_addresses_only(
     # and k (1 token) at 256 and 512.
     assert planned[2:] == [254, 256, 511, 512]
     assert len(launches) == len(steps) * (2 if rotary_dim == 32 else 4)
+    # A 0-d position array is an offset read on the host: planned at every call.
+    del planned[:]
+    for step in (7, 8):
+        wanted = reference(q, k, step, impl="array_api")
+        for y, want in zip(rope(q, k, np.asarray(step), impl="cuda"), wanted, strict=True):
+            _assert_bits(y, want)
+    assert [int(p) for p in planned] == [7, 8]
     # Errors still name what was received: a call that the bound launches do not serve
     # is planned, and checked, in full.
     with pytest.raises(ValueError, match="offset must be non-negative; got -1"):
