@@ -127,21 +127,20 @@ def test_kernel_compiles(arch: str, instantiations: Path, tmp_path: Path) -> Non
                 assert x_load in entry
                 assert f"st.global.{kind}" in entry
                 # x is read before the position, and the position before the table rows
-                # it selects, which half-split pairs stage in shared memory for the block;
-                # all are strong (relaxed) loads, which ptxas keeps in this order
-                # (tests/test_cuda_sass.py).
+                # it selects, staged in shared memory for the block; all are strong
+                # (relaxed) loads, which ptxas keeps in this order (tests/test_cuda_sass.py).
                 position = entry.index("ld.relaxed.gpu.global.s32")
                 assert entry.index(x_load) < position
-                if entry.startswith(f"{prefix}Lb0E"):
-                    table = re.compile(r"ld\.relaxed\.gpu\.global\.(v[24]\.)?u32")
-                    rows = table.search(entry, position)
-                    assert rows is not None
-                    stored = entry.index("st.shared")
-                    assert rows.start() < stored < entry.index("bar.sync", stored)
-                else:  # interleaved pairs read their rows themselves, read-only
-                    assert position < entry.index("ld.global.nc")
-                    assert "st.shared" not in entry
-                    assert "bar.sync" not in entry
+                stored = entry.index("st.shared")
+                staging = entry.rindex("ld.relaxed.gpu.global.s32", 0, stored)
+                table = re.compile(r"ld\.relaxed\.gpu\.global\.(v[24]\.)?u32")
+                rows = table.search(entry, staging)
+                assert rows is not None
+                assert rows.start() < stored < entry.index("bar.sync", stored)
+                # Interleaved pairs stage their rows in the turns a whole block takes and
+                # read their own, read-only, in the others.
+                interleaved = not entry.startswith(f"{prefix}Lb0E")
+                assert ("ld.global.nc" in entry) == interleaved
     assert seen == 4 * (3 + 3 + 2 + 1)
     # The grid walks (token, head, unit) without dividing: no integer division or
     # remainder anywhere (the old flat grid had three 64-bit divisions per unit).
@@ -637,33 +636,44 @@ def test_harness_binds_each_call_to_its_own_memory(harness: Any) -> None:
         assert [launch.args[7] for launch in launches] == [offset, offset]
 
 
-# q with 3 heads and k with 2, bfloat16 (2 heads per thread), 32 rotated pairs in 4 units,
-# run in blocks of 2 units x 2 head rows x 3 tokens, at most 2 blocks per grid dimension:
-# the units loop runs twice, the tokens loop twice (7 tokens in tiles of 3), the second
-# group of heads has a head row with no live head (its first would be head 5) and the
-# last tile two tokens past the sequence.  Every loop turn past the first waits for the
-# shared rows to be read before it restages them.
+# q with 3 heads and k with 2, bfloat16 (2 heads per thread half-split, 1 interleaved), 32
+# rotated pairs in 4 units, run in blocks of 2 units x 2 head rows x 3 tokens, at most 2
+# blocks per grid dimension: the units loop runs twice, the tokens loop twice (7 tokens in
+# tiles of 3), the last group of heads has a head row with no live head and the last tile
+# two tokens past the sequence.  Every loop turn past the first waits for the shared rows
+# to be read before it restages them.  Interleaved pairs stage their rows in the turns
+# that hold whole groups of heads and whole tiles (2 of 3 groups, 2 of 3 tiles), and read
+# their own in the others.
 _BARRIER_BLOCK = (2, 2, 3)
+PAIRINGS = pytest.mark.parametrize("interleaved", [False, True], ids=["half", "interleaved"])
 
 
-def _barrier_case(harness: Any) -> tuple[list[np.ndarray], list[np.ndarray], list[Launch]]:
-    """(outputs, expected, launches) of the geometry above, through the harness."""
+def _barrier_case(
+    harness: Any, interleaved: bool
+) -> tuple[list[np.ndarray], list[np.ndarray], list[Launch], Plan]:
+    """(outputs, expected, launches, plan) of the geometry above, through the harness; the
+    launches read the plan's arrays, positions and tables at their addresses, so a test
+    that runs them again holds the plan."""
     rng = np.random.default_rng(27)
     dtype = _dtype("bfloat16")
     q = _data(rng, (2, 7, 3, 64), dtype)
     k = _data(rng, (2, 7, 2, 64), dtype)
     positions = rng.permutation(50)[:7].astype(np.int64)
-    common = {"rotary_dim": 64, "interleaved": False, "layout": "bshd"}
-    outputs, launches = _run(harness, (q, k), positions, grid_cap=2, block=_BARRIER_BLOCK, **common)
+    common = {"rotary_dim": 64, "interleaved": interleaved, "layout": "bshd"}
+    plan = _plan(anyrope.RoPE(64, rotary_dim=64, interleaved=interleaved), (q, k), positions)
+    launches: list[Launch] = []
+    launcher = _harness_launcher(harness, launches, 2, _BARRIER_BLOCK)
+    outputs = rotate_raw(plan, plan.arrays, launcher=launcher)
     expected = [_expected(x, positions, **common) for x in (q, k)]
-    return list(outputs), expected, launches
+    return list(outputs), expected, launches, plan
 
 
-def test_harness_block_threads_meet_at_every_barrier(harness: Any) -> None:
+@PAIRINGS
+def test_harness_block_threads_meet_at_every_barrier(harness: Any, interleaved: bool) -> None:
     # The harness runs a block's threads as fibers and fails a launch (5) in which they
     # do not all wait at the same barrier: threads without a live head or token, and
     # units past the row, take part in every barrier of the rotation.
-    outputs, expected, launches = _barrier_case(harness)
+    outputs, expected, launches, _ = _barrier_case(harness, interleaved)
     (launch,) = launches
     assert HEADS_PER_THREAD[2] == 2
     assert launch.args[30] == 5  # heads
@@ -671,22 +681,25 @@ def test_harness_block_threads_meet_at_every_barrier(harness: Any) -> None:
         _assert_bits(y, want)
 
 
-def test_harness_catches_a_thread_that_misses_a_barrier(harness: Any) -> None:
+@PAIRINGS
+def test_harness_catches_a_thread_that_misses_a_barrier(harness: Any, interleaved: bool) -> None:
     # The fault the harness must catch: one thread of each block passes every barrier
     # (as a per-thread `continue` around the barrier would make it).
-    _, _, (launch,) = _barrier_case(harness)
+    _, _, (launch,), _plan_held = _barrier_case(harness, interleaved)
     assert _harness_run(harness, "bfloat16", _reshaped(launch, 2, _BARRIER_BLOCK), skip=1) == 5
 
 
-def test_harness_catches_rows_read_before_they_are_staged(harness: Any) -> None:
+@PAIRINGS
+def test_harness_catches_rows_read_before_they_are_staged(harness: Any, interleaved: bool) -> None:
     # Without the barrier after the staging, the harness (which runs the last thread of a
     # block first, over shared memory filled with NaN bytes) gives wrong bits: the head
-    # rows read the table rows before the first head row has written them.
-    outputs, expected, (launch,) = _barrier_case(harness)
+    # rows read the table rows before the first head row has written them (NaN in a
+    # block's first turn, the rows of the turn before in the others).
+    outputs, expected, (launch,), _plan_held = _barrier_case(harness, interleaved)
     for y in outputs:
         y[...] = 0
     assert _harness_run(harness, "bfloat16", _reshaped(launch, 2, _BARRIER_BLOCK), skip=2) == 0
-    assert all(np.isnan(y.astype(np.float32)).any() for y in outputs)
+    assert any(np.isnan(y.astype(np.float32)).any() for y in outputs)
     for y, want in zip(outputs, expected, strict=True):
         with pytest.raises(AssertionError):
             _assert_bits(y, want)

@@ -277,10 +277,9 @@ def launch_templates(
             min(inner_size, _MAX_GRID[1]),
             min(math.ceil(heads / (block[1] * per_thread)), _MAX_GRID[2]),
         )
-        # A rotation of half-split pairs stages V cos and V sin entries per unit and token
-        # (rope_unit): 64 bytes a thread at most, under the 48 KiB of a launch that does
-        # not opt in.
-        staged = 2 * width * _table_itemsize(itemsize) if pairs and not interleaved else 0
+        # A rotation stages V cos and V sin entries per unit and token (rope_unit): 64
+        # bytes a thread at most, under the 48 KiB of a launch that does not opt in.
+        staged = 2 * width * _table_itemsize(itemsize) if pairs else 0
         shared = block[0] * block[2] * staged
         templates.append(
             LaunchTemplate(width, interleaved, wide, grid, block, tuple(shifts), params, shared)

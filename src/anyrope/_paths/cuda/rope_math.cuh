@@ -390,8 +390,6 @@ template <> struct heads_per_thread<4> { static constexpr int value = ANYROPE_HE
 template <> struct heads_per_thread<8> { static constexpr int value = ANYROPE_HEADS_PER_THREAD_8; };
 template <typename T, bool INTERLEAVED>
 constexpr int kHeadsPerThread = INTERLEAVED ? 1 : heads_per_thread<sizeof(T)>::value;
-// Half-split pairs stage the table rows of a block's tokens in shared memory (rope_unit).
-template <bool INTERLEAVED> constexpr bool kStaged = !INTERLEAVED;
 
 // Unit u of the rows (b, s, first + r * step), r < R, of q and k: V pairs rotated (a
 // launch with half > 0) or one chunk of the features past the rotated width copied (a
@@ -401,19 +399,17 @@ template <bool INTERLEAVED> constexpr bool kStaged = !INTERLEAVED;
 // scalar variant (any strides, any alignment); V > 1 moves V elements of each half (2V
 // interleaved) per access.
 //
-// The table rows of the block's tokens go through shared memory, V cos then V sin entries
-// per unit (threadIdx.x) of each token (threadIdx.z), `rows` the unit's; staged by the threads of the
-// first head row (threadIdx.y == 0, whose first head is always live), which alone read
-// the positions; the other head rows read them there.  The L2 so serves a token's table
-// rows once per block instead of once per head row (docs/performance.rst, "GPU").
-// Interleaved pairs (one head per thread) read their rows themselves, with no barrier:
-// staged, they ran at 0.74 of a copy instead of 0.93 (bfloat16, H200).
-template <typename T, int V, bool INTERLEAVED, typename C, typename I>
+// STAGED: the table rows of the block's tokens go through shared memory, V cos then V sin
+// entries per unit (threadIdx.x) of each token (threadIdx.z), `rows` the unit's; staged by
+// the threads of the first head row (threadIdx.y == 0, whose first head is always live),
+// which alone read the positions; the other head rows read them there.  The L2 so serves a
+// token's table rows once per block instead of once per head row (docs/performance.rst,
+// "GPU").  Unstaged, a thread reads its own rows, with no barrier.
+template <typename T, int V, bool INTERLEAVED, bool STAGED, typename C, typename I>
 ANYROPE_HD void rope_unit(const tensor_view<T, I>& q, const tensor_view<T, I>& k,
                           const shared_args<C, I>& a, C* rows, bool stager, bool reused,
                           bool unit_live, I b, I s, I first, I step, I u) {
   constexpr int R = kHeadsPerThread<T, INTERLEAVED>;
-  constexpr bool STAGED = kStaged<INTERLEAVED>;
   constexpr int XB = V * static_cast<int>(sizeof(T));  // bytes of one x access
   constexpr int CB = V * static_cast<int>(sizeof(C)) < 16 ? V * static_cast<int>(sizeof(C)) : 16;
   const T* src[R];
@@ -568,10 +564,19 @@ ANYROPE_HD void rope_unit(const tensor_view<T, I>& q, const tensor_view<T, I>& k
 // threads of a warp read adjacent rows at each step), threadIdx.z the tokens of a tile
 // along seq; blockIdx.x the seq tiles, blockIdx.y the (collapsed) batch, blockIdx.z the
 // groups of heads.  Every dimension is a stride loop, so any grid covers any geometry;
-// the host sizes the grid so that each loop runs once.  Every loop runs as often in each
-// thread of a block (what a thread does not hold is not live), so that all of them meet
-// at each barrier.  `shared`: a rotation launch's dynamic shared memory,
-// blockDim.z * blockDim.x * V * 2 entries of C (geometry.launch_templates sizes it).
+// the host sizes the grid so that each loop runs once.  `shared`: a rotation launch's
+// dynamic shared memory, blockDim.z * blockDim.x * V * 2 entries of C
+// (geometry.launch_templates sizes it).
+//
+// Half-split pairs: every loop runs as often in each thread of a block (what a thread
+// does not hold is not live), so that all of them meet at each barrier of the staging.
+// Interleaved pairs keep the loops of the kernel before the staging, in which a thread
+// skips what it does not hold (with the loops above they ran at 0.75 of a copy, staged or
+// not, against 0.93; bfloat16, H200), and stage their rows only in a turn of the loops
+// that every thread of the block takes: one whose heads, tokens and units are all there
+// (`whole`, the same in every thread of the block), so that all of them reach its
+// barriers.  The grid the host sizes makes every turn whole but those of a block at the
+// end of the heads or of the sequence, which read their own rows as before.
 template <typename T, int V, bool INTERLEAVED, typename C, typename I>
 ANYROPE_HD void rope_thread(const tensor_view<T, I>& q, const tensor_view<T, I>& k,
                             const shared_args<C, I>& a, C* shared, uint3 block, uint3 thread,
@@ -581,26 +586,36 @@ ANYROPE_HD void rope_thread(const tensor_view<T, I>& q, const tensor_view<T, I>&
   const I tile_seq = static_cast<I>(block_dim.z);
   const I across = static_cast<I>(block_dim.x);
   C* const rows = shared + (static_cast<I>(thread.z) * across + static_cast<I>(thread.x)) * 2 * V;
+  const bool stager = thread.y == 0;
   bool reused = false;
-  // Unstaged (no barrier), a thread skips what it does not hold, as the kernel did before
-  // the staging: interleaved pairs ran at 0.75 of a copy with the staged loops instead of
-  // 0.93 (bfloat16, H200); with these loops their sm_90 SASS (32-bit indices) is again
-  // that of the kernel before, instruction for instruction.
-  constexpr bool STAGED = kStaged<INTERLEAVED>;
   for (I g = static_cast<I>(block.z); g * per_group < a.heads; g += static_cast<I>(grid_dim.z)) {
     const I first = g * per_group + static_cast<I>(thread.y);
-    if (!STAGED && first >= a.heads) continue;
+    if (INTERLEAVED && first >= a.heads) continue;
     for (I b = static_cast<I>(block.y); b < a.batch; b += static_cast<I>(grid_dim.y)) {
       for (I tile = static_cast<I>(block.x); tile * tile_seq < a.seq;
            tile += static_cast<I>(grid_dim.x)) {
         const I s = tile * tile_seq + static_cast<I>(thread.z);
-        if (!STAGED && s >= a.seq) continue;
-        for (I u0 = STAGED ? I(0) : static_cast<I>(thread.x); u0 < a.units; u0 += across) {
-          const I u = STAGED ? u0 + static_cast<I>(thread.x) : u0;
-          const bool live = !STAGED || ((s < a.seq) & (u < a.units));
-          rope_unit<T, V, INTERLEAVED>(q, k, a, rows, thread.y == 0, reused, live, b,
-                                       live ? s : I(0), first, step, live ? u : I(0));
-          reused = true;
+        if (INTERLEAVED && s >= a.seq) continue;
+        for (I u0 = INTERLEAVED ? static_cast<I>(thread.x) : I(0); u0 < a.units; u0 += across) {
+          if constexpr (INTERLEAVED) {
+            const bool whole = ((g + 1) * per_group <= a.heads) &
+                               ((tile + 1) * tile_seq <= a.seq) &
+                               (u0 - static_cast<I>(thread.x) + across <= a.units);
+            if (whole) {
+              rope_unit<T, V, true, true>(q, k, a, rows, stager, reused, true, b, s, first, step,
+                                          u0);
+              reused = true;
+            } else {
+              rope_unit<T, V, true, false>(q, k, a, rows, false, false, true, b, s, first, step,
+                                           u0);
+            }
+          } else {
+            const I u = u0 + static_cast<I>(thread.x);
+            const bool live = (s < a.seq) & (u < a.units);
+            rope_unit<T, V, false, true>(q, k, a, rows, stager, reused, live, b, live ? s : I(0),
+                                         first, step, live ? u : I(0));
+            reused = true;
+          }
         }
       }
     }
