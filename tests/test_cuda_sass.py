@@ -189,24 +189,6 @@ def first_use(program: list[Instruction], at: int) -> int | None:
     return None
 
 
-def stored_as_is(program: list[Instruction], at: int) -> bool:
-    """Whether what ``at`` loads goes, through moves only, into a store (a copy of the
-    features past the rotated width)."""
-    taint = set(program[at].writes)
-    for instruction in program[at + 1 :]:
-        if instruction.ends_block:
-            return False
-        if instruction.reads & taint:
-            if instruction.opcode.startswith("ST"):
-                return True
-            if not instruction.opcode.startswith(("MOV", "IMAD.MOV")):
-                return False
-            taint |= instruction.writes
-        else:
-            taint -= instruction.writes
-    return False
-
-
 def addressed_loads(program: list[Instruction], at: int) -> list[int]:
     """The loads whose address what ``at`` loads goes into, through arithmetic, along the
     straight-line code that follows (the position's: the table rows it selects)."""
@@ -266,15 +248,15 @@ def unit_loads(program: list[Instruction]) -> Loads:
     """Position loads: those whose value makes an address, and their alternatives at the
     same address (32- or 64-bit, predicated). Table loads: those at the addresses the
     position makes (strong loads that feed the stores to shared memory, or read-only
-    ``.CONSTANT`` loads in the interleaved variants, which stage nothing). x loads: the
-    others but the copies past the rotated width (a load stored as is)."""
+    ``.CONSTANT`` loads in the turns that interleaved pairs do not stage). x loads: the
+    others (a copied unit's too: the same loads)."""
     loads = [i for i, instruction in enumerate(program) if instruction.load]
     uses = {i: first_use(program, i) for i in loads}
     addressed = {i: addressed_loads(program, i) for i in loads}
     feeding = [i for i in loads if addressed[i]]
     position = [i for i in loads if any(_same_address(program, i, j) for j in feeding)]
     tables = {t for i in position for t in addressed[i]}
-    x = [i for i in loads if i not in position and i not in tables and not stored_as_is(program, i)]
+    x = [i for i in loads if i not in position and i not in tables]
     # ptxas may emit the unit's code more than once (the first pass of the stride loops
     # apart from the later ones, which wait for the rows to be read before restaging
     # them; the staged and the unstaged turns of interleaved pairs): each copy is a unit
@@ -285,14 +267,13 @@ def unit_loads(program: list[Instruction]) -> Loads:
     late, after, placed = [], [], set()
     for p in position:
         staged = _staging_barrier(program, p)
-        # Unstaged, x is first used after the position; a unit's code ends at the next
-        # unit's position or at an unconditional branch.
-        start = staged if staged < len(program) else p
+        # x is first used after the position (a copied unit's stores of x, the rotation);
+        # a unit's code ends at the next unit's position or at an unconditional branch.
         following = min(
             next((n for n in position if n > staged), len(program)),
-            next((n for n in range(start, len(program)) if program[n].ends_block), len(program)),
+            next((n for n in range(p, len(program)) if program[n].ends_block), len(program)),
         )
-        unit = [i for i in x if (uses[i] or -1) > start and (uses[i] or -1) < following]
+        unit = [i for i in x if (uses[i] or -1) > p and (uses[i] or -1) < following]
         placed.update(unit)
         issued = [*unit, p]
         first = min((u for u in (uses[i] for i in issued) if u is not None), default=None)

@@ -499,18 +499,29 @@ def _scenario(
         spec["arrays"] = (_data(rng, _shape(layout, batch, seq, 3, 24), dtype),)
         spec["rotary_dim"] = 20
         spec["width"] = 2
-    elif name in ("head-96-rotary-24", "head-80-rotary-20", "head-128-rotary-64"):
+    elif name in (
+        "head-96-rotary-24",
+        "head-80-rotary-20",
+        "head-128-rotary-64",
+        "head-100-rotary-96",
+    ):
         dim, rotary = (int(n) for n in name.split("-")[1::2])
         q = _data(rng, _shape(layout, batch, seq, 4, dim), dtype)
         k = _data(rng, _shape(layout, batch, seq, 2, dim), dtype)
         spec["arrays"] = (q, k)
         spec["rotary_dim"] = rotary
         spec["positions"] = rng.integers(0, 3000, size=(*batch, seq)).astype(np.int64)
-        half = rotary // 2
+        half, tail = rotary // 2, dim - rotary
+        # Whole accesses in the rotated half, whole pairs of them past it (head 100: 4
+        # features, 2 accesses of 2), rows aligned for them.
         spec["width"] = max(
             w
             for w in (16 // dtype.itemsize, 8 // dtype.itemsize, 4 // dtype.itemsize, 1)
-            if w >= 1 and half % w == 0 and (w == 1 or w * dtype.itemsize >= 4)
+            if w >= 1
+            and half % w == 0
+            and tail % (2 * w if w > 1 else 1) == 0
+            and dim % w == 0
+            and (w == 1 or w * dtype.itemsize >= 4)
         )
     elif name == "shifted-8-bytes":
         # Rows 8 bytes off a 16-byte boundary: the 8-byte variant (float64: scalar).
@@ -553,6 +564,7 @@ SCENARIOS = [
     "head-96-rotary-24",
     "head-80-rotary-20",
     "head-128-rotary-64",
+    "head-100-rotary-96",
     "shifted-8-bytes",
     "noncollapsible-batch",
     "large-positions",
@@ -584,9 +596,8 @@ def test_harness_matches_array_api(
         harness, arrays, spec["positions"], grid_cap=grid_cap, **common, **options
     )
 
-    # The features past rotary_dim, when copied, take launches of their own.
-    copied = spec["rotary_dim"] < arrays[0].shape[-1] and not options.get("inplace", False)
-    count = spec["launches"] * (2 if copied else 1)
+    # The features past rotary_dim, when copied, are copied by the same launch.
+    count = spec["launches"]
     assert len(launches) == count
     assert [launch.width for launch in launches] == [spec["width"]] * count
     for x, y, want, old in zip(arrays, outputs, expected, before, strict=True):
@@ -632,8 +643,8 @@ def test_harness_binds_each_call_to_its_own_memory(harness: Any) -> None:
         x = _data(rng, (2, 3, 5, 80), np.dtype(np.float32))
         (y,), launches = _run(harness, (x,), offset, **common)
         _assert_bits(y, _expected(x, offset, **common))
-        # The rotation, then the copy past rotary_dim (which reads no table).
-        assert [launch.args[7] for launch in launches] == [offset, offset]
+        # One launch rotates and copies past rotary_dim.
+        assert [launch.args[7] for launch in launches] == [offset]
 
 
 # q with 3 heads and k with 2, bfloat16 (2 heads per thread half-split, 1 interleaved), 32
@@ -713,18 +724,17 @@ def test_harness_catches_rows_read_before_they_are_staged(harness: Any, interlea
 def test_rotation_launches_size_their_shared_memory(
     itemsize: int, head_dim: int, heads: int
 ) -> None:
-    """A rotation stages V cos and V sin entries of the compute type per unit and token
-    of its block, within the 48 KiB a launch takes without opting in; the copy past the
-    rotated width stages nothing."""
+    """A launch stages V cos and V sin entries of the compute type per unit and token of
+    its block (the units that copy past the rotated width too, whose rows no thread
+    reads), within the 48 KiB a launch takes without opting in."""
     q = _contiguous(4096, (2, 9, heads, head_dim))
-    rotation, copy = _bf16_launches(
+    (launch,) = _bf16_launches(
         q, _contiguous(1 << 28, q.shape), None, None, rotary_dim=head_dim // 2, itemsize=itemsize
     )
     table_itemsize = 8 if itemsize == 8 else 4
-    per_unit = 2 * rotation.width * table_itemsize
-    assert rotation.shared == rotation.block[0] * rotation.block[2] * per_unit
-    assert 0 < rotation.shared <= 48 * 1024
-    assert copy.shared == 0
+    per_unit = 2 * launch.width * table_itemsize
+    assert launch.shared == launch.block[0] * launch.block[2] * per_unit
+    assert 0 < launch.shared <= 48 * 1024
 
 
 @pytest.mark.parametrize("wide_index", [False, True], ids=["int32-index", "int64-index"])
@@ -769,8 +779,8 @@ def test_harness_checks_positions_the_host_left_unread(
 
     outputs, launches = _run(harness, (q, k), positions, max_positions=100, **common)
 
-    # The rotation, then the copy of the features past rotary_dim.
-    assert [launch.wide_index for launch in launches] == [wide_index] * 2
+    # One launch rotates and copies the features past rotary_dim.
+    assert [launch.wide_index for launch in launches] == [wide_index]
     assert launches[0].args[8] == 100  # the rows a position may index
     for x, y, want in zip((q, k), outputs, expected, strict=True):
         _assert_bits(y[held], want[held])
@@ -1064,7 +1074,7 @@ def test_harness_through_the_pipeline_as_the_tables_change(
         k = _data(rng, (2, 1, 2, 32), np.dtype(np.float32))
         before = len(launches)
         got = rope(q, k, positions, impl="cuda")
-        assert len(launches) == before + 2  # the rotation, then the copy past rotary_dim
+        assert len(launches) == before + 1  # the rotation and the copy past rotary_dim
         for y, want in zip(got, reference(q, k, positions, impl="array_api"), strict=True):
             _assert_bits(y, want)
         cos_tables.append(launches[before].args[4])
@@ -1199,19 +1209,20 @@ def test_a_thread_rotates_several_heads_of_one_token(
     assert threads == 4 * 16 * units * 32 // per_thread
 
 
-def test_partial_rotary_copies_its_tail_in_a_launch_of_its_own() -> None:
-    """A warp runs one branch only: the rotation launch has no copy unit, and the
-    features past rotary_dim are copied by the same kernel with no pair to rotate, its
-    pointers advanced to the first copied feature."""
+@pytest.mark.parametrize(
+    ("rotary_dim", "units"), [(64, 4 + 4), (32, 2 + 6), (96, 6 + 2), (16, 1 + 7), (128, 8)]
+)
+def test_partial_rotary_is_one_launch(rotary_dim: int, units: int) -> None:
+    """One launch reads and writes each row whole: the units of a row rotate 8 pairs each
+    (bfloat16, 16-byte accesses), then copy 16 features past the rotated width each, in
+    the same instructions (rope_unit), so that the threads of a warp cover the row's 256
+    bytes together."""
     q = _contiguous(4096, (2, 7, 8, 128))
-    rotation, copy = _bf16_launches(q, _contiguous(2 << 20, q.shape), None, None, rotary_dim=64)
-    # half, units, elements per copied unit
-    assert rotation.args[31:34] == (32, 32 // 8, 8)
-    assert copy.args[31:34] == (0, 64 // 8, 8)
-    assert rotation.args[:2] == (4096, 2 << 20)
-    assert copy.args[:2] == (4096 + 64 * 2, (2 << 20) + 64 * 2)
-    assert rotation.block[0] == 4
-    assert copy.block[0] == 8
+    (launch,) = _bf16_launches(q, _contiguous(2 << 20, q.shape), None, None, rotary_dim=rotary_dim)
+    assert launch.width == 8
+    assert launch.args[31:33] == (rotary_dim // 2, units)  # half, units of a row
+    assert launch.args[:2] == (4096, 2 << 20)  # rows from their first feature
+    assert launch.block[0] == units
 
 
 def test_plan_packs_q_and_k_into_one_launch() -> None:
@@ -1222,16 +1233,16 @@ def test_plan_packs_q_and_k_into_one_launch() -> None:
     )
     assert launch.width == 8
     assert not launch.wide_index
-    # The parameter buffer: seven 8-byte pointers, 27 int32 (the offset, the rows and
+    # The parameter buffer: seven 8-byte pointers, 26 int32 (the offset, the rows and
     # the geometry), the position size and `inverse`; the driver reads it whole.
-    assert len(launch.params) == 7 * 8 + 29 * 4
-    assert len(launch.args) == 36
+    assert len(launch.params) == 7 * 8 + 28 * 4
+    assert len(launch.args) == 35
     assert struct.unpack_from("<7Q", launch.params) == launch.args[:7]
-    assert struct.unpack_from("<29i", launch.params, 56) == launch.args[7:]
+    assert struct.unpack_from("<28i", launch.params, 56) == launch.args[7:]
     assert launch.args[:7] == (4096, 2 << 20, 1 << 20, 3 << 20, 512, 1024, 0)
     assert launch.args[7:9] == (0, 4096)  # the table offset and rows
     # batch 2, seq 7, 8 q heads of 10, 64 pairs in 8 units of 8, no tail.
-    assert launch.args[27:34] == (2, 7, 8, 10, 64, 8, 16 // 2)
+    assert launch.args[27:33] == (2, 7, 8, 10, 64, 8)
     # A block holds whole rows: 8 units x 5 threads of HEADS_PER_THREAD (2) heads x 6
     # tokens; the grid covers the rest.
     assert HEADS_PER_THREAD[2] == 2
