@@ -716,6 +716,28 @@ def test_harness_catches_rows_read_before_they_are_staged(harness: Any, interlea
             _assert_bits(y, want)
 
 
+@PAIRINGS
+@pytest.mark.parametrize("rotary_dim", [16, 48, 64], ids=lambda r: f"rotary-{r}-of-64")
+@pytest.mark.parametrize("block", [(3, 2, 2), (8, 1, 3)], ids=["3x2x2", "8x1x3"])
+def test_harness_rotates_and_copies_in_any_block(
+    harness: Any, interleaved: bool, rotary_dim: int, block: tuple[int, int, int]
+) -> None:
+    # The units of a row rotate, then copy past the rotated width (bfloat16, 4 units of 8
+    # features each): in blocks whose units straddle both kinds, a tile and a group of
+    # heads left part empty, at most 2 blocks per grid dimension, every feature must have
+    # the bits of the array-API path, and every thread of a block meet at each barrier.
+    rng = np.random.default_rng(rotary_dim + 7 * interleaved)
+    dtype = _dtype("bfloat16")
+    q = _data(rng, (2, 5, 3, 64), dtype)
+    k = _data(rng, (2, 5, 2, 64), dtype)
+    positions = rng.permutation(40)[:5].astype(np.int64)
+    common = {"rotary_dim": rotary_dim, "interleaved": interleaved, "layout": "bshd"}
+    outputs, (launch,) = _run(harness, (q, k), positions, grid_cap=2, block=block, **common)
+    assert launch.args[31:33] == (rotary_dim // 2, rotary_dim // 16 + (64 - rotary_dim) // 16)
+    for x, y in zip((q, k), outputs, strict=True):
+        _assert_bits(y, _expected(x, positions, **common))
+
+
 @pytest.mark.parametrize(
     ("itemsize", "head_dim", "heads"),
     [(2, 128, 4), (2, 4096, 1), (4, 128, 4), (8, 8192, 1), (8, 64, 1)],
