@@ -384,9 +384,10 @@ constexpr int kHeadsPerThread = INTERLEAVED ? 1 : heads_per_thread<sizeof(T)>::v
 // one warp, reads and writes each row whole (docs/performance.rst, "Partial rotary").
 // Both kinds run the same instructions, each store predicated on the unit's kind: two
 // loads of x, its stores as read (a copied unit), the rotation and its stores (a rotated
-// unit), so no warp runs two branches one after the other, each with its trip to memory.  A head past the last, a token past seq or a unit past the
-// row is not live: not read, not written.  V == 1 is the scalar variant (any strides, any
-// alignment); V > 1 moves V elements per access.
+// unit), so no warp runs two branches one after the other, each with its trip to memory.
+// A head past the last, a token past seq or a unit past the row is not live: not read,
+// not written.  V == 1 is the scalar variant (any strides, any alignment); V > 1 moves V
+// elements per access.
 //
 // STAGED: the table rows of the block's tokens go through shared memory, V cos then V sin
 // entries per unit (threadIdx.x) of each token (threadIdx.z), `rows` the unit's; staged by
@@ -531,9 +532,9 @@ ANYROPE_HD void rope_unit(const tensor_view<T, I>& q, const tensor_view<T, I>& k
 // threads of a warp read adjacent rows at each step), threadIdx.z the tokens of a tile
 // along seq; blockIdx.x the seq tiles, blockIdx.y the (collapsed) batch, blockIdx.z the
 // groups of heads.  Every dimension is a stride loop, so any grid covers any geometry;
-// the host sizes the grid so that each loop runs once.  `shared`: a rotation launch's
-// dynamic shared memory, blockDim.z * blockDim.x * V * 2 entries of C
-// (geometry.launch_templates sizes it).
+// the host sizes the grid so that each loop runs once.  `shared`: the launch's dynamic
+// shared memory, blockDim.z * blockDim.x * V * 2 entries of C (geometry.launch_templates
+// sizes it).
 //
 // Half-split pairs: every loop runs as often in each thread of a block (what a thread
 // does not hold is not live), so that all of them meet at each barrier of the staging.
@@ -603,7 +604,7 @@ ANYROPE_HD void rope_thread(const tensor_view<T, I>& q, const tensor_view<T, I>&
 #define ANYROPE_ARGS                                                                         \
   q_in, q_out, k_in, k_out, cos_t, sin_t, pos, offset, rows, q_in_b, q_in_s, q_in_h, q_in_d,  \
       q_out_b, q_out_s, q_out_h, q_out_d, k_in_b, k_in_s, k_in_h, k_in_d, k_out_b, k_out_s,   \
-      k_out_h, k_out_d, pos_b, pos_s, batch, seq, q_heads, heads, half, units, pos_size,        \
+      k_out_h, k_out_d, pos_b, pos_s, batch, seq, q_heads, heads, half, units, pos_size,      \
       inverse
 
 // One thread of a launch, from the flat parameters (q_in may equal q_out: in place).
