@@ -189,24 +189,6 @@ def first_use(program: list[Instruction], at: int) -> int | None:
     return None
 
 
-def stored_as_is(program: list[Instruction], at: int) -> bool:
-    """Whether what ``at`` loads goes, through moves only, into a store (a copy of the
-    features past the rotated width)."""
-    taint = set(program[at].writes)
-    for instruction in program[at + 1 :]:
-        if instruction.ends_block:
-            return False
-        if instruction.reads & taint:
-            if instruction.opcode.startswith("ST"):
-                return True
-            if not instruction.opcode.startswith(("MOV", "IMAD.MOV")):
-                return False
-            taint |= instruction.writes
-        else:
-            taint -= instruction.writes
-    return False
-
-
 def addressed_loads(program: list[Instruction], at: int) -> list[int]:
     """The loads whose address what ``at`` loads goes into, through arithmetic, along the
     straight-line code that follows (the position's: the table rows it selects)."""
@@ -248,39 +230,50 @@ def _same_address(program: list[Instruction], i: int, j: int) -> bool:
     return not any(program[n].writes & registers for n in range(min(i, j), max(i, j)))
 
 
+def _staging_barrier(program: list[Instruction], p: int) -> int:
+    """Index of the barrier at which the table rows that the position load ``p`` selects
+    are staged, along the code that follows ``p`` up to an unconditional branch;
+    ``len(program)`` for a unit that stages nothing."""
+    stored = False
+    for b in range(p + 1, len(program)):
+        stored |= program[b].opcode.startswith("STS")
+        if stored and program[b].opcode.startswith("BAR.SYNC"):
+            return b
+        if program[b].ends_block:
+            break
+    return len(program)
+
+
 def unit_loads(program: list[Instruction]) -> Loads:
     """Position loads: those whose value makes an address, and their alternatives at the
     same address (32- or 64-bit, predicated). Table loads: those at the addresses the
     position makes (strong loads that feed the stores to shared memory, or read-only
-    ``.CONSTANT`` loads in the interleaved variants, which stage nothing). x loads: the
-    others but the copies past the rotated width (a load stored as is)."""
+    ``.CONSTANT`` loads in the turns that interleaved pairs do not stage). x loads: the
+    others (a copied unit's too: the same loads)."""
     loads = [i for i, instruction in enumerate(program) if instruction.load]
     uses = {i: first_use(program, i) for i in loads}
     addressed = {i: addressed_loads(program, i) for i in loads}
     feeding = [i for i in loads if addressed[i]]
     position = [i for i in loads if any(_same_address(program, i, j) for j in feeding)]
     tables = {t for i in position for t in addressed[i]}
-    x = [i for i in loads if i not in position and i not in tables and not stored_as_is(program, i)]
+    x = [i for i in loads if i not in position and i not in tables]
     # ptxas may emit the unit's code more than once (the first pass of the stride loops
     # apart from the later ones, which wait for the rows to be read before restaging
-    # them): each copy is a unit of its own, its position load followed by the barrier
-    # at which its table rows are staged (the first after a store to shared memory), and
-    # its x loads those whose first use follows that barrier.
+    # them; the staged and the unstaged turns of interleaved pairs): each copy is a unit
+    # of its own, its position load followed by the barrier at which its table rows are
+    # staged (the first after a store to shared memory, before the code ends in an
+    # unconditional branch; none in an unstaged copy), and its x loads those whose first
+    # use follows that barrier.
     late, after, placed = [], [], set()
     for p in position:
-        staged = next(
-            (
-                b
-                for b in range(p + 1, len(program))
-                if program[b].opcode.startswith("BAR.SYNC")
-                and any(program[n].opcode.startswith("STS") for n in range(p, b))
-            ),
-            len(program),
+        staged = _staging_barrier(program, p)
+        # x is first used after the position (a copied unit's stores of x, the rotation);
+        # a unit's code ends at the next unit's position or at an unconditional branch.
+        following = min(
+            next((n for n in position if n > staged), len(program)),
+            next((n for n in range(p, len(program)) if program[n].ends_block), len(program)),
         )
-        following = next((n for n in position if n > staged), len(program))
-        # Interleaved pairs stage nothing: their x is first used after the position.
-        start = staged if staged < len(program) else p
-        unit = [i for i in x if (uses[i] or -1) > start and (uses[i] or -1) < following]
+        unit = [i for i in x if (uses[i] or -1) > p and (uses[i] or -1) < following]
         placed.update(unit)
         issued = [*unit, p]
         first = min((u for u in (uses[i] for i in issued) if u is not None), default=None)
@@ -354,16 +347,22 @@ def test_x_and_position_loads_are_issued_before_their_first_use(
 
 
 @pytest.mark.parametrize("nvrtc", _nvrtc_params())
-def test_only_half_split_pairs_wait_at_a_barrier(nvrtc: str | None) -> None:
-    """Half-split pairs stage their table rows (a barrier); interleaved pairs read their
-    own, with no barrier and the loops of the kernel before the staging, which measured
-    0.93 of a copy against 0.75 for the staged loops (bfloat16, H200)."""
+def test_every_rotation_stages_its_table_rows(nvrtc: str | None) -> None:
+    """Both pairings stage their table rows in shared memory (a barrier, then the rows read
+    there). Interleaved pairs do so only in the turns of their loops that a whole block
+    takes; in the others they read their own rows through the read-only cache, as the
+    kernel before the staging did (whose loops they keep: 0.93 of a copy against 0.75
+    for the loops of half-split pairs; bfloat16, H200)."""
     if nvrtc is None:
         _missing("NVRTC (pip install nvidia-cuda-nvrtc)")
         return
     sass, lowered = _sass(nvrtc)
-    waits = {
-        name: any(i.opcode.startswith("BAR") for i in parse(_function(sass, lowered[name])))
-        for _, name in VECTOR_VARIANTS
-    }
-    assert waits == {name: ", true, " not in name for name in waits}
+    found = {}
+    for _, name in VECTOR_VARIANTS:
+        program = parse(_function(sass, lowered[name]))
+        found[name] = (
+            any(i.opcode.startswith("BAR.SYNC") for i in program),
+            any(i.opcode.startswith("LDS") for i in program),
+            any(i.opcode.startswith("LDG") and ".CONSTANT" in i.opcode for i in program),
+        )
+    assert found == {name: (True, True, ", true, " in name) for name in found}

@@ -127,21 +127,20 @@ def test_kernel_compiles(arch: str, instantiations: Path, tmp_path: Path) -> Non
                 assert x_load in entry
                 assert f"st.global.{kind}" in entry
                 # x is read before the position, and the position before the table rows
-                # it selects, which half-split pairs stage in shared memory for the block;
-                # all are strong (relaxed) loads, which ptxas keeps in this order
-                # (tests/test_cuda_sass.py).
+                # it selects, staged in shared memory for the block; all are strong
+                # (relaxed) loads, which ptxas keeps in this order (tests/test_cuda_sass.py).
                 position = entry.index("ld.relaxed.gpu.global.s32")
                 assert entry.index(x_load) < position
-                if entry.startswith(f"{prefix}Lb0E"):
-                    table = re.compile(r"ld\.relaxed\.gpu\.global\.(v[24]\.)?u32")
-                    rows = table.search(entry, position)
-                    assert rows is not None
-                    stored = entry.index("st.shared")
-                    assert rows.start() < stored < entry.index("bar.sync", stored)
-                else:  # interleaved pairs read their rows themselves, read-only
-                    assert position < entry.index("ld.global.nc")
-                    assert "st.shared" not in entry
-                    assert "bar.sync" not in entry
+                stored = entry.index("st.shared")
+                staging = entry.rindex("ld.relaxed.gpu.global.s32", 0, stored)
+                table = re.compile(r"ld\.relaxed\.gpu\.global\.(v[24]\.)?u32")
+                rows = table.search(entry, staging)
+                assert rows is not None
+                assert rows.start() < stored < entry.index("bar.sync", stored)
+                # Interleaved pairs stage their rows in the turns a whole block takes and
+                # read their own, read-only, in the others.
+                interleaved = not entry.startswith(f"{prefix}Lb0E")
+                assert ("ld.global.nc" in entry) == interleaved
     assert seen == 4 * (3 + 3 + 2 + 1)
     # The grid walks (token, head, unit) without dividing: no integer division or
     # remainder anywhere (the old flat grid had three 64-bit divisions per unit).
@@ -504,18 +503,29 @@ def _scenario(
         spec["arrays"] = (_data(rng, _shape(layout, batch, seq, 3, 24), dtype),)
         spec["rotary_dim"] = 20
         spec["width"] = 2
-    elif name in ("head-96-rotary-24", "head-80-rotary-20", "head-128-rotary-64"):
+    elif name in (
+        "head-96-rotary-24",
+        "head-80-rotary-20",
+        "head-128-rotary-64",
+        "head-100-rotary-96",
+    ):
         dim, rotary = (int(n) for n in name.split("-")[1::2])
         q = _data(rng, _shape(layout, batch, seq, 4, dim), dtype)
         k = _data(rng, _shape(layout, batch, seq, 2, dim), dtype)
         spec["arrays"] = (q, k)
         spec["rotary_dim"] = rotary
         spec["positions"] = rng.integers(0, 3000, size=(*batch, seq)).astype(np.int64)
-        half = rotary // 2
+        half, tail = rotary // 2, dim - rotary
+        # Whole accesses in the rotated half, whole pairs of them past it (head 100: 4
+        # features, 2 accesses of 2), rows aligned for them.
         spec["width"] = max(
             w
             for w in (16 // dtype.itemsize, 8 // dtype.itemsize, 4 // dtype.itemsize, 1)
-            if w >= 1 and half % w == 0 and (w == 1 or w * dtype.itemsize >= 4)
+            if w >= 1
+            and half % w == 0
+            and tail % (2 * w if w > 1 else 1) == 0
+            and dim % w == 0
+            and (w == 1 or w * dtype.itemsize >= 4)
         )
     elif name == "shifted-8-bytes":
         # Rows 8 bytes off a 16-byte boundary: the 8-byte variant (float64: scalar).
@@ -558,6 +568,7 @@ SCENARIOS = [
     "head-96-rotary-24",
     "head-80-rotary-20",
     "head-128-rotary-64",
+    "head-100-rotary-96",
     "shifted-8-bytes",
     "noncollapsible-batch",
     "large-positions",
@@ -589,9 +600,8 @@ def test_harness_matches_array_api(
         harness, arrays, spec["positions"], grid_cap=grid_cap, **common, **options
     )
 
-    # The features past rotary_dim, when copied, take launches of their own.
-    copied = spec["rotary_dim"] < arrays[0].shape[-1] and not options.get("inplace", False)
-    count = spec["launches"] * (2 if copied else 1)
+    # The features past rotary_dim, when copied, are copied by the same launch.
+    count = spec["launches"]
     assert len(launches) == count
     assert [launch.width for launch in launches] == [spec["width"]] * count
     for x, y, want, old in zip(arrays, outputs, expected, before, strict=True):
@@ -637,37 +647,48 @@ def test_harness_binds_each_call_to_its_own_memory(harness: Any) -> None:
         x = _data(rng, (2, 3, 5, 80), np.dtype(np.float32))
         (y,), launches = _run(harness, (x,), offset, **common)
         _assert_bits(y, _expected(x, offset, **common))
-        # The rotation, then the copy past rotary_dim (which reads no table).
-        assert [launch.args[7] for launch in launches] == [offset, offset]
+        # One launch rotates and copies past rotary_dim.
+        assert [launch.args[7] for launch in launches] == [offset]
 
 
-# q with 3 heads and k with 2, bfloat16 (2 heads per thread), 32 rotated pairs in 4 units,
-# run in blocks of 2 units x 2 head rows x 3 tokens, at most 2 blocks per grid dimension:
-# the units loop runs twice, the tokens loop twice (7 tokens in tiles of 3), the second
-# group of heads has a head row with no live head (its first would be head 5) and the
-# last tile two tokens past the sequence.  Every loop turn past the first waits for the
-# shared rows to be read before it restages them.
+# q with 3 heads and k with 2, bfloat16 (2 heads per thread half-split, 1 interleaved), 32
+# rotated pairs in 4 units, run in blocks of 2 units x 2 head rows x 3 tokens, at most 2
+# blocks per grid dimension: the units loop runs twice, the tokens loop twice (7 tokens in
+# tiles of 3), the last group of heads has a head row with no live head and the last tile
+# two tokens past the sequence.  Every loop turn past the first waits for the shared rows
+# to be read before it restages them.  Interleaved pairs stage their rows in the turns
+# that hold whole groups of heads and whole tiles (2 of 3 groups, 2 of 3 tiles), and read
+# their own in the others.
 _BARRIER_BLOCK = (2, 2, 3)
+PAIRINGS = pytest.mark.parametrize("interleaved", [False, True], ids=["half", "interleaved"])
 
 
-def _barrier_case(harness: Any) -> tuple[list[np.ndarray], list[np.ndarray], list[Launch]]:
-    """(outputs, expected, launches) of the geometry above, through the harness."""
+def _barrier_case(
+    harness: Any, interleaved: bool
+) -> tuple[list[np.ndarray], list[np.ndarray], list[Launch], Plan]:
+    """(outputs, expected, launches, plan) of the geometry above, through the harness; the
+    launches read the plan's arrays, positions and tables at their addresses, so a test
+    that runs them again holds the plan."""
     rng = np.random.default_rng(27)
     dtype = _dtype("bfloat16")
     q = _data(rng, (2, 7, 3, 64), dtype)
     k = _data(rng, (2, 7, 2, 64), dtype)
     positions = rng.permutation(50)[:7].astype(np.int64)
-    common = {"rotary_dim": 64, "interleaved": False, "layout": "bshd"}
-    outputs, launches = _run(harness, (q, k), positions, grid_cap=2, block=_BARRIER_BLOCK, **common)
+    common = {"rotary_dim": 64, "interleaved": interleaved, "layout": "bshd"}
+    plan = _plan(anyrope.RoPE(64, rotary_dim=64, interleaved=interleaved), (q, k), positions)
+    launches: list[Launch] = []
+    launcher = _harness_launcher(harness, launches, 2, _BARRIER_BLOCK)
+    outputs = rotate_raw(plan, plan.arrays, launcher=launcher)
     expected = [_expected(x, positions, **common) for x in (q, k)]
-    return list(outputs), expected, launches
+    return list(outputs), expected, launches, plan
 
 
-def test_harness_block_threads_meet_at_every_barrier(harness: Any) -> None:
+@PAIRINGS
+def test_harness_block_threads_meet_at_every_barrier(harness: Any, interleaved: bool) -> None:
     # The harness runs a block's threads as fibers and fails a launch (5) in which they
     # do not all wait at the same barrier: threads without a live head or token, and
     # units past the row, take part in every barrier of the rotation.
-    outputs, expected, launches = _barrier_case(harness)
+    outputs, expected, launches, _ = _barrier_case(harness, interleaved)
     (launch,) = launches
     assert HEADS_PER_THREAD[2] == 2
     assert launch.args[30] == 5  # heads
@@ -675,25 +696,50 @@ def test_harness_block_threads_meet_at_every_barrier(harness: Any) -> None:
         _assert_bits(y, want)
 
 
-def test_harness_catches_a_thread_that_misses_a_barrier(harness: Any) -> None:
+@PAIRINGS
+def test_harness_catches_a_thread_that_misses_a_barrier(harness: Any, interleaved: bool) -> None:
     # The fault the harness must catch: one thread of each block passes every barrier
     # (as a per-thread `continue` around the barrier would make it).
-    _, _, (launch,) = _barrier_case(harness)
+    _, _, (launch,), _plan_held = _barrier_case(harness, interleaved)
     assert _harness_run(harness, "bfloat16", _reshaped(launch, 2, _BARRIER_BLOCK), skip=1) == 5
 
 
-def test_harness_catches_rows_read_before_they_are_staged(harness: Any) -> None:
+@PAIRINGS
+def test_harness_catches_rows_read_before_they_are_staged(harness: Any, interleaved: bool) -> None:
     # Without the barrier after the staging, the harness (which runs the last thread of a
     # block first, over shared memory filled with NaN bytes) gives wrong bits: the head
-    # rows read the table rows before the first head row has written them.
-    outputs, expected, (launch,) = _barrier_case(harness)
+    # rows read the table rows before the first head row has written them (NaN in a
+    # block's first turn, the rows of the turn before in the others).
+    outputs, expected, (launch,), _plan_held = _barrier_case(harness, interleaved)
     for y in outputs:
         y[...] = 0
     assert _harness_run(harness, "bfloat16", _reshaped(launch, 2, _BARRIER_BLOCK), skip=2) == 0
-    assert all(np.isnan(y.astype(np.float32)).any() for y in outputs)
+    assert any(np.isnan(y.astype(np.float32)).any() for y in outputs)
     for y, want in zip(outputs, expected, strict=True):
         with pytest.raises(AssertionError):
             _assert_bits(y, want)
+
+
+@PAIRINGS
+@pytest.mark.parametrize("rotary_dim", [16, 48, 64], ids=lambda r: f"rotary-{r}-of-64")
+@pytest.mark.parametrize("block", [(3, 2, 2), (8, 1, 3)], ids=["3x2x2", "8x1x3"])
+def test_harness_rotates_and_copies_in_any_block(
+    harness: Any, interleaved: bool, rotary_dim: int, block: tuple[int, int, int]
+) -> None:
+    # The units of a row rotate, then copy past the rotated width (bfloat16, 4 units of 8
+    # features each): in blocks whose units straddle both kinds, a tile and a group of
+    # heads left part empty, at most 2 blocks per grid dimension, every feature must have
+    # the bits of the array-API path, and every thread of a block meet at each barrier.
+    rng = np.random.default_rng(rotary_dim + 7 * interleaved)
+    dtype = _dtype("bfloat16")
+    q = _data(rng, (2, 5, 3, 64), dtype)
+    k = _data(rng, (2, 5, 2, 64), dtype)
+    positions = rng.permutation(40)[:5].astype(np.int64)
+    common = {"rotary_dim": rotary_dim, "interleaved": interleaved, "layout": "bshd"}
+    outputs, (launch,) = _run(harness, (q, k), positions, grid_cap=2, block=block, **common)
+    assert launch.args[31:33] == (rotary_dim // 2, rotary_dim // 16 + (64 - rotary_dim) // 16)
+    for x, y in zip((q, k), outputs, strict=True):
+        _assert_bits(y, _expected(x, positions, **common))
 
 
 @pytest.mark.parametrize(
@@ -704,18 +750,17 @@ def test_harness_catches_rows_read_before_they_are_staged(harness: Any) -> None:
 def test_rotation_launches_size_their_shared_memory(
     itemsize: int, head_dim: int, heads: int
 ) -> None:
-    """A rotation stages V cos and V sin entries of the compute type per unit and token
-    of its block, within the 48 KiB a launch takes without opting in; the copy past the
-    rotated width stages nothing."""
+    """A launch stages V cos and V sin entries of the compute type per unit and token of
+    its block (the units that copy past the rotated width too, whose rows no thread
+    reads), within the 48 KiB a launch takes without opting in."""
     q = _contiguous(4096, (2, 9, heads, head_dim))
-    rotation, copy = _bf16_launches(
+    (launch,) = _bf16_launches(
         q, _contiguous(1 << 28, q.shape), None, None, rotary_dim=head_dim // 2, itemsize=itemsize
     )
     table_itemsize = 8 if itemsize == 8 else 4
-    per_unit = 2 * rotation.width * table_itemsize
-    assert rotation.shared == rotation.block[0] * rotation.block[2] * per_unit
-    assert 0 < rotation.shared <= 48 * 1024
-    assert copy.shared == 0
+    per_unit = 2 * launch.width * table_itemsize
+    assert launch.shared == launch.block[0] * launch.block[2] * per_unit
+    assert 0 < launch.shared <= 48 * 1024
 
 
 @pytest.mark.parametrize("wide_index", [False, True], ids=["int32-index", "int64-index"])
@@ -760,8 +805,8 @@ def test_harness_checks_positions_the_host_left_unread(
 
     outputs, launches = _run(harness, (q, k), positions, max_positions=100, **common)
 
-    # The rotation, then the copy of the features past rotary_dim.
-    assert [launch.wide_index for launch in launches] == [wide_index] * 2
+    # One launch rotates and copies the features past rotary_dim.
+    assert [launch.wide_index for launch in launches] == [wide_index]
     assert launches[0].args[8] == 100  # the rows a position may index
     for x, y, want in zip((q, k), outputs, expected, strict=True):
         _assert_bits(y[held], want[held])
@@ -1215,7 +1260,7 @@ def test_harness_through_the_pipeline_as_the_tables_change(
         k = _data(rng, (2, 1, 2, 32), np.dtype(np.float32))
         before = len(launches)
         got = rope(q, k, positions, impl="cuda")
-        assert len(launches) == before + 2  # the rotation, then the copy past rotary_dim
+        assert len(launches) == before + 1  # the rotation and the copy past rotary_dim
         for y, want in zip(got, reference(q, k, positions, impl="array_api"), strict=True):
             _assert_bits(y, want)
         assert launches[before].args[4] == cos_tables[-1].__array_interface__["data"][0]
@@ -1350,19 +1395,20 @@ def test_a_thread_rotates_several_heads_of_one_token(
     assert threads == 4 * 16 * units * 32 // per_thread
 
 
-def test_partial_rotary_copies_its_tail_in_a_launch_of_its_own() -> None:
-    """A warp runs one branch only: the rotation launch has no copy unit, and the
-    features past rotary_dim are copied by the same kernel with no pair to rotate, its
-    pointers advanced to the first copied feature."""
+@pytest.mark.parametrize(
+    ("rotary_dim", "units"), [(64, 4 + 4), (32, 2 + 6), (96, 6 + 2), (16, 1 + 7), (128, 8)]
+)
+def test_partial_rotary_is_one_launch(rotary_dim: int, units: int) -> None:
+    """One launch reads and writes each row whole: the units of a row rotate 8 pairs each
+    (bfloat16, 16-byte accesses), then copy 16 features past the rotated width each, in
+    the same instructions (rope_unit), so that the threads of a warp cover the row's 256
+    bytes together."""
     q = _contiguous(4096, (2, 7, 8, 128))
-    rotation, copy = _bf16_launches(q, _contiguous(2 << 20, q.shape), None, None, rotary_dim=64)
-    # half, units, elements per copied unit
-    assert rotation.args[31:34] == (32, 32 // 8, 8)
-    assert copy.args[31:34] == (0, 64 // 8, 8)
-    assert rotation.args[:2] == (4096, 2 << 20)
-    assert copy.args[:2] == (4096 + 64 * 2, (2 << 20) + 64 * 2)
-    assert rotation.block[0] == 4
-    assert copy.block[0] == 8
+    (launch,) = _bf16_launches(q, _contiguous(2 << 20, q.shape), None, None, rotary_dim=rotary_dim)
+    assert launch.width == 8
+    assert launch.args[31:33] == (rotary_dim // 2, units)  # half, units of a row
+    assert launch.args[:2] == (4096, 2 << 20)  # rows from their first feature
+    assert launch.block[0] == units
 
 
 def test_plan_packs_q_and_k_into_one_launch() -> None:
@@ -1373,16 +1419,16 @@ def test_plan_packs_q_and_k_into_one_launch() -> None:
     )
     assert launch.width == 8
     assert not launch.wide_index
-    # The parameter buffer: seven 8-byte pointers, 27 int32 (the offset, the rows and
+    # The parameter buffer: seven 8-byte pointers, 26 int32 (the offset, the rows and
     # the geometry), the position size and `inverse`; the driver reads it whole.
-    assert len(launch.params) == 7 * 8 + 29 * 4
-    assert len(launch.args) == 36
+    assert len(launch.params) == 7 * 8 + 28 * 4
+    assert len(launch.args) == 35
     assert struct.unpack_from("<7Q", launch.params) == launch.args[:7]
-    assert struct.unpack_from("<29i", launch.params, 56) == launch.args[7:]
+    assert struct.unpack_from("<28i", launch.params, 56) == launch.args[7:]
     assert launch.args[:7] == (4096, 2 << 20, 1 << 20, 3 << 20, 512, 1024, 0)
     assert launch.args[7:9] == (0, 4096)  # the table offset and rows
     # batch 2, seq 7, 8 q heads of 10, 64 pairs in 8 units of 8, no tail.
-    assert launch.args[27:34] == (2, 7, 8, 10, 64, 8, 16 // 2)
+    assert launch.args[27:33] == (2, 7, 8, 10, 64, 8)
     # A block holds whole rows: 8 units x 5 threads of HEADS_PER_THREAD (2) heads x 6
     # tokens; the grid covers the rest.
     assert HEADS_PER_THREAD[2] == 2

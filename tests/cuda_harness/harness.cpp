@@ -30,7 +30,7 @@
 
 namespace {
 
-constexpr int kParams = 36;
+constexpr int kParams = 35;
 
 template <typename T> T* ptr(long long address) {
   return reinterpret_cast<T*>(static_cast<std::uintptr_t>(address));
@@ -125,7 +125,7 @@ int run(const long long* a, const unsigned* grid, const unsigned* block, unsigne
               ptr<const C>(a[4]), ptr<const C>(a[5]), ptr<const void>(a[6]), i(7), i(8), i(9),
               i(10), i(11), i(12), i(13), i(14), i(15), i(16), i(17), i(18), i(19), i(20),
               i(21), i(22), i(23), i(24), i(25), i(26), i(27), i(28), i(29), i(30), i(31),
-              i(32), i(33), static_cast<int>(a[34]), static_cast<int>(a[35]), bytes,
+              i(32), static_cast<int>(a[33]), static_cast<int>(a[34]), bytes,
               uint3{bx, by, bz}, uint3{tx, ty, tz}, block_dim, grid_dim);
         };
         if (const int code = run_block(block[0] * block[1] * block[2], body)) return code;

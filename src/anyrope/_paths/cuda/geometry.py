@@ -46,11 +46,11 @@ class Operand(NamedTuple):
 
 # The kernel's parameter buffer, ANYROPE_PARAMS in order and each at its natural
 # alignment, as cuLaunchKernel takes it whole (CU_LAUNCH_PARAM_BUFFER_POINTER): the seven
-# pointers, then the table offset, the table rows and the 25 integers of the geometry in
+# pointers, then the table offset, the table rows and the 24 integers of the geometry in
 # the index type (int32, or int64 for ``wide_index``), then the position size and
 # ``inverse`` as int32. Packed once per geometry; a call writes only its addresses and
 # offset, so no argument is converted per call.
-PARAMS = {False: struct.Struct("<7Q27i2i"), True: struct.Struct("<7Q27q2i")}
+PARAMS = {False: struct.Struct("<7Q26i2i"), True: struct.Struct("<7Q26q2i")}
 # A launch's buffer: cuLaunchKernel's `extra` list (the parameter buffer's key and
 # address, its size's key and address, the end), the size, then the parameters; `bind`
 # copies the template's once and writes the addresses in two packs.
@@ -197,13 +197,14 @@ def launch_templates(
     ``operands`` (q_in, q_out and, for ``rotate_qk``, k_in, k_out) and of the positions
     are read only for their alignment. :meth:`LaunchTemplate.bind` binds the addresses.
 
-    One launch for q and k together unless the batch axes of the operands cannot be
-    walked with a single stride (then one launch per outer batch index, still exact).
-    The widest variant whose accesses every operand allows is chosen: x read ``width``
-    pairs at a time (16, 8 or 4 bytes) when every tensor has a unit last stride, rows and
-    pointers aligned to that many bytes and a rotated half that is a whole number of
-    vectors, and both tables aligned for their reads; otherwise the scalar variant. The
-    features past the rotated width are copied in the widest chunks their offset allows.
+    One launch for q and k together, the features past the rotated width copied by the
+    same launch, unless the batch axes of the operands cannot be walked with a single
+    stride (then one launch per outer batch index, still exact). The widest variant whose
+    accesses every operand allows is chosen: x read ``width`` pairs at a time (16, 8 or 4
+    bytes) when every tensor has a unit last stride, rows and pointers aligned to that many
+    bytes, a rotated half that is a whole number of vectors and copied features a whole
+    number of pairs of them, and both tables aligned for their reads; otherwise the
+    scalar variant.
     ``table_rows`` (rows of cos and sin, ``rotary_dim // 2`` entries each) bounds the
     table offsets, for the choice of 32-bit indices. The kernel gives NaN for a
     position array's value outside ``0 .. bound - 1`` (default ``table_rows``).
@@ -230,13 +231,12 @@ def launch_templates(
         [[op.strides[a] for a in batch_axes] for op in operands]
         + ([list(pos.strides[:-1])] if pos is not None else []),
     )
-    width, tail_elems = _widths(operands, itemsize, half, tail, (cos_ptr, sin_ptr))
+    width = _width(operands, itemsize, half, tail, (cos_ptr, sin_ptr))
     per_thread = 1 if interleaved else HEADS_PER_THREAD[itemsize]
-    # (rotated pairs, units of a row, first feature): the rotation, then the features
-    # past the rotated width copied by a launch of their own, the same kernel with no
-    # pair to rotate. In one launch, a warp would hold threads of both kinds and run the
-    # two branches one after the other, each with its own trip to memory.
-    parts = [(half, half // width, 0)] + ([(0, tail // tail_elems, 2 * half)] if tail else [])
+    # The units of a row: the rotated ones, then those that copy 2 * width features past
+    # the rotated width each (one in the scalar variant), in the same instructions
+    # (rope_unit), so that one launch reads and writes each row whole.
+    units = half // width + tail // (1 if width == 1 else 2 * width)
     sizes = (table_rows * half, *map(_extent, strided), *q_in.shape, heads, half + tail)
     wide = max(sizes) >= _INT32_LIMIT
 
@@ -250,24 +250,22 @@ def launch_templates(
     strides += [0] * (16 - len(strides))
     strides += [0, 0] if pos is None else [inner[-1], pos.strides[-1]]
     pos_itemsize = 0 if pos is None else position_itemsize
+    if heads * seq * inner_size == 0:
+        return []
     templates = []
-    for at, (pairs, units, first) in product(product(*(range(size) for size, _ in outer)), parts):
-        if units * heads * seq * inner_size == 0:
-            continue
+    for at in product(*(range(size) for size, _ in outer)):
         shift = [
             sum(i * st[n] for i, (_, st) in zip(at, outer, strict=True))
             for n in range(len(strided))
         ]
-        shifts = [
-            (s + first * op.strides[-1]) * itemsize for s, op in zip(shift, operands, strict=False)
-        ]
+        shifts = [s * itemsize for s in shift[: len(operands)]]
         shifts += [0] * (4 - len(operands)) + [shift[-1] * pos_itemsize]
         # The addresses of the call and the table offset are written by `bind`.
         params = bytes(HEADER) + PARAMS[wide].pack(
             *(0, 0, 0, 0, cos_ptr, sin_ptr, 0, 0),
             table_rows if bound is None else bound,
             *strides,
-            *(inner_size, seq, operands[0].shape[h_axis], heads, pairs, units, tail_elems),
+            *(inner_size, seq, operands[0].shape[h_axis], heads, half, units),
             pos_itemsize,
             int(inverse),
         )
@@ -277,47 +275,43 @@ def launch_templates(
             min(inner_size, _MAX_GRID[1]),
             min(math.ceil(heads / (block[1] * per_thread)), _MAX_GRID[2]),
         )
-        # A rotation of half-split pairs stages V cos and V sin entries per unit and token
-        # (rope_unit): 64 bytes a thread at most, under the 48 KiB of a launch that does
-        # not opt in.
-        staged = 2 * width * _table_itemsize(itemsize) if pairs and not interleaved else 0
-        shared = block[0] * block[2] * staged
+        # V cos and V sin entries staged per unit and token (rope_unit): 64 bytes a thread
+        # at most, under the 48 KiB of a launch that does not opt in.
+        shared = block[0] * block[2] * 2 * width * _table_itemsize(itemsize)
         templates.append(
             LaunchTemplate(width, interleaved, wide, grid, block, tuple(shifts), params, shared)
         )
     return templates
 
 
-def _widths(
+def _width(
     operands: Sequence[Operand], itemsize: int, half: int, tail: int, tables: tuple[int, int]
-) -> tuple[int, int]:
-    """(pairs per access, elements per chunk copied past the rotated width): the widest
-    16-, 8- or 4-byte accesses of two elements or more that every operand's rows and
-    address, the tables, the half and the chunks' offset allow; (1, 1) for the scalar
-    variant."""
+) -> int:
+    """Pairs per access: the widest 16-, 8- or 4-byte accesses of two elements or more that
+    every operand's rows and address, the tables, the half and the features copied past
+    it (``tail``, a whole number of two accesses) allow; 1 for the scalar variant."""
     if any(op.strides[-1] != 1 for op in operands):
-        return 1, 1
-    sizes = [
-        size
-        for size in (16, 8, 4)
-        if size > itemsize
-        and all(
-            op.ptr % size == 0
-            and all(
-                (s * itemsize) % size == 0
-                for s, n in zip(op.strides[:-1], op.shape[:-1], strict=True)
-                if n != 1
-            )
-            for op in operands
-        )
-    ]
-    for size in sizes:
+        return 1
+    for size in (16, 8, 4):
         width = size // itemsize
         table_bytes = min(16, width * _table_itemsize(itemsize))
-        if half % width == 0 and all(ptr % table_bytes == 0 for ptr in tables):
-            copy = [s for s in sizes if (2 * half * itemsize) % s == (tail * itemsize) % s == 0]
-            return width, copy[0] // itemsize if copy else 1
-    return 1, 1
+        if (
+            width >= 2
+            and half % width == 0
+            and tail % (2 * width) == 0
+            and all(ptr % table_bytes == 0 for ptr in tables)
+            and all(
+                op.ptr % size == 0
+                and all(
+                    (s * itemsize) % size == 0
+                    for s, n in zip(op.strides[:-1], op.shape[:-1], strict=True)
+                    if n != 1
+                )
+                for op in operands
+            )
+        ):
+            return width
+    return 1
 
 
 def _table_itemsize(itemsize: int) -> int:

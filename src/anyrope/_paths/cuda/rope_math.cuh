@@ -286,18 +286,6 @@ ANYROPE_HD void store_vec(E* p, const E (&src)[N], bool live = true) {
   }
 }
 
-// One B-byte chunk at element `d` of each live row of `src`, copied bit for bit to `dst`:
-// every load first, so that all of them are in flight together.
-template <int B, int R, typename T, typename I>
-ANYROPE_HD void copy_chunks(const T* const (&src)[R], T* const (&dst)[R],
-                            const bool (&live)[R], I d) {
-  typename chunk_of<B>::type v[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) v[r] = load_chunk<B>(src[r] + d, live[r]);
-#pragma unroll
-  for (int r = 0; r < R; ++r) store_chunk<B>(dst[r] + d, v[r], live[r]);
-}
-
 // One tensor (q or k) seen as (batch, seq, heads, dim) with element strides;
 // the layout ("bshd", "bhsd", "sbhd") is only a permutation of these strides.
 template <typename T, typename I> struct tensor_view {
@@ -319,8 +307,7 @@ template <typename C, typename I> struct shared_args {
   I q_heads;        // heads 0 .. q_heads - 1 are q's, the rest k's
   I heads;          // q_heads + k_heads
   I half;           // rotary_dim / 2
-  I units;          // work units of one (token, head) row: half / V rotated, or the copies
-  I tail_elems;     // elements per copied unit (a launch with half == 0)
+  I units;          // work units of one (token, head) row: half / V rotated, then the copies
   int pos_size;
   int inverse;
 };
@@ -390,30 +377,30 @@ template <> struct heads_per_thread<4> { static constexpr int value = ANYROPE_HE
 template <> struct heads_per_thread<8> { static constexpr int value = ANYROPE_HEADS_PER_THREAD_8; };
 template <typename T, bool INTERLEAVED>
 constexpr int kHeadsPerThread = INTERLEAVED ? 1 : heads_per_thread<sizeof(T)>::value;
-// Half-split pairs stage the table rows of a block's tokens in shared memory (rope_unit).
-template <bool INTERLEAVED> constexpr bool kStaged = !INTERLEAVED;
 
-// Unit u of the rows (b, s, first + r * step), r < R, of q and k: V pairs rotated (a
-// launch with half > 0) or one chunk of the features past the rotated width copied (a
-// launch with half == 0, all of whose units are copies).  A head past the last, a token
-// past seq or a unit past the row is not live: not read, not written; every thread of the
-// block comes here as often as the others, for the barriers of the rotation.  V == 1 is the
-// scalar variant (any strides, any alignment); V > 1 moves V elements of each half (2V
-// interleaved) per access.
+// Unit u of the rows (b, s, first + r * step), r < R, of q and k: V pairs rotated (the
+// first half / V units of a row) or, past them, the next 2V features past the rotated
+// width copied as they are (one feature in the scalar variant), so that one launch, and
+// one warp, reads and writes each row whole (docs/performance.rst, "Partial rotary").
+// Both kinds run the same instructions, each store predicated on the unit's kind: two
+// loads of x, its stores as read (a copied unit), the rotation and its stores (a rotated
+// unit), so no warp runs two branches one after the other, each with its trip to memory.
+// A head past the last, a token past seq or a unit past the row is not live: not read,
+// not written.  V == 1 is the scalar variant (any strides, any alignment); V > 1 moves V
+// elements per access.
 //
-// The table rows of the block's tokens go through shared memory, V cos then V sin entries
-// per unit (threadIdx.x) of each token (threadIdx.z), `rows` the unit's; staged by the threads of the
-// first head row (threadIdx.y == 0, whose first head is always live), which alone read
-// the positions; the other head rows read them there.  The L2 so serves a token's table
-// rows once per block instead of once per head row (docs/performance.rst, "GPU").
-// Interleaved pairs (one head per thread) read their rows themselves, with no barrier:
-// staged, they ran at 0.74 of a copy instead of 0.93 (bfloat16, H200).
-template <typename T, int V, bool INTERLEAVED, typename C, typename I>
+// STAGED: the table rows of the block's tokens go through shared memory, V cos then V sin
+// entries per unit (threadIdx.x) of each token (threadIdx.z), `rows` the unit's; staged by
+// the threads of the first head row (threadIdx.y == 0, whose first head is always live),
+// which alone read the positions; the other head rows read them there.  The L2 so serves a
+// token's table rows once per block instead of once per head row (docs/performance.rst,
+// "GPU").  Every thread of the block comes here as often as the others, for the barriers.
+// Unstaged, a thread reads its own rows, with no barrier.
+template <typename T, int V, bool INTERLEAVED, bool STAGED, typename C, typename I>
 ANYROPE_HD void rope_unit(const tensor_view<T, I>& q, const tensor_view<T, I>& k,
                           const shared_args<C, I>& a, C* rows, bool stager, bool reused,
                           bool unit_live, I b, I s, I first, I step, I u) {
   constexpr int R = kHeadsPerThread<T, INTERLEAVED>;
-  constexpr bool STAGED = kStaged<INTERLEAVED>;
   constexpr int XB = V * static_cast<int>(sizeof(T));  // bytes of one x access
   constexpr int CB = V * static_cast<int>(sizeof(C)) < 16 ? V * static_cast<int>(sizeof(C)) : 16;
   const T* src[R];
@@ -438,54 +425,27 @@ ANYROPE_HD void rope_unit(const tensor_view<T, I>& q, const tensor_view<T, I>& k
     out_d[r] = tv.out_d;
   }
 
-  // A launch rotates (half > 0) or copies (half == 0) all its units. Both tests say so;
-  // each gives its variants the machine code the SASS tests want (x loads first).
+  // The two accesses of x, at e0 and e1: (x[i], x[i + half]) for half-split pairs, the
+  // 2V contiguous features of V interleaved pairs, the 2V features a copied unit moves.
   const I rot_units = a.half / V;
-  if (STAGED ? a.half == 0 : u >= rot_units) {
-    const I d0 = 2 * a.half + (u - rot_units) * a.tail_elems;
-    if constexpr (V == 1) {
-      T v[R];
-#pragma unroll
-      for (int r = 0; r < R; ++r) v[r] = live[r] ? src[r][d0 * in_d[r]] : T{};
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        if (live[r]) dst[r][d0 * out_d[r]] = v[r];
-      }
-    } else {
-      switch (static_cast<int>(a.tail_elems * sizeof(T))) {
-        case 16: copy_chunks<16>(src, dst, live, d0); return;
-        case 8: copy_chunks<8>(src, dst, live, d0); return;
-        case 4: copy_chunks<4>(src, dst, live, d0); return;
-        default: copy_chunks<sizeof(T)>(src, dst, live, d0); return;
-      }
-    }
-    return;
-  }
-
-  const I i0 = u * V;
+  const bool rotates = u < rot_units;
+  const I i0 = rotates ? u * V : I(0);  // a copied unit reads (and drops) unit 0's rows
+  const I e0 = rotates ? (INTERLEAVED ? 2 * i0 : i0)
+                       : 2 * a.half + (u - rot_units) * (V == 1 ? 1 : 2 * V);
+  const I e1 = rotates && !INTERLEAVED ? i0 + a.half : e0 + V;
+  // The scalar variant copies one feature per unit: an odd number may follow the rotation.
+  const bool both = rotates | (V > 1);
   // x first: its address does not depend on the position, so its loads are in flight
   // while the position, and then the table rows it selects, are fetched and staged.
-  T x0[R][INTERLEAVED ? 2 * V : V];
-  T x1[R][V];
+  T x[R][2][V];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    if constexpr (INTERLEAVED) {
-      // Pairs (x[2i], x[2i+1]): V pairs are 2V contiguous elements.
-      if constexpr (V == 1) {
-        x0[r][0] = live[r] ? src[r][(2 * i0) * in_d[r]] : T{};
-        x0[r][1] = live[r] ? src[r][(2 * i0 + 1) * in_d[r]] : T{};
-      } else {
-        load_vec<From::global, XB>(src[r] + 2 * i0, x0[r], live[r]);
-      }
+    if constexpr (V == 1) {
+      x[r][0][0] = live[r] ? src[r][e0 * in_d[r]] : T{};
+      x[r][1][0] = live[r] & both ? src[r][e1 * in_d[r]] : T{};
     } else {
-      // Half-split pairs (x[i], x[i + half]): one vector from each half.
-      if constexpr (V == 1) {
-        x0[r][0] = live[r] ? src[r][i0 * in_d[r]] : T{};
-        x1[r][0] = live[r] ? src[r][(i0 + a.half) * in_d[r]] : T{};
-      } else {
-        load_vec<From::global, XB>(src[r] + i0, x0[r], live[r]);
-        load_vec<From::global, XB>(src[r] + i0 + a.half, x1[r], live[r]);
-      }
+      load_vec<From::global, XB>(src[r] + e0, x[r][0], live[r]);
+      load_vec<From::global, XB>(src[r] + e1, x[r][1], live[r]);
     }
   }
 
@@ -495,7 +455,7 @@ ANYROPE_HD void rope_unit(const tensor_view<T, I>& q, const tensor_view<T, I>& k
   if (STAGED & reused) block_barrier(kRowsRead);
   // Unstaged, every thread reads its rows, with no branch (ptxas would wait for x before
   // it: a unit past the row reads those of unit 0).
-  if (!STAGED || (stager & unit_live)) {
+  if (!STAGED || (stager & unit_live & rotates)) {
     I row;
     const bool held = table_row(a, b, s, row);
     // Staged: strong loads, as x, which ptxas keeps in program order, so that the sin row
@@ -520,6 +480,19 @@ ANYROPE_HD void rope_unit(const tensor_view<T, I>& q, const tensor_view<T, I>& k
       store_vec<CB, true>(rows + V, sn);
     }
   }
+  // A copied unit stores its x as read, here: it arrives with the x of the others, and
+  // is not held past the rotation (a select of x or the rotation at the stores held both:
+  // 10 more registers in bfloat16, one block per SM less).
+  const bool copies = !rotates;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if constexpr (V == 1) {
+      if (live[r] & copies) dst[r][e0 * out_d[r]] = x[r][0][0];
+    } else {
+      store_vec<XB>(dst[r] + e0, x[r][0], live[r] & copies);
+      store_vec<XB>(dst[r] + e1, x[r][1], live[r] & copies);
+    }
+  }
   if constexpr (STAGED) {
     block_barrier(kRowsStaged);
     load_vec<From::shared, CB>(rows, c);
@@ -528,36 +501,27 @@ ANYROPE_HD void rope_unit(const tensor_view<T, I>& q, const tensor_view<T, I>& k
 
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    if constexpr (INTERLEAVED) {
-      T y[2 * V];
+    T y[2][V];
 #pragma unroll
-      for (int j = 0; j < V; ++j) {
-        rotate_pair(x0[r][2 * j], x0[r][2 * j + 1], c[j], sn[j], y[2 * j], y[2 * j + 1]);
-      }
-      if constexpr (V == 1) {
-        if (live[r]) {
-          dst[r][(2 * i0) * out_d[r]] = y[0];
-          dst[r][(2 * i0 + 1) * out_d[r]] = y[1];
-        }
+    for (int j = 0; j < V; ++j) {
+      if constexpr (INTERLEAVED) {
+        // Pair j is features 2j and 2j + 1 of the 2V read.
+        const int lo = 2 * j;
+        const int hi = lo + 1;
+        rotate_pair(x[r][lo / V][lo % V], x[r][hi / V][hi % V], c[j], sn[j], y[lo / V][lo % V],
+                    y[hi / V][hi % V]);
       } else {
-        store_vec<XB>(dst[r] + 2 * i0, y, live[r]);
+        rotate_pair(x[r][0][j], x[r][1][j], c[j], sn[j], y[0][j], y[1][j]);
+      }
+    }
+    if constexpr (V == 1) {
+      if (live[r] & rotates) {
+        dst[r][e0 * out_d[r]] = y[0][0];
+        dst[r][e1 * out_d[r]] = y[1][0];
       }
     } else {
-      T y0[V];
-      T y1[V];
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        rotate_pair(x0[r][j], x1[r][j], c[j], sn[j], y0[j], y1[j]);
-      }
-      if constexpr (V == 1) {
-        if (live[r]) {
-          dst[r][i0 * out_d[r]] = y0[0];
-          dst[r][(i0 + a.half) * out_d[r]] = y1[0];
-        }
-      } else {
-        store_vec<XB>(dst[r] + i0, y0, live[r]);
-        store_vec<XB>(dst[r] + i0 + a.half, y1, live[r]);
-      }
+      store_vec<XB>(dst[r] + e0, y[0], live[r] & rotates);
+      store_vec<XB>(dst[r] + e1, y[1], live[r] & rotates);
     }
   }
 }
@@ -568,10 +532,19 @@ ANYROPE_HD void rope_unit(const tensor_view<T, I>& q, const tensor_view<T, I>& k
 // threads of a warp read adjacent rows at each step), threadIdx.z the tokens of a tile
 // along seq; blockIdx.x the seq tiles, blockIdx.y the (collapsed) batch, blockIdx.z the
 // groups of heads.  Every dimension is a stride loop, so any grid covers any geometry;
-// the host sizes the grid so that each loop runs once.  Every loop runs as often in each
-// thread of a block (what a thread does not hold is not live), so that all of them meet
-// at each barrier.  `shared`: a rotation launch's dynamic shared memory,
-// blockDim.z * blockDim.x * V * 2 entries of C (geometry.launch_templates sizes it).
+// the host sizes the grid so that each loop runs once.  `shared`: the launch's dynamic
+// shared memory, blockDim.z * blockDim.x * V * 2 entries of C (geometry.launch_templates
+// sizes it).
+//
+// Half-split pairs: every loop runs as often in each thread of a block (what a thread
+// does not hold is not live), so that all of them meet at each barrier of the staging.
+// Interleaved pairs keep the loops of the kernel before the staging, in which a thread
+// skips what it does not hold (with the loops above they ran at 0.75 of a copy, staged or
+// not, against 0.93; bfloat16, H200), and stage their rows only in a turn of the loops
+// that every thread of the block takes: one whose heads, tokens and units are all there
+// (`whole`, the same in every thread of the block), so that all of them reach its
+// barriers.  The grid the host sizes makes every turn whole but those of a block at the
+// end of the heads or of the sequence, which read their own rows as before.
 template <typename T, int V, bool INTERLEAVED, typename C, typename I>
 ANYROPE_HD void rope_thread(const tensor_view<T, I>& q, const tensor_view<T, I>& k,
                             const shared_args<C, I>& a, C* shared, uint3 block, uint3 thread,
@@ -581,26 +554,36 @@ ANYROPE_HD void rope_thread(const tensor_view<T, I>& q, const tensor_view<T, I>&
   const I tile_seq = static_cast<I>(block_dim.z);
   const I across = static_cast<I>(block_dim.x);
   C* const rows = shared + (static_cast<I>(thread.z) * across + static_cast<I>(thread.x)) * 2 * V;
+  const bool stager = thread.y == 0;
   bool reused = false;
-  // Unstaged (no barrier), a thread skips what it does not hold, as the kernel did before
-  // the staging: interleaved pairs ran at 0.75 of a copy with the staged loops instead of
-  // 0.93 (bfloat16, H200); with these loops their sm_90 SASS (32-bit indices) is again
-  // that of the kernel before, instruction for instruction.
-  constexpr bool STAGED = kStaged<INTERLEAVED>;
   for (I g = static_cast<I>(block.z); g * per_group < a.heads; g += static_cast<I>(grid_dim.z)) {
     const I first = g * per_group + static_cast<I>(thread.y);
-    if (!STAGED && first >= a.heads) continue;
+    if (INTERLEAVED && first >= a.heads) continue;
     for (I b = static_cast<I>(block.y); b < a.batch; b += static_cast<I>(grid_dim.y)) {
       for (I tile = static_cast<I>(block.x); tile * tile_seq < a.seq;
            tile += static_cast<I>(grid_dim.x)) {
         const I s = tile * tile_seq + static_cast<I>(thread.z);
-        if (!STAGED && s >= a.seq) continue;
-        for (I u0 = STAGED ? I(0) : static_cast<I>(thread.x); u0 < a.units; u0 += across) {
-          const I u = STAGED ? u0 + static_cast<I>(thread.x) : u0;
-          const bool live = !STAGED || ((s < a.seq) & (u < a.units));
-          rope_unit<T, V, INTERLEAVED>(q, k, a, rows, thread.y == 0, reused, live, b,
-                                       live ? s : I(0), first, step, live ? u : I(0));
-          reused = true;
+        if (INTERLEAVED && s >= a.seq) continue;
+        for (I u0 = INTERLEAVED ? static_cast<I>(thread.x) : I(0); u0 < a.units; u0 += across) {
+          if constexpr (INTERLEAVED) {
+            const bool whole = ((g + 1) * per_group <= a.heads) &
+                               ((tile + 1) * tile_seq <= a.seq) &
+                               (u0 - static_cast<I>(thread.x) + across <= a.units);
+            if (whole) {
+              rope_unit<T, V, true, true>(q, k, a, rows, stager, reused, true, b, s, first, step,
+                                          u0);
+              reused = true;
+            } else {
+              rope_unit<T, V, true, false>(q, k, a, rows, false, false, true, b, s, first, step,
+                                           u0);
+            }
+          } else {
+            const I u = u0 + static_cast<I>(thread.x);
+            const bool live = (s < a.seq) & (u < a.units);
+            rope_unit<T, V, false, true>(q, k, a, rows, stager, reused, live, b, live ? s : I(0),
+                                         first, step, live ? u : I(0));
+            reused = true;
+          }
         }
       }
     }
@@ -615,14 +598,14 @@ ANYROPE_HD void rope_thread(const tensor_view<T, I>& q, const tensor_view<T, I>&
       const C *__restrict__ sin_t, const void *__restrict__ pos, I offset, I rows, I q_in_b,  \
       I q_in_s, I q_in_h, I q_in_d, I q_out_b, I q_out_s, I q_out_h, I q_out_d, I k_in_b,     \
       I k_in_s, I k_in_h, I k_in_d, I k_out_b, I k_out_s, I k_out_h, I k_out_d, I pos_b,      \
-      I pos_s, I batch, I seq, I q_heads, I heads, I half, I units, I tail_elems,             \
-      int pos_size, int inverse
+      I pos_s, I batch, I seq, I q_heads, I heads, I half, I units, int pos_size,             \
+      int inverse
 
 #define ANYROPE_ARGS                                                                         \
   q_in, q_out, k_in, k_out, cos_t, sin_t, pos, offset, rows, q_in_b, q_in_s, q_in_h, q_in_d,  \
       q_out_b, q_out_s, q_out_h, q_out_d, k_in_b, k_in_s, k_in_h, k_in_d, k_out_b, k_out_s,   \
-      k_out_h, k_out_d, pos_b, pos_s, batch, seq, q_heads, heads, half, units, tail_elems,    \
-      pos_size, inverse
+      k_out_h, k_out_d, pos_b, pos_s, batch, seq, q_heads, heads, half, units, pos_size,      \
+      inverse
 
 // One thread of a launch, from the flat parameters (q_in may equal q_out: in place).
 // I is the index type: int when every offset of the launch fits (checked on the host).
@@ -634,8 +617,8 @@ ANYROPE_HD void rope_entry(ANYROPE_PARAMS(T, typename compute_of<T>::type, I), v
                             q_out_b, q_out_s, q_out_h, q_out_d};
   const tensor_view<T, I> k{k_in, k_out, k_in_b, k_in_s, k_in_h, k_in_d,
                             k_out_b, k_out_s, k_out_h, k_out_d};
-  const shared_args<C, I> a{cos_t, sin_t, pos, offset, rows, pos_b, pos_s, batch, seq, q_heads,
-                            heads, half, units, tail_elems, pos_size, inverse};
+  const shared_args<C, I> a{cos_t, sin_t, pos, offset, rows, pos_b, pos_s, batch, seq,
+                            q_heads, heads, half, units, pos_size, inverse};
   rope_thread<T, V, INTERLEAVED>(q, k, a, static_cast<C*>(shared), block, thread, block_dim,
                                  grid_dim);
 }
