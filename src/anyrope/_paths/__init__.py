@@ -62,8 +62,8 @@ class Route(Protocol):
 
 Bound = Callable[[tuple[Array, ...], object], "tuple[Array, ...] | None"]
 """``bound(arrays, positions)``: a later call of a plan's geometry, run with that plan's
-tables and launches, only its addresses bound; ``None``, having done nothing, for a call
-it does not serve (its positions past those tables), which is then planned in full."""
+tables and launches, only its addresses bound; ``None``, having launched nothing, for a
+call it does not serve (its positions past those tables), which is then planned in full."""
 
 
 def bind(path: Path, plan: Plan) -> Bound | None:

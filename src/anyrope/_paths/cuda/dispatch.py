@@ -155,9 +155,10 @@ class Bound:
     checks nothing else, since its geometry (shapes, strides, dtypes, devices, kind of
     positions, options) is that of the plan.
 
-    A call returns ``None``, having done nothing, where the plan's launches do not serve
-    it: an offset whose rows these tables do not hold, or pointers of another alignment.
-    The pipeline then plans it in full (and binds the tables that call fetched).
+    A call returns ``None``, having launched nothing, where the plan's launches do not
+    serve it: an offset whose rows these tables do not hold, a 0-d position array (read
+    on the host), or pointers of another alignment (the launches chose their variant by
+    it). The pipeline then plans it in full, and binds the tables that call fetched.
     """
 
     def __init__(self, plan: Plan, launcher: Launcher) -> None:
