@@ -1119,7 +1119,7 @@ def test_a_decode_step_binds_its_addresses_only(
     harness: Any, monkeypatch: pytest.MonkeyPatch, rotary_dim: int
 ) -> None:
     # The host time of a decode step: after its first call, a geometry's launches are
-    # bound to the tables of its last call (anyrope._paths.bind), so a step whose rows
+    # bound to the tables of its last call (anyrope._paths.binder), so a step whose rows
     # those tables hold plans nothing (no plan for the call, no table lookup, no
     # templates); the step past their rows plans in full and binds the grown tables.
     # Every step gives the bits of the array-API path.

@@ -12,7 +12,7 @@ a path takes (dask's blocks, NumPy views of JAX arrays).
 from __future__ import annotations
 
 import sys
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,7 @@ import numpy as np
 
 from ._call import Call
 from ._namespace import Array
-from ._paths import Bound, Path, bind, choose, route_of
+from ._paths import Bound, Path, binder, choose, route_of
 from ._plan import Plan, make_plan, with_tables
 from ._tables import TableSource
 
@@ -54,7 +54,7 @@ def rotate(
         planned = with_tables(plan, source, path.TABLES)
         if key is None or len(plan.where) != 1:
             return path.run(planned)
-        entry = Kept(plan.template(), path)
+        entry = Kept(plan.template(), path, binder(path))
         source.remember(key, entry)
         return _run(entry, planned, source)
     rotated = iter(())
@@ -71,11 +71,13 @@ def rotate(
 @dataclass
 class Kept:
     """What a table source keeps for the calls of one geometry: the plan without its
-    arrays, its path, and what runs the next call with the tables of the last one
-    (:func:`anyrope._paths.bind`), if the path binds any."""
+    arrays, its path, what binds the path's launches (:func:`anyrope._paths.binder`; None
+    for a path that binds none), and what runs the next call with the tables of the last
+    one, if the path bound any."""
 
     plan: Plan
     path: Path
+    binder: Callable[[Plan], Bound | None] | None
     bound: Bound | None = None
 
 
@@ -84,8 +86,8 @@ def _run(kept: Kept, plan: Plan, source: TableSource) -> tuple[Array, ...]:
     its geometry (not where the tables depend on the length, so that a later call's
     positions may need others)."""
     results: tuple[Array, ...] = kept.path.run(plan)
-    if not source.depends_on_length:
-        kept.bound = bind(kept.path, plan)
+    if kept.binder is not None and not source.depends_on_length:
+        kept.bound = kept.binder(plan)
     return results
 
 

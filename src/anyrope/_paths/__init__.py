@@ -66,13 +66,13 @@ tables and launches, only its addresses bound; ``None``, having launched nothing
 call it does not serve (its positions past those tables), which is then planned in full."""
 
 
-def bind(path: Path, plan: Plan) -> Bound | None:
-    """What runs the later calls of ``plan``'s geometry (``plan`` just run by ``path``,
-    its tables fetched) without planning them again, where ``path`` has one: a path may
-    define ``bind(plan)``, returning a :data:`Bound` or ``None`` (the CUDA kernel's, whose
+def binder(path: Path) -> Callable[[Plan], Bound | None] | None:
+    """What binds a plan ``path`` has just run (its tables fetched) for the later calls
+    of its geometry, or ``None`` for a path that binds none: a path may define
+    ``bind(plan)``, returning a :data:`Bound` or ``None`` (the CUDA kernel's, whose
     decode step would spend most of its time planning)."""
-    binder = getattr(path, "bind", None)
-    return None if binder is None else binder(plan)
+    found: Callable[[Plan], Bound | None] | None = getattr(path, "bind", None)
+    return found
 
 
 AUTO_ORDER: tuple[Path, ...] = (cuda, numba_cpu, blocked, jax_cpu, reference)

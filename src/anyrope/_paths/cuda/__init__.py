@@ -134,7 +134,7 @@ def _device_id(x: Array) -> int:
 
 def bind(plan: Plan) -> dispatch.Bound | None:
     """The launches of ``plan`` bound for the later calls of its geometry and tables
-    (:func:`anyrope._paths.bind`): the kernel checks the positions, so only an offset
+    (:func:`anyrope._paths.binder`): the kernel checks the positions, so only an offset
     past the tables' rows or pointers of another alignment need a new plan. Not for
     tensors that require grad, which go through autograd."""
     if plan.requires_grad:
