@@ -1215,6 +1215,31 @@ def test_a_bound_decode_step_in_place_tells_autograd(
     assert planned == [0]  # the first step: a plan of the view of q and k
 
 
+def test_binding_a_call_allocates_nothing(harness: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Binding plans the launches from the call just run, without outputs of its own: a
+    # prefill's first call must not hold a second set of outputs the size of its inputs.
+    from anyrope._paths.cuda import dispatch as cuda_dispatch
+
+    _kernel_path_on_the_harness(harness, monkeypatch)
+    made: list[int] = []
+    empty_like = cuda_dispatch._empty_like
+
+    def counted(arrays: Any, xp: Any) -> Any:
+        made.append(len(arrays))
+        return empty_like(arrays, xp)
+
+    monkeypatch.setattr(cuda_dispatch, "_empty_like", counted)
+    rng = np.random.default_rng(4)
+    rope = anyrope.RoPE(32)
+    for step in (0, 1, 300):  # planned and bound, bound, planned past the rows and bound
+        q = _data(rng, (2, 1, 4, 32), np.dtype(np.float32))
+        k = _data(rng, (2, 1, 2, 32), np.dtype(np.float32))
+        wanted = anyrope.RoPE(32)(q, k, step, impl="array_api")
+        for y, want in zip(rope(q, k, step, impl="cuda"), wanted, strict=True):
+            _assert_bits(y, want)
+    assert made == [2, 2, 2]  # one pair of outputs a call
+
+
 def test_a_bound_decode_step_reads_each_calls_positions(
     harness: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -38,9 +38,9 @@ def rotate(
     known, key = _kept(source, call, head_dim, interleaved)
     if known is not None:
         if known.bound is not None:
-            bound: tuple[Array, ...] | None = known.bound(arrays, positions)
-            if bound is not None:
-                return bound
+            served: tuple[Array, ...] | None = known.bound(arrays, positions)
+            if served is not None:
+                return served
         planned = known.plan.for_call(arrays, positions, source, known.path.TABLES)
         return _run(known, planned, source)
     geometry: dict[str, Any] = {"head_dim": head_dim, "interleaved": interleaved}

@@ -62,7 +62,7 @@ def rotate_raw(
     positions = rows.row_of  # int32 or int64 (see anyrope._positions)
     outputs = arrays if plan.inplace else _empty_like(arrays, plan.xp)
     io = _io(arrays, outputs, address)
-    templates = _plan_templates(plan, arrays, outputs, io)
+    templates = _plan_templates(plan, arrays, io)
     pos_ptr = 0 if positions is None else address(positions)
     offset = rows.offset if positions is None else 0
     launches = [template.bind(io, pos_ptr, offset) for template in templates]
@@ -86,10 +86,11 @@ def _alignment(io: tuple[int, int, int, int]) -> int:
 
 
 def _plan_templates(
-    plan: Plan, arrays: tuple[Array, ...], outputs: tuple[Array, ...], io: tuple[int, int, int, int]
+    plan: Plan, arrays: tuple[Array, ...], io: tuple[int, int, int, int]
 ) -> list[LaunchTemplate]:
-    """The launch templates of ``arrays`` rotated into ``outputs`` (at the addresses ``io``,
-    of :func:`_io`) as ``plan`` says, planned once per geometry."""
+    """The launch templates of ``arrays`` rotated as ``plan`` says into their outputs (the
+    arrays themselves in place, else C-contiguous arrays of their shapes) at the addresses
+    ``io`` (of :func:`_io`), planned once per geometry."""
     operand, address = _accessors(arrays[0])
     where, inverse, inplace, rows = plan.where[0], plan.inverse, plan.inplace, plan.tables
     cos, sin, table_rows = address(rows.cos), address(rows.sin), int(rows.cos.shape[0])
@@ -128,8 +129,17 @@ def _plan_templates(
     templates: list[LaunchTemplate] | None = cache.get(key)
     if templates is None:
         pos = None if positions is None else operand(positions)
+        ins = [operand(x) for x in arrays]
+        outs = (
+            ins
+            if inplace
+            else [
+                Operand(p, x.shape, _c_strides(x.shape))
+                for p, x in zip(io[1::2], ins, strict=False)
+            ]
+        )
         templates = launch_templates(
-            [operand(x) for pair in zip(arrays, outputs, strict=True) for x in pair],
+            [op for pair in zip(ins, outs, strict=True) for op in pair],
             layout=plan.axes.layout,
             itemsize=_itemsize(arrays[0]),
             rotary_dim=plan.rotary_dim,
@@ -163,10 +173,12 @@ class Bound:
 
     def __init__(self, plan: Plan, launcher: Launcher) -> None:
         address = _accessors(plan.arrays[0])[1]
-        outputs = plan.arrays if plan.inplace else _empty_like(plan.arrays, plan.xp)
-        io = _io(plan.arrays, outputs, address)
+        io = _io(plan.arrays, plan.arrays, address)
+        if not plan.inplace:
+            # Outputs are made per call, aligned by any allocator (a call checks that).
+            io = (io[0], 0, io[2], 0)
         rows, where = plan.tables, plan.where[0]
-        self._templates = _plan_templates(plan, plan.arrays, outputs, io)
+        self._templates = _plan_templates(plan, plan.arrays, io)
         self._align = _alignment(io)
         self._address, self._xp, self._dtype = address, plan.xp, plan.dtype
         self._launcher, self._inplace = launcher, plan.inplace
@@ -267,6 +279,14 @@ def hold_cupy_tables(
 
 # Alignment that the choice of a variant reads from a pointer (its widest access).
 _ALIGN = 16
+
+
+def _c_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    """The element strides of a C-contiguous array of ``shape``."""
+    strides = [1]
+    for size in reversed(shape[1:]):
+        strides.append(strides[-1] * size)
+    return tuple(reversed(strides))
 
 
 def _itemsize(x: Array) -> int:
