@@ -128,6 +128,8 @@ def rotate_each(
         return route.rotate(
             rotate_arrays, sources, call, head_dim=head_dim, interleaved=interleaved
         )
+    if sources[0] is sources[-1]:  # as rotate_arrays does, a frame less per decode step
+        return rotate(sources[0], call, head_dim=head_dim, interleaved=interleaved)
     return rotate_arrays(sources, call, head_dim=head_dim, interleaved=interleaved)
 
 
@@ -161,14 +163,25 @@ def _kept(source: TableSource, call: Call, *geometry: object) -> tuple[Any, Hash
     # What a plan depends on besides the values: the options (layout to adjoint), and the
     # shapes, strides, dtypes and devices of the arrays and of the positions.
     parts: list[object] = [*geometry, *call[4:]]
+    torch = sys.modules.get("torch")  # asked, never imported
+    tensor, strided = (None, None) if torch is None else (torch.Tensor, torch.strided)
     for x in (*call.arrays, call.positions):
         kind = type(x)
-        if kind is np.ndarray:  # here, not in _array_geometry: a call less per array
+        # NumPy arrays and torch.Tensor itself here, not in a helper: a call less per
+        # array. Subclasses of torch.Tensor (Parameter, FakeTensor), other layouts
+        # (sparse tensors have no strides) and tensors with the negative bit (whose
+        # memory holds -x) are planned, and refused or resolved where make_plan does, at
+        # every call.
+        if kind is np.ndarray:
             part: object = (kind, x.shape, x.strides, x.dtype)
+        elif kind is tensor:
+            if x.requires_grad or x.layout is not strided or x.is_neg():
+                return None, None
+            part = (kind, x.shape, x.stride(), x.dtype, x.device)
         elif x is None or kind is int:
             part = kind
         else:
-            part = _array_geometry(x)
+            part = _cupy_geometry(x)
             if part is None:
                 return None, None
         parts.append(part)
@@ -179,22 +192,10 @@ def _kept(source: TableSource, call: Call, *geometry: object) -> tuple[Any, Hash
         return None, None
 
 
-def _array_geometry(x: Any) -> Hashable | None:
+def _cupy_geometry(x: Any) -> Hashable | None:
     kind = type(x)
     if kind.__name__ == "ndarray" and kind.__module__.partition(".")[0] == "cupy":
         return (kind, x.shape, x.strides, x.dtype, x.device.id)
-    # torch.Tensor itself, asked without importing torch; its subclasses (Parameter,
-    # FakeTensor), other layouts (sparse tensors have no strides) and tensors with the
-    # negative bit (whose memory holds -x) are planned, and refused or resolved where
-    # make_plan does, at every call.
-    if (
-        kind.__name__ == "Tensor"
-        and kind.__module__ == "torch"
-        and not x.requires_grad
-        and x.layout is sys.modules["torch"].strided
-        and not x.is_neg()
-    ):
-        return (kind, x.shape, x.stride(), x.dtype, x.device)
     return None
 
 

@@ -51,7 +51,8 @@ class Route(Protocol):
     """The module that defines its arrays: none exists before it is imported."""
 
     def takes(self, x: object, /) -> bool:
-        """Whether ``x`` is an array of its library."""
+        """Whether ``x`` is an array of its library: the type of ``x`` decides it, and
+        :func:`route_of` keeps the answer by type."""
 
     def inner(self, call: Call, /) -> Call:
         """The call whose path rotates ``call`` (its blocks, or its views)."""
@@ -111,11 +112,16 @@ def choose(impl: str, plan: Plan) -> Path:
 
 def route_of(x: Any) -> Route | None:
     """The route that takes ``x``, or ``None`` for the arrays the paths take."""
-    for route in ROUTES:  # a loop, not a generator: asked at every call
-        # A test of sys.modules first: most calls meet no such library, and pay no call.
-        if route.LIBRARY in sys.modules and route.takes(x):
-            return route
-    return None
+    key = (type(x), ROUTES)
+    if key in _routes_by_type:  # asked at every call: one lookup
+        return _routes_by_type[key]
+    # No array of a library exists before it is imported: no route takes x then.
+    found = next((r for r in ROUTES if r.LIBRARY in sys.modules and r.takes(x)), None)
+    _routes_by_type[key] = found
+    return found
+
+
+_routes_by_type: dict[tuple[type, tuple[Route, ...]], Route | None] = {}
 
 
 def _rejects(path: Path, plan: Plan) -> str | None:

@@ -31,8 +31,11 @@ LIBRARY = "jax"
 
 
 def takes(x: object) -> bool:
-    """Whether ``x`` is a JAX array."""
-    return bool(array_api_compat.is_jax_array(x))
+    """Whether ``x`` is a JAX array (or tracer): by its type alone, which
+    :func:`anyrope._paths.route_of` keeps the answer for. array-api-compat also counts
+    NumPy arrays of dtype ``jax.float0`` as JAX's, by their dtype: the paths refuse them
+    as arrays of a dtype that is not a real floating one."""
+    return type(x).__module__.startswith("jax") and bool(array_api_compat.is_jax_array(x))
 
 
 def inner(call: Call) -> Call:

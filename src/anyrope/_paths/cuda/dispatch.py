@@ -181,6 +181,10 @@ class Bound:
         self._templates = _plan_templates(plan, plan.arrays, io)
         self._align = _alignment(io)
         self._address, self._xp, self._dtype = address, plan.xp, plan.dtype
+        # Every call of the geometry has the plan's strides: where torch.empty_like gives
+        # C-contiguous outputs for these, it is called itself, with no test per call.
+        contiguous = plan.library == "torch" and all(x.is_contiguous() for x in plan.arrays)
+        self._empty_like = _torch().empty_like if contiguous else None
         self._launcher, self._inplace = launcher, plan.inplace
         self._torch_inplace = plan.inplace and plan.library == "torch"
         self._tables = (rows.cos, rows.sin)
@@ -201,7 +205,12 @@ class Bound:
             if offset < 0 or offset + self._seq > self._rows:
                 return None
             pos_ptr = 0
-        outputs = arrays if self._inplace else _empty_like(arrays, self._xp)
+        if self._inplace:
+            outputs = arrays
+        elif self._empty_like is not None:
+            outputs = tuple(map(self._empty_like, arrays))
+        else:
+            outputs = _empty_like(arrays, self._xp)
         io = _io(arrays, outputs, address)
         if _alignment(io) != self._align:
             return None
@@ -344,11 +353,17 @@ def launch_on_device(
 ) -> None:
     """Run ``launches`` on the caller's current stream (torch's for torch tensors, looked
     up once per call as a raw handle) and keep ``tables`` until that stream has read them."""
-    cupy = _cupy()
+    cupy, torch = _cupy(), sys.modules.get("torch")
     stream = None
-    if array_api_compat.is_torch_array(first):
+    if torch is not None and isinstance(first, torch.Tensor):
         device_id = first.get_device()
-        stream_ptr = _torch_stream(device_id)
+        # The raw getter that torch's compiled code calls (torch.cuda.current_stream makes
+        # a torch.cuda.Stream, which only a new recording needs), or the public API in a
+        # torch build without it.
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        stream_ptr = (
+            int(raw(device_id)) if raw else int(torch.cuda.current_stream(device_id).cuda_stream)
+        )
     else:
         device_id = int(first.device.id)
         stream = cupy.cuda.get_current_stream(device_id)
@@ -363,7 +378,9 @@ def launch_on_device(
             at = ctypes.addressof(launch.buffer)
             launch_kernel(function, *launch.grid, *launch.block, launch.shared, stream_ptr, 0, at)
     if stream is None:
-        _record_torch_tables(device_id, stream_ptr, tables)
+        last = _recorded.get((device_id, stream_ptr))
+        if last is None or last[0] is not tables[0] or last[1] is not tables[1]:
+            _record_torch_tables(device_id, stream_ptr, tables)
     else:
         hold_cupy_tables(cupy, stream, tables, device_id=device_id)
 
@@ -371,15 +388,6 @@ def launch_on_device(
 def _cupy() -> Any:
     # The module itself, not an import statement (about a microsecond at every call).
     return sys.modules.get("cupy") or importlib.import_module("cupy")
-
-
-def _torch_stream(device_id: int) -> int:
-    """The handle of the current torch stream of ``device_id``: from the raw getter that
-    torch's compiled code calls (torch.cuda.current_stream makes a torch.cuda.Stream, which
-    only a new recording needs), or the public API in a torch build without it."""
-    torch = _torch()
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    return int(raw(device_id)) if raw else int(torch.cuda.current_stream(device_id).cuda_stream)
 
 
 #: (Device, stream handle) -> the torch tables recorded on that stream last.
@@ -393,12 +401,9 @@ def _record_torch_tables(device_id: int, stream_ptr: int, tables: tuple[Array, A
     torch's caching allocator, when a block is freed, waits for every stream the block
     was recorded on (``record_stream``, under graph capture too): recording the same
     tables on the same stream again adds nothing, so a decode step that reads the tables
-    of the step before records nothing. The tables are held here, so their identity
-    cannot be taken by others.
+    of the step before (the last recorded on its stream) does not call this. The tables
+    are held here, so their identity cannot be taken by others.
     """
-    cos, sin = _recorded.get((device_id, stream_ptr), (None, None))
-    if cos is tables[0] and sin is tables[1]:
-        return
     stream = _torch().cuda.current_stream(device_id)
     for table in tables:
         table.record_stream(stream)

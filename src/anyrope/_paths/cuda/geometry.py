@@ -13,7 +13,7 @@ import ctypes
 import math
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import product
 from typing import NamedTuple
 
@@ -53,10 +53,10 @@ class Operand(NamedTuple):
 PARAMS = {False: struct.Struct("<7Q26i2i"), True: struct.Struct("<7Q26q2i")}
 # A launch's buffer: cuLaunchKernel's `extra` list (the parameter buffer's key and
 # address, its size's key and address, the end), the size, then the parameters; `bind`
-# copies the template's once and writes the addresses in two packs.
+# copies the template's once and writes, in one pack, the list and the size, the seven
+# pointers (the tables' unchanged) and the table offset.
 HEADER = 48
-_EXTRA_AND_IO = struct.Struct("<10Q")
-_POSITIONS_AND_OFFSET = {False: struct.Struct("<Qi"), True: struct.Struct("<Qq")}
+_BOUND = {False: struct.Struct("<13Qi"), True: struct.Struct("<13Qq")}
 _BUFFER = {wide: ctypes.c_char * (HEADER + PARAMS[wide].size) for wide in (False, True)}
 
 
@@ -112,28 +112,38 @@ class LaunchTemplate:
     shifts: tuple[int, ...]
     params: bytes
     shared: int
+    # Read from `params` once (see __post_init__): what `bind` writes with the addresses.
+    _tables: tuple[int, int] = field(init=False, repr=False, compare=False)
+    _launch: tuple[object, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        set_once = object.__setattr__  # the dataclass is frozen
+        set_once(self, "_tables", struct.unpack_from("<2Q", self.params, HEADER + 32))
+        set_once(
+            self, "_launch", (self.width, self.interleaved, self.wide_index, self.grid, self.block)
+        )
 
     def bind(self, io: Sequence[int], positions: int, offset: int) -> Launch:
         """The launch for q_in, q_out, k_in and k_out at ``io`` (0 for an absent k), the
         positions at ``positions`` (0 for none) and the table ``offset``."""
         s0, s1, s2, s3, s4 = self.shifts
-        buffer = _BUFFER[self.wide_index].from_buffer_copy(self.params)
+        wide = self.wide_index
+        buffer = _BUFFER[wide].from_buffer_copy(self.params)
         at = ctypes.addressof(buffer)
         q_in, q_out, k_in, k_out = io
-        io = (q_in + s0, q_out + s1, k_in + s2 if k_in else 0, k_out + s3 if k_out else 0)
-        # CU_LAUNCH_PARAM_BUFFER_POINTER (1), BUFFER_SIZE (2) and END (0); the size at 40.
-        _EXTRA_AND_IO.pack_into(buffer, 0, 1, at + HEADER, 2, at + 40, 0, len(buffer) - HEADER, *io)
-        positions = positions + s4 if positions else 0
-        _POSITIONS_AND_OFFSET[self.wide_index].pack_into(buffer, HEADER + 48, positions, offset)
-        return Launch(
-            self.width,
-            self.interleaved,
-            self.wide_index,
-            self.grid,
-            self.block,
-            buffer,
-            self.shared,
+        pointers = (
+            q_in + s0,
+            q_out + s1,
+            k_in + s2 if k_in else 0,
+            k_out + s3 if k_out else 0,
+            *self._tables,
+            positions + s4 if positions else 0,
         )
+        size = PARAMS[wide].size
+        # CU_LAUNCH_PARAM_BUFFER_POINTER (1), BUFFER_SIZE (2) and END (0); the size at 40.
+        _BOUND[wide].pack_into(buffer, 0, 1, at + HEADER, 2, at + 40, 0, size, *pointers, offset)
+        # tuple.__new__: the named tuple's own __new__ is a Python function more per call.
+        return tuple.__new__(Launch, (*self._launch, buffer, self.shared))
 
 
 def _axes(layout: str, ndim: int) -> tuple[list[int], int, int]:
