@@ -26,7 +26,8 @@ fixed time still gets its summaries:
   JAX's default device; host callbacks need the CPU);
 - ``bench-prefill``: ``benchmarks/bench_gpu.py`` (prefill for each dtype, layout and
   partial width against a device copy, decode, the peers);
-- ``decode-graphs``: decode host time per call and device time per call, and a CUDA
+- ``decode-graphs``: decode host time per call (beside a bare ``q.add_(1)`` and two
+  ``torch.empty_like``, timed alike, for scale) and device time per call, and a CUDA
   graph captured and replayed for the int-offset and the positions-tensor forms, the
   replayed bits compared with eager calls;
 - ``memcheck``: ``compute-sanitizer --tool memcheck`` on a few launches of every kind.
@@ -313,6 +314,10 @@ def summary_markdown(results: Sequence[StepResult], info: dict[str, str]) -> str
                 f"| {d['form']} | {d['host_us']:.1f} | {d['device_us']:.2f} | {d['graph']} |"
                 for d in r.data.get("decode", [])
             ]
+            lines += [
+                f"| for scale: {d['line']} | {d['host_us']:.1f} | | |"
+                for d in r.data.get("scale", [])
+            ]
     failed = [r for r in results if r.status != "pass"]
     for r in failed:
         lines += ["", f"## {r.name}: {r.status}", "", "```", r.tail.strip(), "```"]
@@ -370,7 +375,8 @@ def decode_graphs(out: Path) -> None:
     """Decode as the docs tell users to call it (``RoPE(128, max_positions=4096)``),
     torch bfloat16 and CuPy float16: host time per call (back to back, no sync), device
     time per call (a graph of :data:`GRAPH_CALLS` calls replayed), and a graph captured
-    once and replayed with new inputs, its bits compared with an eager call."""
+    once and replayed with new inputs, its bits compared with an eager call; and the
+    host time of a bare torch operation and of two outputs' allocation, for scale."""
     import torch
 
     import anyrope
@@ -400,7 +406,18 @@ def decode_graphs(out: Path) -> None:
             ),
         ]
     rows = [_decode_form(name, call, change) for name, call, change in forms]
-    (out / "decode-graphs.json").write_text(json.dumps({"decode": rows, **DECODE}, indent=2))
+    # What any call from Python pays on this host, timed as the forms are: the scale that
+    # their host time is read against (it varies from one machine, and day, to another).
+    bare = torch.zeros_like(q)
+    scale = [
+        {"line": "torch q.add_(1)", "host_us": _host_us(lambda: bare.add_(1))},
+        {
+            "line": "two torch.empty_like (q, k)",
+            "host_us": _host_us(lambda: (torch.empty_like(q), torch.empty_like(k))),
+        },
+    ]
+    record = {"decode": rows, "scale": scale, **DECODE}
+    (out / "decode-graphs.json").write_text(json.dumps(record, indent=2))
     failed = [r["form"] for r in rows if r["graph"] != "same bits"]
     if failed:
         sys.exit(f"graph replay differs from eager calls for: {', '.join(failed)}")
@@ -425,16 +442,8 @@ def _decode_form(name: str, call: Callable[[], Any], change: Callable[[], None])
     import torch
 
     library = "cupy" if name.startswith("cupy") else "torch"
-    for _ in range(20):
-        call()
-    torch.cuda.synchronize()
-    calls = 500
-    start = time.perf_counter()
-    for _ in range(calls):
-        call()
-    host_us = 1e6 * (time.perf_counter() - start) / calls
-    torch.cuda.synchronize()
-    profile = _host_profile(call, calls)
+    host_us = _host_us(call)
+    profile = _host_profile(call, 500)
     capture, replay, elapsed = _graph_api(library)
     graph, outputs = capture(lambda: [call() for _ in range(GRAPH_CALLS)])
     device_us = 1000.0 * elapsed(replay, graph) / GRAPH_CALLS
@@ -454,6 +463,22 @@ def _decode_form(name: str, call: Callable[[], Any], change: Callable[[], None])
         "graph": "same bits" if same else "DIFFERENT bits",
         "host profile": profile,
     }
+
+
+def _host_us(call: Callable[[], Any], calls: int = 500) -> float:
+    """Host microseconds per call of ``calls`` calls back to back, after 20 to warm up,
+    with no synchronisation inside (the device is synchronised before and after)."""
+    import torch
+
+    for _ in range(20):
+        call()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    host_us = 1e6 * (time.perf_counter() - start) / calls
+    torch.cuda.synchronize()
+    return host_us
 
 
 def _host_profile(call: Callable[[], Any], calls: int, rows: int = 30) -> list[str]:

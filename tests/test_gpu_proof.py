@@ -172,7 +172,8 @@ def test_summaries_from_fake_results(tmp_path: Path) -> None:
     decode = {
         "decode": [
             {"form": "torch int offset", "host_us": 12.5, "device_us": 4.25, "graph": "same bits"}
-        ]
+        ],
+        "scale": [{"line": "torch q.add_(1)", "host_us": 6.25}],
     }
     results = [
         proof.StepResult("tests-torch-cuda", "pass", ["pytest"], 61.0, "300 passed"),
@@ -194,6 +195,7 @@ def test_summaries_from_fake_results(tmp_path: Path) -> None:
     assert "| decode b64 | bf16 | anyrope kernel (torch) | 8.0 | 0.99 | 11.5 |" in text
     assert "- PASS prefill bf16: 0.980 of the copy (target >= 0.97)" in text
     assert "| torch int offset | 12.5 | 4.25 | same bits |" in text
+    assert "| for scale: torch q.add_(1) | 6.2 | | |" in text
     assert "## memcheck: fail" in text
     assert "Invalid __global__ read" in text
     assert "300 passed" not in text  # the output of a step that passed stays in the JSON
