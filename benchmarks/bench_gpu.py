@@ -157,7 +157,7 @@ def make_rope(anyrope: Any, case: Case) -> Any:
     )
 
 
-def _host_us(torch: Any, fn: Callable[[], Any], calls: int = 200) -> float:
+def host_us(torch: Any, fn: Callable[[], Any], calls: int = 200) -> float:
     """Host microseconds per call: ``calls`` calls back to back, no synchronisation
     between them (the device queue holds them all)."""
     for _ in range(10):
@@ -269,11 +269,7 @@ def _bench_case(
 
     times = {name: timer(fn) for name, fn in paths.items()}
     host = (
-        {
-            name: _host_us(torch, paths[name])
-            for name in (KERNEL_TORCH, KERNEL_CUPY)
-            if name in paths
-        }
+        {name: host_us(torch, paths[name]) for name in (KERNEL_TORCH, KERNEL_CUPY) if name in paths}
         if case.decode
         else {}
     )

@@ -380,6 +380,7 @@ def decode_graphs(out: Path) -> None:
     import torch
 
     import anyrope
+    from bench_gpu import host_us  # this file's folder, first on the path of its steps
 
     rope = anyrope.RoPE(DECODE["head_dim"], max_positions=DECODE["max_positions"])
     b, h, kh, d = (DECODE[k] for k in ("batch", "q_heads", "k_heads", "head_dim"))
@@ -410,10 +411,10 @@ def decode_graphs(out: Path) -> None:
     # their host time is read against (it varies from one machine, and day, to another).
     bare = torch.zeros_like(q)
     scale = [
-        {"line": "torch q.add_(1)", "host_us": _host_us(lambda: bare.add_(1))},
+        {"line": "torch q.add_(1)", "host_us": host_us(torch, lambda: bare.add_(1), 500)},
         {
             "line": "two torch.empty_like (q, k)",
-            "host_us": _host_us(lambda: (torch.empty_like(q), torch.empty_like(k))),
+            "host_us": host_us(torch, lambda: (torch.empty_like(q), torch.empty_like(k)), 500),
         },
     ]
     record = {"decode": rows, "scale": scale, **DECODE}
@@ -441,8 +442,10 @@ def _decode_form(name: str, call: Callable[[], Any], change: Callable[[], None])
     """Host and device time per call of one form, and whether its graph replays right."""
     import torch
 
+    from bench_gpu import host_us
+
     library = "cupy" if name.startswith("cupy") else "torch"
-    host_us = _host_us(call)
+    host = host_us(torch, call, 500)
     profile = _host_profile(call, 500)
     capture, replay, elapsed = _graph_api(library)
     graph, outputs = capture(lambda: [call() for _ in range(GRAPH_CALLS)])
@@ -458,27 +461,11 @@ def _decode_form(name: str, call: Callable[[], Any], change: Callable[[], None])
     same = all(_bits(a) == _bits(b) for a, b in zip(got, want, strict=True))
     return {
         "form": name,
-        "host_us": host_us,
+        "host_us": host,
         "device_us": device_us,
         "graph": "same bits" if same else "DIFFERENT bits",
         "host profile": profile,
     }
-
-
-def _host_us(call: Callable[[], Any], calls: int = 500) -> float:
-    """Host microseconds per call of ``calls`` calls back to back, after 20 to warm up,
-    with no synchronisation inside (the device is synchronised before and after)."""
-    import torch
-
-    for _ in range(20):
-        call()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        call()
-    host_us = 1e6 * (time.perf_counter() - start) / calls
-    torch.cuda.synchronize()
-    return host_us
 
 
 def _host_profile(call: Callable[[], Any], calls: int, rows: int = 30) -> list[str]:

@@ -128,8 +128,6 @@ def rotate_each(
         return route.rotate(
             rotate_arrays, sources, call, head_dim=head_dim, interleaved=interleaved
         )
-    if sources[0] is sources[-1]:  # as rotate_arrays does, a frame less per decode step
-        return rotate(sources[0], call, head_dim=head_dim, interleaved=interleaved)
     return rotate_arrays(sources, call, head_dim=head_dim, interleaved=interleaved)
 
 
