@@ -96,14 +96,18 @@ def test_a_route_is_an_entry_of_the_registry(monkeypatch: pytest.MonkeyPatch) ->
     assert rope.path(_Boxed(q)) == rope.path(q)
 
 
-def test_a_numpy_array_of_jax_float0_is_refused_by_its_dtype() -> None:
+def test_a_numpy_array_of_jax_float0_is_refused_by_its_dtype(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """array-api-compat counts a NumPy array of dtype ``jax.float0`` (JAX's gradient of an
     integer) as a JAX array, by its dtype: the JAX route took it and failed on a NumPy
     method (AttributeError). Routes are asked by type, so it reaches the paths, which
-    refuse its dtype by name; NumPy arrays after it rotate as before."""
+    refuse its dtype by name; NumPy arrays after it rotate as before, also where it is
+    the first NumPy array the routes are asked about (their answers are kept by type)."""
     jax = pytest.importorskip("jax")
     rope, x = anyrope.RoPE(8), _x((1, 4, 2, 8))
     want = rope.rotate(x)
+    monkeypatch.setattr(_paths, "_routes_by_type", {})
     with pytest.raises(TypeError, match=r"`x` must have a real floating dtype .* got \[\('float0'"):
         rope.rotate(np.zeros((1, 4, 2, 8), dtype=jax.float0))
     assert _paths.route_of(np.zeros(1, dtype=jax.float0)) is None
