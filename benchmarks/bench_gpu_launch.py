@@ -7,7 +7,7 @@ size, swept.
         --section MemoryWorkloadAnalysis python benchmarks/bench_gpu_launch.py --launches 5
 
 The prefill cases of ``bench_gpu.py`` (bfloat16 bshd, bhsd, rotary 64 of 128 and
-interleaved; float32 bshd) and the device time of a decode step (64 tokens, replayed in a
+interleaved; float32 bshd, bhsd and interleaved) and the device time of a decode step (64 tokens, replayed in a
 CUDA graph) under each launch configuration of :data:`CONFIGS`: the heads one thread
 rotates (``geometry.HEADS_PER_THREAD``, which the kernel is compiled with), the least
 blocks of 256 threads that the kernel's ``__launch_bounds__`` asks to fit on a
@@ -60,6 +60,8 @@ DTYPE_CASES = (
     ("bf16", "prefill rotary 64"),
     ("bf16", "prefill interleaved"),
     ("fp32", "prefill"),
+    ("fp32", "prefill bhsd"),
+    ("fp32", "prefill interleaved"),
     ("bf16", "decode b64"),
 )
 _GRAPH_CALLS = 32
@@ -104,23 +106,17 @@ def _measure(torch: Any, timer: Any, dtype_key: str, case: bench_gpu.Case) -> di
     time = (lambda fn: _graph_us(torch, fn)) if case.decode else timer
     copy_us = time(lambda: (q_copy.copy_(q), k_copy.copy_(k)))
     kernel_us = time(lambda: rope(q, k, positions, layout=case.layout, impl="cuda"))
-    itemsize = q.element_size()
-    width = 16 // itemsize  # what geometry._widths picks for aligned rows
+    (launch,) = _launch(geometry, q, q_copy, k, k_copy, case)
     kernel = _module.get_kernel(
         torch.cuda.current_device(),
         bench_gpu.DTYPES[dtype_key],
-        width=width,
-        interleaved=case.interleaved,
-        wide_index=False,
+        width=launch.width,
+        interleaved=launch.interleaved,
+        wide_index=launch.wide_index,
     )
-    per_thread = 1 if case.interleaved else geometry.HEADS_PER_THREAD[itemsize]
-    heads = case.q_heads + case.k_heads
-    block = geometry._block(case.rotary_dim // 2 // width, heads, case.seq, per_thread)
+    per_thread = 1 if case.interleaved else geometry.HEADS_PER_THREAD[q.element_size()]
+    block, shared = launch.block, launch.shared
     threads = block[0] * block[1] * block[2]
-    # The table rows the block stages in shared memory (geometry.launch_templates).
-    shared = (
-        0 if case.interleaved else block[0] * block[2] * 2 * width * (8 if itemsize == 8 else 4)
-    )
     try:
         blocks_per_sm: int | str = int(
             cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
@@ -141,6 +137,30 @@ def _measure(torch: Any, timer: Any, dtype_key: str, case: bench_gpu.Case) -> di
         "kernel us": kernel_us,
         "fraction of copy": copy_us / kernel_us,
     }
+
+
+def _launch(geometry: Any, *arrays: Any) -> Any:
+    """The launch templates the CUDA path plans for ``q, q_out, k, k_out`` of a case out of
+    place, as ``rope(q, k, layout=...)`` plans them: the variant, block and shared memory
+    of the launch that ran (a decode step's positions tensor changes neither). q's address
+    stands in for the tables' (only their alignment counts)."""
+    *tensors, case = arrays
+    operands = [geometry.Operand(t.data_ptr(), tuple(t.shape), tuple(t.stride())) for t in tensors]
+    table = tensors[0].data_ptr()
+    return geometry.launch_templates(
+        operands,
+        layout=case.layout,
+        itemsize=tensors[0].element_size(),
+        rotary_dim=case.rotary_dim,
+        interleaved=case.interleaved,
+        inverse=False,
+        inplace=False,
+        positions=None,
+        position_itemsize=0,
+        cos_ptr=table,
+        sin_ptr=table,
+        table_rows=case.seq,
+    )
 
 
 def _launches(count: int) -> None:

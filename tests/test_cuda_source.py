@@ -127,20 +127,24 @@ def test_kernel_compiles(arch: str, instantiations: Path, tmp_path: Path) -> Non
                 assert x_load in entry
                 assert f"st.global.{kind}" in entry
                 # x is read before the position, and the position before the table rows
-                # it selects, staged in shared memory for the block; all are strong
-                # (relaxed) loads, which ptxas keeps in this order (tests/test_cuda_sass.py).
+                # it selects; all are strong (relaxed) loads, which ptxas keeps in this
+                # order (tests/test_cuda_sass.py).
                 position = entry.index("ld.relaxed.gpu.global.s32")
                 assert entry.index(x_load) < position
-                stored = entry.index("st.shared")
-                staging = entry.rindex("ld.relaxed.gpu.global.s32", 0, stored)
-                table = re.compile(r"ld\.relaxed\.gpu\.global\.(v[24]\.)?u32")
-                rows = table.search(entry, staging)
-                assert rows is not None
-                assert rows.start() < stored < entry.index("bar.sync", stored)
-                # Interleaved pairs stage their rows in the turns a whole block takes and
-                # read their own, read-only, in the others.
-                interleaved = not entry.startswith(f"{prefix}Lb0E")
-                assert ("ld.global.nc" in entry) == interleaved
+                if entry.startswith(f"{prefix}Lb0E"):
+                    # Half-split pairs stage the rows in shared memory for the block.
+                    stored = entry.index("st.shared")
+                    staging = entry.rindex("ld.relaxed.gpu.global.s32", 0, stored)
+                    table = re.compile(r"ld\.relaxed\.gpu\.global\.(v[24]\.)?u32")
+                    rows = table.search(entry, staging)
+                    assert rows is not None
+                    assert rows.start() < stored < entry.index("bar.sync", stored)
+                    assert "ld.global.nc" not in entry
+                else:
+                    # Interleaved pairs read their own rows, read-only, and stage nothing.
+                    assert "ld.global.nc" in entry
+                    assert "st.shared" not in entry
+                    assert "bar.sync" not in entry
     assert seen == 4 * (3 + 3 + 2 + 1)
     # The grid walks (token, head, unit) without dividing: no integer division or
     # remainder anywhere (the old flat grid had three 64-bit divisions per unit).
@@ -656,9 +660,8 @@ def test_harness_binds_each_call_to_its_own_memory(harness: Any) -> None:
 # blocks per grid dimension: the units loop runs twice, the tokens loop twice (7 tokens in
 # tiles of 3), the last group of heads has a head row with no live head and the last tile
 # two tokens past the sequence.  Every loop turn past the first waits for the shared rows
-# to be read before it restages them.  Interleaved pairs stage their rows in the turns
-# that hold whole groups of heads and whole tiles (2 of 3 groups, 2 of 3 tiles), and read
-# their own in the others.
+# to be read before it restages them.  Interleaved pairs stage nothing: the same blocks
+# run them with no barrier.
 _BARRIER_BLOCK = (2, 2, 3)
 PAIRINGS = pytest.mark.parametrize("interleaved", [False, True], ids=["half", "interleaved"])
 
@@ -696,21 +699,19 @@ def test_harness_block_threads_meet_at_every_barrier(harness: Any, interleaved: 
         _assert_bits(y, want)
 
 
-@PAIRINGS
-def test_harness_catches_a_thread_that_misses_a_barrier(harness: Any, interleaved: bool) -> None:
+def test_harness_catches_a_thread_that_misses_a_barrier(harness: Any) -> None:
     # The fault the harness must catch: one thread of each block passes every barrier
     # (as a per-thread `continue` around the barrier would make it).
-    _, _, (launch,), _plan_held = _barrier_case(harness, interleaved)
+    _, _, (launch,), _plan_held = _barrier_case(harness, interleaved=False)
     assert _harness_run(harness, "bfloat16", _reshaped(launch, 2, _BARRIER_BLOCK), skip=1) == 5
 
 
-@PAIRINGS
-def test_harness_catches_rows_read_before_they_are_staged(harness: Any, interleaved: bool) -> None:
+def test_harness_catches_rows_read_before_they_are_staged(harness: Any) -> None:
     # Without the barrier after the staging, the harness (which runs the last thread of a
     # block first, over shared memory filled with NaN bytes) gives wrong bits: the head
     # rows read the table rows before the first head row has written them (NaN in a
     # block's first turn, the rows of the turn before in the others).
-    outputs, expected, (launch,), _plan_held = _barrier_case(harness, interleaved)
+    outputs, expected, (launch,), _plan_held = _barrier_case(harness, interleaved=False)
     for y in outputs:
         y[...] = 0
     assert _harness_run(harness, "bfloat16", _reshaped(launch, 2, _BARRIER_BLOCK), skip=2) == 0
@@ -742,25 +743,33 @@ def test_harness_rotates_and_copies_in_any_block(
         _assert_bits(y, _expected(x, positions, **common))
 
 
+@PAIRINGS
 @pytest.mark.parametrize(
     ("itemsize", "head_dim", "heads"),
     [(2, 128, 4), (2, 4096, 1), (4, 128, 4), (8, 8192, 1), (8, 64, 1)],
     ids=["bfloat16", "bfloat16-wide-head", "float32", "float64-wide-head", "float64-narrow"],
 )
 def test_rotation_launches_size_their_shared_memory(
-    itemsize: int, head_dim: int, heads: int
+    itemsize: int, head_dim: int, heads: int, interleaved: bool
 ) -> None:
-    """A launch stages V cos and V sin entries of the compute type per unit and token of
-    its block (the units that copy past the rotated width too, whose rows no thread
-    reads), within the 48 KiB a launch takes without opting in."""
+    """A launch of half-split pairs stages V cos and V sin entries of the compute type per
+    unit and token of its block (the units that copy past the rotated width too, whose
+    rows no thread reads), within the 48 KiB a launch takes without opting in; a launch
+    of interleaved pairs stages nothing."""
     q = _contiguous(4096, (2, 9, heads, head_dim))
     (launch,) = _bf16_launches(
-        q, _contiguous(1 << 28, q.shape), None, None, rotary_dim=head_dim // 2, itemsize=itemsize
+        q,
+        _contiguous(1 << 28, q.shape),
+        None,
+        None,
+        rotary_dim=head_dim // 2,
+        itemsize=itemsize,
+        interleaved=interleaved,
     )
     table_itemsize = 8 if itemsize == 8 else 4
-    per_unit = 2 * launch.width * table_itemsize
+    per_unit = 0 if interleaved else 2 * launch.width * table_itemsize
     assert launch.shared == launch.block[0] * launch.block[2] * per_unit
-    assert 0 < launch.shared <= 48 * 1024
+    assert launch.shared <= 48 * 1024
 
 
 @pytest.mark.parametrize("wide_index", [False, True], ids=["int32-index", "int64-index"])

@@ -285,9 +285,11 @@ def launch_templates(
             min(inner_size, _MAX_GRID[1]),
             min(math.ceil(heads / (block[1] * per_thread)), _MAX_GRID[2]),
         )
-        # V cos and V sin entries staged per unit and token (rope_unit): 64 bytes a thread
-        # at most, under the 48 KiB of a launch that does not opt in.
-        shared = block[0] * block[2] * 2 * width * _table_itemsize(itemsize)
+        # Half-split pairs stage V cos and V sin entries per unit and token (rope_unit): 64
+        # bytes a thread at most, under the 48 KiB of a launch that does not opt in.
+        # Interleaved pairs stage nothing (rope_thread).
+        staged = 0 if interleaved else 2 * width * _table_itemsize(itemsize)
+        shared = block[0] * block[2] * staged
         templates.append(
             LaunchTemplate(width, interleaved, wide, grid, block, tuple(shifts), params, shared)
         )

@@ -538,13 +538,11 @@ ANYROPE_HD void rope_unit(const tensor_view<T, I>& q, const tensor_view<T, I>& k
 //
 // Half-split pairs: every loop runs as often in each thread of a block (what a thread
 // does not hold is not live), so that all of them meet at each barrier of the staging.
-// Interleaved pairs keep the loops of the kernel before the staging, in which a thread
-// skips what it does not hold (with the loops above they ran at 0.75 of a copy, staged or
-// not, against 0.93; bfloat16, H200), and stage their rows only in a turn of the loops
-// that every thread of the block takes: one whose heads, tokens and units are all there
-// (`whole`, the same in every thread of the block), so that all of them reach its
-// barriers.  The grid the host sizes makes every turn whole but those of a block at the
-// end of the heads or of the sequence, which read their own rows as before.
+// Interleaved pairs stage nothing: a thread reads its own rows, through the read-only
+// cache, and skips what it does not hold.  On an H200 (bfloat16 prefill, one call of
+// benchmarks/bench_gpu_launch.py per kernel) they ran at 0.93 of a copy so, and at 0.75
+// with their rows staged, in the turns of the loops a whole block takes or in every turn
+// with the loops above (docs/performance.rst, "GPU").
 template <typename T, int V, bool INTERLEAVED, typename C, typename I>
 ANYROPE_HD void rope_thread(const tensor_view<T, I>& q, const tensor_view<T, I>& k,
                             const shared_args<C, I>& a, C* shared, uint3 block, uint3 thread,
@@ -566,17 +564,7 @@ ANYROPE_HD void rope_thread(const tensor_view<T, I>& q, const tensor_view<T, I>&
         if (INTERLEAVED && s >= a.seq) continue;
         for (I u0 = INTERLEAVED ? static_cast<I>(thread.x) : I(0); u0 < a.units; u0 += across) {
           if constexpr (INTERLEAVED) {
-            const bool whole = ((g + 1) * per_group <= a.heads) &
-                               ((tile + 1) * tile_seq <= a.seq) &
-                               (u0 - static_cast<I>(thread.x) + across <= a.units);
-            if (whole) {
-              rope_unit<T, V, true, true>(q, k, a, rows, stager, reused, true, b, s, first, step,
-                                          u0);
-              reused = true;
-            } else {
-              rope_unit<T, V, true, false>(q, k, a, rows, false, false, true, b, s, first, step,
-                                           u0);
-            }
+            rope_unit<T, V, true, false>(q, k, a, rows, false, false, true, b, s, first, step, u0);
           } else {
             const I u = u0 + static_cast<I>(thread.x);
             const bool live = (s < a.seq) & (u < a.units);
