@@ -7,18 +7,19 @@ size, swept.
         --section MemoryWorkloadAnalysis python benchmarks/bench_gpu_launch.py --launches 5
 
 The prefill cases of ``bench_gpu.py`` (bfloat16 bshd, bhsd, rotary 64 of 128 and
-interleaved; float32 bshd, bhsd and interleaved) and the device time of a decode step (64 tokens, replayed in a
-CUDA graph) under each launch configuration of :data:`CONFIGS`: the heads one thread
-rotates (``geometry.HEADS_PER_THREAD``, which the kernel is compiled with), the least
-blocks of 256 threads that the kernel's ``__launch_bounds__`` asks to fit on a
-multiprocessor (which caps its registers) and the most threads per block
-(``geometry.BLOCK``). For each: the registers per thread of the variant that ran, the
-blocks that fit per SM (``cuOccupancyMaxActiveBlocksPerMultiprocessor``), the device
-time (median, L2 flushed) and the fraction of a device copy of the same bytes timed in
-the same run (interleaved pairs keep one head per thread). The figures that
-docs/performance.rst's launch model is checked against. Writes ``gpu-launch.json`` under
-``--out``. ``--launches N`` only runs the bfloat16
-prefill kernel N times, for a profiler (the ``ncu`` command above). Needs a CUDA GPU,
+interleaved; float32 bshd, bhsd and interleaved) and the device time of a decode step
+(64 tokens, replayed in a CUDA graph) under each launch configuration of
+:data:`CONFIGS`: the heads one thread rotates (``geometry.HEADS_PER_THREAD`` and
+``INTERLEAVED_HEADS_PER_THREAD``, which the kernel is compiled with; a configuration
+that names them sets both), the least blocks of 256 threads that the kernel's
+``__launch_bounds__`` asks to fit on a multiprocessor (which caps its registers) and the
+most threads per block (``geometry.BLOCK``). For each: the registers per thread of the
+variant that ran, the block and shared memory of its launch, the blocks that fit per SM
+(``cuOccupancyMaxActiveBlocksPerMultiprocessor``), the device time (median, L2 flushed)
+and the fraction of a device copy of the same bytes timed in the same run. The figures
+that docs/performance.rst's launch model is checked against. Writes ``gpu-launch.json``
+under ``--out``. ``--launches N`` only runs the bfloat16 prefill kernel N times, for a
+profiler (the ``ncu`` command above). Needs a CUDA GPU,
 PyTorch, CuPy and Triton.
 """
 
@@ -114,7 +115,9 @@ def _measure(torch: Any, timer: Any, dtype_key: str, case: bench_gpu.Case) -> di
         interleaved=launch.interleaved,
         wide_index=launch.wide_index,
     )
-    per_thread = 1 if case.interleaved else geometry.HEADS_PER_THREAD[q.element_size()]
+    per_thread = (
+        geometry.INTERLEAVED_HEADS_PER_THREAD if case.interleaved else geometry.HEADS_PER_THREAD
+    )[q.element_size()]
     block, shared = launch.block, launch.shared
     threads = block[0] * block[1] * block[2]
     try:
@@ -186,9 +189,14 @@ def _run_config(index: int) -> None:
     config = CONFIGS[index]
     if config.heads is not None:
         geometry.HEADS_PER_THREAD = dict.fromkeys(geometry.HEADS_PER_THREAD, config.heads)
+        geometry.INTERLEAVED_HEADS_PER_THREAD = geometry.HEADS_PER_THREAD
         _module.COMPILE_OPTIONS = (
-            *(o for o in _module.COMPILE_OPTIONS if not o.startswith("-DANYROPE_HEADS")),
-            *(f"-DANYROPE_HEADS_PER_THREAD_{size}={config.heads}" for size in (2, 4, 8)),
+            *(o for o in _module.COMPILE_OPTIONS if "HEADS_PER_THREAD" not in o),
+            *(
+                f"-DANYROPE_{kind}HEADS_PER_THREAD_{size}={config.heads}"
+                for kind in ("", "INTERLEAVED_")
+                for size in (2, 4, 8)
+            ),
         )
     source = _module.kernel_source()
     for text, replacement in config.edits:

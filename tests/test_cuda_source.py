@@ -43,7 +43,13 @@ import anyrope
 from anyrope._call import make_call
 from anyrope._paths.cuda import _module
 from anyrope._paths.cuda.dispatch import rotate_raw
-from anyrope._paths.cuda.geometry import HEADS_PER_THREAD, Launch, Operand, launch_templates
+from anyrope._paths.cuda.geometry import (
+    HEADS_PER_THREAD,
+    INTERLEAVED_HEADS_PER_THREAD,
+    Launch,
+    Operand,
+    launch_templates,
+)
 from anyrope._plan import Plan, make_plan, with_tables
 from anyrope.tools._backends import numpy_dtype
 
@@ -284,7 +290,7 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Any:
             "-Xcompiler",
             "-fPIC,-ffp-contract=off,-Wall,-Wno-unknown-pragmas",
             f"-I{_module.source_dir()}",
-            *(f"-DANYROPE_HEADS_PER_THREAD_{size}={n}" for size, n in HEADS_PER_THREAD.items()),
+            *(option for option in _module.COMPILE_OPTIONS if option.startswith("-D")),
             "-o",
             str(library),
             str(HARNESS),
@@ -1403,8 +1409,15 @@ def _bf16_launches(
 
 @pytest.mark.parametrize(
     ("itemsize", "interleaved", "per_thread"),
-    [(2, False, 2), (4, False, 4), (8, False, 4), (2, True, 1), (4, True, 1)],
-    ids=["16-bit", "float32", "float64", "16-bit-interleaved", "float32-interleaved"],
+    [(2, False, 2), (4, False, 4), (8, False, 4), (2, True, 2), (4, True, 1), (8, True, 1)],
+    ids=[
+        "16-bit",
+        "float32",
+        "float64",
+        "16-bit-interleaved",
+        "float32-interleaved",
+        "float64-interleaved",
+    ],
 )
 def test_a_thread_rotates_several_heads_of_one_token(
     itemsize: int, interleaved: bool, per_thread: int
@@ -1422,7 +1435,9 @@ def test_a_thread_rotates_several_heads_of_one_token(
         itemsize=itemsize,
         interleaved=interleaved,
     )
-    assert HEADS_PER_THREAD[itemsize] == per_thread or interleaved
+    assert (INTERLEAVED_HEADS_PER_THREAD if interleaved else HEADS_PER_THREAD)[
+        itemsize
+    ] == per_thread
     units = 64 // launch.width
     threads = math.prod(launch.block) * math.prod(launch.grid)
     assert launch.block[0] == units

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import _threads
-from .geometry import HEADS_PER_THREAD
+from .geometry import HEADS_PER_THREAD, INTERLEAVED_HEADS_PER_THREAD
 
 __all__ = [
     "COMPILE_OPTIONS",
@@ -48,6 +48,10 @@ COMPILE_OPTIONS: tuple[str, ...] = (
     "--std=c++17",
     "--fmad=false",
     *(f"-DANYROPE_HEADS_PER_THREAD_{size}={n}" for size, n in HEADS_PER_THREAD.items()),
+    *(
+        f"-DANYROPE_INTERLEAVED_HEADS_PER_THREAD_{size}={n}"
+        for size, n in INTERLEAVED_HEADS_PER_THREAD.items()
+    ),
 )
 
 

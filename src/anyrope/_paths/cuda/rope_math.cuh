@@ -362,21 +362,26 @@ ANYROPE_HD bool table_row(const shared_args<C, I>& a, I b, I s, I& row) {
   return held;
 }
 
-// Heads per thread, by the size of an element, for half-split pairs; interleaved pairs
-// take one.  A thread rotates the same pairs of one token in R heads: it reads its table
-// rows once for all R, and has R times the bytes of x in flight (the launch model in
-// docs/performance.rst).  Set by the host (geometry.HEADS_PER_THREAD), which sizes the
-// grid by it.
-#if !defined(ANYROPE_HEADS_PER_THREAD_2) || !defined(ANYROPE_HEADS_PER_THREAD_4) || \
-    !defined(ANYROPE_HEADS_PER_THREAD_8)
-#error "compile with -DANYROPE_HEADS_PER_THREAD_<itemsize> (anyrope._paths.cuda.geometry)"
+// Heads per thread, by the size of an element and the pairing.  A thread rotates the same
+// pairs of one token in R heads: it reads its table rows once for all R, and has R times
+// the bytes of x in flight (the launch model in docs/performance.rst).  Set by the host
+// (geometry.HEADS_PER_THREAD and INTERLEAVED_HEADS_PER_THREAD), which sizes the grid by it.
+#if !defined(ANYROPE_HEADS_PER_THREAD_2) || !defined(ANYROPE_HEADS_PER_THREAD_4) ||   \
+    !defined(ANYROPE_HEADS_PER_THREAD_8) ||                                           \
+    !defined(ANYROPE_INTERLEAVED_HEADS_PER_THREAD_2) ||                               \
+    !defined(ANYROPE_INTERLEAVED_HEADS_PER_THREAD_4) ||                               \
+    !defined(ANYROPE_INTERLEAVED_HEADS_PER_THREAD_8)
+#error "compile with -DANYROPE_[INTERLEAVED_]HEADS_PER_THREAD_<itemsize> (anyrope._paths.cuda.geometry)"
 #endif
-template <int BYTES> struct heads_per_thread;
-template <> struct heads_per_thread<2> { static constexpr int value = ANYROPE_HEADS_PER_THREAD_2; };
-template <> struct heads_per_thread<4> { static constexpr int value = ANYROPE_HEADS_PER_THREAD_4; };
-template <> struct heads_per_thread<8> { static constexpr int value = ANYROPE_HEADS_PER_THREAD_8; };
+template <int BYTES, bool INTERLEAVED> struct heads_per_thread;
+template <> struct heads_per_thread<2, false> { static constexpr int value = ANYROPE_HEADS_PER_THREAD_2; };
+template <> struct heads_per_thread<4, false> { static constexpr int value = ANYROPE_HEADS_PER_THREAD_4; };
+template <> struct heads_per_thread<8, false> { static constexpr int value = ANYROPE_HEADS_PER_THREAD_8; };
+template <> struct heads_per_thread<2, true> { static constexpr int value = ANYROPE_INTERLEAVED_HEADS_PER_THREAD_2; };
+template <> struct heads_per_thread<4, true> { static constexpr int value = ANYROPE_INTERLEAVED_HEADS_PER_THREAD_4; };
+template <> struct heads_per_thread<8, true> { static constexpr int value = ANYROPE_INTERLEAVED_HEADS_PER_THREAD_8; };
 template <typename T, bool INTERLEAVED>
-constexpr int kHeadsPerThread = INTERLEAVED ? 1 : heads_per_thread<sizeof(T)>::value;
+constexpr int kHeadsPerThread = heads_per_thread<sizeof(T), INTERLEAVED>::value;
 
 // Unit u of the rows (b, s, first + r * step), r < R, of q and k: V pairs rotated (the
 // first half / V units of a row) or, past them, the next 2V features past the rotated
