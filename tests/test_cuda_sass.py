@@ -259,11 +259,10 @@ def unit_loads(program: list[Instruction]) -> Loads:
     x = [i for i in loads if i not in position and i not in tables]
     # ptxas may emit the unit's code more than once (the first pass of the stride loops
     # apart from the later ones, which wait for the rows to be read before restaging
-    # them): each copy is a unit
-    # of its own, its position load followed by the barrier at which its table rows are
-    # staged (the first after a store to shared memory, before the code ends in an
-    # unconditional branch; none in an unstaged copy), and its x loads those whose first
-    # use follows that barrier.
+    # them): each copy is a unit of its own, its position load followed by the barrier at
+    # which its table rows are staged (the first after a store to shared memory, before
+    # the code ends in an unconditional branch; none in an unstaged unit), and its x loads
+    # those whose first use follows that barrier.
     late, after, placed = [], [], set()
     for p in position:
         staged = _staging_barrier(program, p)

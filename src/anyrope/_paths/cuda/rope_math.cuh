@@ -544,10 +544,10 @@ ANYROPE_HD void rope_unit(const tensor_view<T, I>& q, const tensor_view<T, I>& k
 // Half-split pairs: every loop runs as often in each thread of a block (what a thread
 // does not hold is not live), so that all of them meet at each barrier of the staging.
 // Interleaved pairs stage nothing: a thread reads its own rows, through the read-only
-// cache, and skips what it does not hold.  On an H200 (bfloat16 prefill, one call of
-// benchmarks/bench_gpu_launch.py per kernel) they ran at 0.93 of a copy so, and at 0.75
-// with their rows staged, in the turns of the loops a whole block takes or in every turn
-// with the loops above (docs/performance.rst, "GPU").
+// cache, and skips what it does not hold.  Staged (in the turns of the loops that a whole
+// block takes, or in every turn with the loops above) they ran at 0.75 of a copy, and
+// unstaged at 0.89 with one head per thread, 0.97 with two (bfloat16 prefill on an H200,
+// benchmarks/bench_gpu_launch.py; docs/performance.rst, "GPU").
 template <typename T, int V, bool INTERLEAVED, typename C, typename I>
 ANYROPE_HD void rope_thread(const tensor_view<T, I>& q, const tensor_view<T, I>& k,
                             const shared_args<C, I>& a, C* shared, uint3 block, uint3 thread,
