@@ -30,6 +30,7 @@ def _load(name: str) -> ModuleType:
 
 proof = _load("gpu_proof")
 bench_gpu = _load("bench_gpu")
+bench_gpu_launch = _load("bench_gpu_launch")
 
 
 def test_without_a_gpu_it_says_so_in_one_line(tmp_path: Path) -> None:
@@ -210,6 +211,19 @@ def test_gpu_benchmark_makes_its_rope_as_the_docs_say() -> None:
         assert rope.max_positions == (bench_gpu.MAX_POSITIONS if case.decode else case.seq)
         assert rope.rotary_dim == case.rotary_dim
     assert any(case.decode for case in bench_gpu.CASES)
+
+
+def test_launch_configurations_edit_the_kernel_as_it_is() -> None:
+    """Every edit a configuration of bench_gpu_launch.py makes finds its text in the
+    kernel source (else that configuration would fail on the GPU machine)."""
+    from anyrope._paths.cuda import _module
+
+    source = _module.kernel_source()
+    edits = [edit for config in bench_gpu_launch.CONFIGS for edit in config.edits]
+    assert edits
+    for text, replacement in edits:
+        assert text in source
+        assert replacement not in source
 
 
 def test_a_later_run_keeps_the_steps_it_did_not_repeat(tmp_path: Path) -> None:
