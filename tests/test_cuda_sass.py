@@ -26,11 +26,18 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from anyrope._paths.cuda import _module
-from test_cuda_source import _cuda_include_dir, _nvcc, _nvrtc_compile
+from test_cuda_source import (
+    EDITED_CONFIGS,
+    _cuda_include_dir,
+    _nvcc,
+    _nvrtc_compile,
+    bench_gpu_launch,
+)
 
 ARCH = "sm_90"
 
@@ -62,9 +69,9 @@ def _nvdisasm() -> str:
 
 
 @functools.cache
-def _sass(nvrtc_path: str) -> tuple[str, dict[str, str]]:
+def _sass(nvrtc_path: str, source: str | None = None) -> tuple[str, dict[str, str]]:
     """The SASS of every variant of every dtype, by the NVRTC at ``nvrtc_path``, and the
-    lowered name of each variant."""
+    lowered name of each variant (of the shipped kernel, or of ``source``)."""
     # libnvrtc opens its builtins by name: load the ones beside it first.
     for builtins in sorted(Path(nvrtc_path).parent.glob("libnvrtc-builtins.so*")):
         ctypes.CDLL(str(builtins))
@@ -76,7 +83,9 @@ def _sass(nvrtc_path: str) -> tuple[str, dict[str, str]]:
         f"--gpu-architecture={ARCH}",
         "-ftz=true",
     ]
-    cubin, lowered = _nvrtc_compile(options, lib=ctypes.CDLL(nvrtc_path), output="CUBIN")
+    cubin, lowered = _nvrtc_compile(
+        options, lib=ctypes.CDLL(nvrtc_path), output="CUBIN", source=source
+    )
     return _disassemble(cubin), {name: value.decode() for name, value in lowered.items()}
 
 
@@ -330,9 +339,7 @@ def test_x_and_position_loads_are_issued_before_their_first_use(
         _missing("NVRTC (pip install nvidia-cuda-nvrtc)")
         return
     sass, lowered = _sass(nvrtc)
-    loads = unit_loads(parse(_function(sass, lowered[name])))
-    assert loads.position, f"no position load found in {name}"
-    assert len(loads.x) >= 1, f"no load of x found in {name}"
+    loads = _loads_in_order(sass, lowered, name)
     assert loads.after_barrier == [], (
         f"{name} (NVRTC {_nvrtc_version(nvrtc)}, {ARCH}): the loads of x at "
         f"{[hex(a) for a in loads.after_barrier]} wait for the table rows to be staged"
@@ -343,6 +350,34 @@ def test_x_and_position_loads_are_issued_before_their_first_use(
         f"of the position (positions {[hex(a) for a in loads.position]}, "
         f"x {[hex(a) for a in loads.x]})"
     )
+
+
+def _loads_in_order(sass: str, lowered: dict[str, str], name: str) -> Loads:
+    """The loads of variant ``name``, which load x and the position."""
+    loads = unit_loads(parse(_function(sass, lowered[name])))
+    assert loads.position, f"no position load found in {name}"
+    assert len(loads.x) >= 1, f"no load of x found in {name}"
+    return loads
+
+
+@pytest.mark.parametrize("nvrtc", _nvrtc_params())
+@pytest.mark.parametrize("config", EDITED_CONFIGS, ids=[c.name for c in EDITED_CONFIGS])
+def test_the_kernels_that_bench_gpu_launch_edits_issue_their_loads_in_order(
+    nvrtc: str | None, config: Any
+) -> None:
+    """bench_gpu_launch.py times kernels edited from the shipped one: each issues its
+    loads as the shipped one does, so that a time measures what the edit changes."""
+    if nvrtc is None:
+        _missing("NVRTC (pip install nvidia-cuda-nvrtc)")
+        return
+    source = bench_gpu_launch.edited(_module.kernel_source(), config.edits)
+    sass, lowered = _sass(nvrtc, source)
+    out_of_order = []
+    for _, name in VECTOR_VARIANTS:
+        loads = _loads_in_order(sass, lowered, name)
+        if loads.late or loads.after_barrier:
+            out_of_order.append(name)
+    assert out_of_order == [], f"{config.name} (NVRTC {_nvrtc_version(nvrtc)})"
 
 
 @pytest.mark.parametrize("nvrtc", _nvrtc_params())

@@ -17,6 +17,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import importlib.util
+import itertools
 import json
 import math
 import os
@@ -52,8 +53,12 @@ from anyrope._paths.cuda.geometry import (
 )
 from anyrope._plan import Plan, make_plan, with_tables
 from anyrope.tools._backends import numpy_dtype
+from benchmark_scripts import load
 
 HARNESS = Path(__file__).parent / "cuda_harness" / "harness.cpp"
+bench_gpu_launch = load("bench_gpu_launch")
+#: The configurations of bench_gpu_launch.py that time kernels edited from this one.
+EDITED_CONFIGS = [config for config in bench_gpu_launch.CONFIGS if config.edits]
 DTYPE_CODES = {"float16": 0, "bfloat16": 1, "float32": 2, "float64": 3}
 _UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -186,14 +191,19 @@ def _cuda_include_dir(nvcc: str) -> str:
 
 
 def _nvrtc_compile(
-    options: list[str], *, lib: ctypes.CDLL | None = None, output: str = "PTX"
+    options: list[str],
+    *,
+    lib: ctypes.CDLL | None = None,
+    output: str = "PTX",
+    source: str | None = None,
 ) -> tuple[bytes, dict[str, bytes]]:
     """PTX (or, with ``output="CUBIN"``, the cubin) and lowered names of the source CuPy
-    compiles, every name of every dtype, by NVRTC (``lib``: the one installed)."""
+    compiles (or of ``source``), every name of every dtype, by NVRTC (``lib``: the one
+    installed)."""
     lib = _nvrtc_library() if lib is None else lib
     program = ctypes.c_void_p()
-    source = _module.kernel_source().encode()
-    assert lib.nvrtcCreateProgram(ctypes.byref(program), source, b"rope.cu", 0, None, None) == 0
+    text = (_module.kernel_source() if source is None else source).encode()
+    assert lib.nvrtcCreateProgram(ctypes.byref(program), text, b"rope.cu", 0, None, None) == 0
     names = [name for dtype in _module.KERNEL_TYPES for name in _module.kernel_names(dtype)]
     for name in names:
         assert lib.nvrtcAddNameExpression(program, name.encode()) == 0
@@ -276,8 +286,13 @@ def test_nvrtc_float32_math_keeps_subnormals(arch: str, flags: list[str]) -> Non
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    return _build_harness(tmp_path_factory.mktemp("harness"), _module.source_dir())
+
+
+def _build_harness(folder: Path, kernel_dir: Path) -> Any:
+    """The host harness built in ``folder`` from the kernel sources in ``kernel_dir``."""
     nvcc = _nvcc()
-    library = tmp_path_factory.mktemp("harness") / "libharness.so"
+    library = folder / "libharness.so"
     # nvcc drives the host compiler and supplies the CUDA headers; -ffp-contract=off keeps
     # a*b - c*d from being fused on the host, as --fmad=false does on the device. No
     # -ffast-math (harness.cpp refuses it): SSE at -O2 keeps subnormals, as NumPy does.
@@ -289,7 +304,7 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Any:
             "-shared",
             "-Xcompiler",
             "-fPIC,-ffp-contract=off,-Wall,-Wno-unknown-pragmas",
-            f"-I{_module.source_dir()}",
+            f"-I{kernel_dir}",
             *(option for option in _module.COMPILE_OPTIONS if option.startswith("-D")),
             "-o",
             str(library),
@@ -1207,6 +1222,41 @@ def test_bound_steps_give_the_bits_of_the_array_api_path(
         wanted = reference(q, k, step, layout=layout, impl="array_api")
         for y, want in zip(rope(q, k, step, layout=layout, impl="cuda"), wanted, strict=True):
             _assert_bits(y, want)
+
+
+@pytest.mark.parametrize("config", EDITED_CONFIGS, ids=[c.name for c in EDITED_CONFIGS])
+def test_the_kernels_that_bench_gpu_launch_edits_give_the_same_bits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: Any
+) -> None:
+    # benchmarks/bench_gpu_launch.py times kernels edited from the shipped one on a GPU:
+    # built from the same edits, the host harness gives the array-API bits with each, for
+    # every pairing, vector width and partial width. (Edits of what the host does not
+    # compile, a load's scope or the launch bounds, leave its code as shipped.)
+    header = (_module.source_dir() / "rope_math.cuh").read_text()
+    kernel_dir = tmp_path / "kernel"
+    kernel_dir.mkdir()
+    (kernel_dir / "rope_math.cuh").write_text(
+        bench_gpu_launch.edited(header, tuple(e for e in config.edits if e[0] in header))
+    )
+    launches = _kernel_path_on_the_harness(_build_harness(tmp_path, kernel_dir), monkeypatch)
+    rng = np.random.default_rng(5)
+    for dtype_name, interleaved, rotary_dim, layout in itertools.product(
+        ("float16", "bfloat16", "float32", "float64"),
+        (True, False),
+        (32, 24, 12),
+        ("bshd", "bhsd", "sbhd"),
+    ):
+        dtype = _dtype(dtype_name)
+        rope = anyrope.RoPE(32, rotary_dim=rotary_dim, interleaved=interleaved)
+        q = _data(rng, _shape(layout, (2,), 3, 5, 32), dtype)
+        k = _data(rng, _shape(layout, (2,), 3, 3, 32), dtype)
+        for inverse in (False, True):
+            wanted = rope(q, k, 7, layout=layout, inverse=inverse, impl="array_api")
+            got = rope(q, k, 7, layout=layout, inverse=inverse, impl="cuda")
+            for y, want in zip(got, wanted, strict=True):
+                _assert_bits(y, want)
+    # Every vector width of interleaved pairs ran (16-bit: 8, 4 and 2 pairs an access).
+    assert {launch.width for launch in launches if launch.interleaved} >= {8, 4, 2}
 
 
 def test_a_bound_decode_step_in_place_tells_autograd(

@@ -2,35 +2,22 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 import anyrope
+from benchmark_scripts import BENCHMARKS, load
 
-BENCHMARKS = Path(__file__).parents[1] / "benchmarks"
 SCRIPT = BENCHMARKS / "gpu_proof.py"
 
-
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-proof = _load("gpu_proof")
-bench_gpu = _load("bench_gpu")
-bench_gpu_launch = _load("bench_gpu_launch")
+proof = load("gpu_proof")
+bench_gpu = load("bench_gpu")
+bench_gpu_launch = load("bench_gpu_launch")
 
 
 def test_without_a_gpu_it_says_so_in_one_line(tmp_path: Path) -> None:

@@ -124,8 +124,10 @@ template <> struct chunk_of<2> { using type = unsigned short; };
 // because ptxas keeps strong loads in program order and moves weak ones freely: with weak
 // loads, every vector variant's SASS (NVRTC 13.0 and 13.5, sm_90) issued the loads of x
 // only after the position had arrived, two trips to memory in a row
-// (tests/test_cuda_sass.py).  x is read once, so skipping L1 (as strong loads do) loses
-// nothing and leaves L1 to the table rows.
+// (tests/test_cuda_sass.py).  Each byte of x is read once, so skipping L1 (as strong
+// loads do) leaves L1 to the table rows; but the two accesses of an interleaved unit
+// share their 32-byte sectors, which the L2 then serves twice (docs/performance.rst,
+// "GPU", has the lead).
 template <int B>
 ANYROPE_HD typename chunk_of<B>::type load_chunk(const void* p, bool live = true) {
   typename chunk_of<B>::type r{};
