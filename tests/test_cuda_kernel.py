@@ -241,6 +241,29 @@ def test_negative_positions_are_refused_before_the_launch(
 
 
 @pytest.mark.gpu
+def test_arrays_on_a_device_that_is_not_the_current_one(gpu: Backend) -> None:
+    # The outputs are made on the arrays' device and the kernel runs there, whichever
+    # device is current (CuPy allocates on its current device).
+    import cupy
+
+    if cupy.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip("needs two GPUs")
+    host = _random((2, 5, 4, 64), np.dtype(np.float32), 9)
+    want = anyrope.rotate(host, 3, impl="array_api")
+    with cupy.cuda.Device(0):
+        if gpu.name == "torch":
+            import torch
+
+            x = torch.from_numpy(host).to("cuda:1")
+        else:
+            with cupy.cuda.Device(1):
+                x = cupy.asarray(host)
+        y = anyrope.rotate(x, 3, impl="cuda")
+    assert (y.get_device() if gpu.name == "torch" else y.device.id) == 1
+    _assert_same(gpu, y, want)
+
+
+@pytest.mark.gpu
 def test_torch_runs_on_the_callers_stream(gpu: Backend) -> None:
     if gpu.name != "torch":
         pytest.skip("streams are a PyTorch test")

@@ -1635,6 +1635,46 @@ class _FakeKernel(NamedTuple):
         return types.SimpleNamespace(ptr=hash((self.device, self.name)) & 0xFFFF_FFFF)
 
 
+def test_cupy_outputs_are_made_on_the_device_of_the_arrays(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # CuPy allocates on its current device, and array-api-compat's `empty` drops its
+    # `device=`: arrays on device 1 while device 0 is current would get their outputs on
+    # device 0, written by a kernel launched on device 1.
+    from anyrope._paths.cuda import dispatch as cuda_dispatch
+
+    current = [0]
+
+    class Device:
+        def __init__(self, device_id: int) -> None:
+            self.id = device_id
+
+        def __enter__(self) -> None:
+            current.append(self.id)
+
+        def __exit__(self, *exc: object) -> None:
+            current.pop()
+
+    fake = types.ModuleType("cupy")
+    fake.ndarray = type("ndarray", (), {})  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    arrays = []
+    for shape in ((2, 1, 4, 8), (2, 1, 2, 8)):
+        x = fake.ndarray()
+        x.shape, x.dtype, x.device = shape, np.dtype(np.float32), Device(1)
+        arrays.append(x)
+    made: list[tuple[tuple[int, ...], int]] = []
+
+    def empty(shape: tuple[int, ...], *, dtype: Any, device: Any = None) -> tuple[int, ...]:
+        made.append((shape, current[-1]))
+        return shape
+
+    outputs = cuda_dispatch._empty_like(tuple(arrays), types.SimpleNamespace(empty=empty))
+    assert outputs == ((2, 1, 4, 8), (2, 1, 2, 8))
+    assert made == [((2, 1, 4, 8), 1), ((2, 1, 2, 8), 1)]
+    assert current == [0]
+
+
 class _FakeCupy:
     """Just enough of CuPy for ``_module.get_kernel``: records compilations and devices."""
 

@@ -337,6 +337,12 @@ def _empty_like(arrays: tuple[Array, ...], xp: Namespace) -> tuple[Array, ...]:
         if all(x.is_contiguous() for x in arrays):
             return tuple(map(torch.empty_like, arrays))
         return tuple(torch.empty_like(x, memory_format=torch.contiguous_format) for x in arrays)
+    if array_api_compat.is_cupy_array(arrays[0]):
+        # CuPy allocates on its current device, which array-api-compat's `empty` leaves
+        # as it is whatever `device=` says: the outputs go to the arrays' device, where
+        # the kernel runs (launch_on_device), with it current.
+        with arrays[0].device:
+            return tuple(xp.empty(x.shape, dtype=x.dtype) for x in arrays)
     return tuple(xp.empty(x.shape, dtype=x.dtype, device=x.device) for x in arrays)
 
 
