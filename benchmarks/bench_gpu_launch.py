@@ -272,7 +272,8 @@ def _run_config(index: int) -> None:
         print(json.dumps(row), flush=True)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
+    """Run every configuration (exit status 1 if one failed), or one (``--config``)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--config", type=int, help=argparse.SUPPRESS)
@@ -280,12 +281,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.launches is not None:
         _launches(args.launches)
-        return
+        return 0
     if args.config is not None:
         _run_config(args.config)
-        return
+        return 0
     torch = bench_gpu._require_gpu()
-    rows = []
+    rows, failed = [], []
     for index in range(len(CONFIGS)):
         done = subprocess.run(
             [sys.executable, __file__, "--config", str(index)],
@@ -295,13 +296,15 @@ def main(argv: list[str] | None = None) -> None:
         )
         sys.stdout.write(done.stdout)
         if done.returncode != 0:
+            failed.append(CONFIGS[index].name)
             print(f"{CONFIGS[index].name}: failed\n{done.stderr[-2000:]}", flush=True)
         rows += [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "gpu-launch.json").write_text(
             json.dumps({"device": torch.cuda.get_device_name(), "rows": rows}, indent=2) + "\n"
         )
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

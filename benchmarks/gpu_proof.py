@@ -13,11 +13,11 @@ fetched beforehand on a machine that has an index into the ignored folder ``.whl
 
 The wheels are unpacked into ``.whl/site`` (a wheel unpacked is a wheel installed)
 and put on ``PYTHONPATH`` too. The steps, each in its own process, each with its time
-limit; the timed ones (``bench-prefill``, ``decode-graphs``) first and alone on the
-device, then the others side by side (``--jobs``), each test step on ``--workers``
-pytest-xdist processes where pytest-xdist is installed; a step still waiting when
-``--deadline`` seconds have passed is reported as skipped, so a machine lent for a
-fixed time still gets its summaries:
+limit; the timed ones (``bench-prefill``, ``decode-graphs``, ``bench-launch``) first and
+alone on the device, then the others side by side (``--jobs``), each test step on
+``--workers`` pytest-xdist processes where pytest-xdist is installed; a step still
+waiting when ``--deadline`` seconds have passed is reported as skipped, so a machine
+lent for a fixed time still gets its summaries:
 
 - ``tests-torch-cuda``, ``tests-cupy``: the device tests (the golden bits, the kernel
   against the array-API path on NumPy) with ``--backend torch-cuda`` / ``cupy-cuda``;
@@ -30,6 +30,9 @@ fixed time still gets its summaries:
   ``torch.empty_like``, timed alike, for scale) and device time per call, and a CUDA
   graph captured and replayed for the int-offset and the positions-tensor forms, the
   replayed bits compared with eager calls;
+- ``bench-launch``: ``benchmarks/bench_gpu_launch.py``, the prefill cases under every
+  launch configuration and kernel edit it lists (the leads not shipped yet), each
+  against a device copy;
 - ``memcheck``: ``compute-sanitizer --tool memcheck`` on a few launches of every kind.
 
 Writes ``proof.json`` (every step: command, exit status, seconds, the tail of its output
@@ -77,11 +80,14 @@ STEPS = (
     "tests-jax-gpu",
     "bench-prefill",
     "decode-graphs",
+    "bench-launch",
     "memcheck",
 )
 
 #: The steps that time the device: each runs alone, before the others.
-TIMED = ("bench-prefill", "decode-graphs")
+TIMED = ("bench-prefill", "decode-graphs", "bench-launch")
+#: The file each timed step writes its figures to, under ``--out`` (the others: NAME.json).
+FIGURES = {"bench-prefill": "gpu.json", "bench-launch": "gpu-launch.json"}
 
 # The test files that put arrays on a device; --full-tests runs them all.
 DEVICE_TESTS = (
@@ -201,6 +207,10 @@ def step_commands(
             {},
         ),
         "decode-graphs": ([python, script, "--run", "decode-graphs", "--out", str(out)], {}),
+        "bench-launch": (
+            [python, str(ROOT / "benchmarks" / "bench_gpu_launch.py"), "--out", str(out)],
+            {},
+        ),
         "memcheck": (
             []
             if sanitizer is None
@@ -237,7 +247,7 @@ def run_step(
     name: str, command: list[str], env: dict[str, str], *, timeout: float, out: Path
 ) -> StepResult:
     """Run one step in its own process, in the repository root; its figures are the JSON
-    it wrote as ``out/NAME.json`` (the benchmark's ``gpu.json``)."""
+    it wrote as ``out/NAME.json`` (or the file :data:`FIGURES` names)."""
     if not command:
         return StepResult(name, "skipped", [], 0.0, "compute-sanitizer not found on PATH")
     start = time.perf_counter()
@@ -257,7 +267,7 @@ def run_step(
         status = "timeout"
         text = _text(expired.stdout) + _text(expired.stderr) + f"\n(killed after {timeout} s)"
     seconds = time.perf_counter() - start
-    figures = out / ("gpu.json" if name == "bench-prefill" else f"{name}.json")
+    figures = out / FIGURES.get(name, f"{name}.json")
     data = json.loads(figures.read_text()) if figures.is_file() else {}
     return StepResult(name, status, command, round(seconds, 1), text[-TAIL_CHARS:], data, text)
 
@@ -317,6 +327,15 @@ def summary_markdown(results: Sequence[StepResult], info: dict[str, str]) -> str
             lines += [
                 f"| for scale: {d['line']} | {d['host_us']:.1f} | | |"
                 for d in r.data.get("scale", [])
+            ]
+        elif r.name == "bench-launch" and r.data:
+            lines += ["", "## Launch configurations against a device copy", ""]
+            lines += ["| configuration | case | dtype | registers | blocks per SM | fraction |"]
+            lines += ["|---|---|---|---|---|---|"]
+            lines += [
+                f"| {d['config']} | {d['case']} | {d['dtype']} | {d['registers']} | "
+                f"{d['blocks per SM']} | {d['fraction of copy']:.3f} |"
+                for d in r.data.get("rows", [])
             ]
     failed = [r for r in results if r.status != "pass"]
     for r in failed:

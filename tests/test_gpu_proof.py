@@ -163,10 +163,24 @@ def test_summaries_from_fake_results(tmp_path: Path) -> None:
         ],
         "scale": [{"line": "torch q.add_(1)", "host_us": 6.25}],
     }
+    launch = {
+        "device": "stand-in",
+        "rows": [
+            {
+                "config": "interleaved pairs split",
+                "case": "prefill interleaved",
+                "dtype": "fp32",
+                "registers": 48,
+                "blocks per SM": 5,
+                "fraction of copy": 0.9712,
+            }
+        ],
+    }
     results = [
         proof.StepResult("tests-torch-cuda", "pass", ["pytest"], 61.0, "300 passed"),
         proof.StepResult("bench-prefill", "pass", ["bench"], 90.0, "", bench),
         proof.StepResult("decode-graphs", "pass", ["graphs"], 20.0, "", decode),
+        proof.StepResult("bench-launch", "pass", ["launch"], 120.0, "", launch),
         proof.StepResult("memcheck", "fail", ["sanitizer"], 30.0, "Invalid __global__ read"),
     ]
     proof.write_summaries(tmp_path, results, {"device": "stand-in", "driver": "13000"})
@@ -184,6 +198,7 @@ def test_summaries_from_fake_results(tmp_path: Path) -> None:
     assert "- PASS prefill bf16: 0.980 of the copy (target >= 0.97)" in text
     assert "| torch int offset | 12.5 | 4.25 | same bits |" in text
     assert "| for scale: torch q.add_(1) | 6.2 | | |" in text
+    assert "| interleaved pairs split | prefill interleaved | fp32 | 48 | 5 | 0.971 |" in text
     assert "## memcheck: fail" in text
     assert "Invalid __global__ read" in text
     assert "300 passed" not in text  # the output of a step that passed stays in the JSON
