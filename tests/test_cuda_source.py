@@ -1655,20 +1655,23 @@ def test_cupy_outputs_are_made_on_the_device_of_the_arrays(
         def __exit__(self, *exc: object) -> None:
             current.pop()
 
+    made: list[tuple[tuple[int, ...], int]] = []
+
+    def empty(shape: tuple[int, ...], *, dtype: Any) -> tuple[int, ...]:
+        made.append((shape, current[-1]))
+        return shape
+
     fake = types.ModuleType("cupy")
-    fake.ndarray = type("ndarray", (), {})  # type: ignore[attr-defined]
+    fake.ndarray = type("ndarray", (), {"__module__": "cupy"})  # type: ignore[attr-defined]
+    fake.empty = empty  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "cupy", fake)
     arrays = []
     for shape in ((2, 1, 4, 8), (2, 1, 2, 8)):
         x = fake.ndarray()
         x.shape, x.dtype, x.device = shape, np.dtype(np.float32), Device(1)
         arrays.append(x)
-    made: list[tuple[tuple[int, ...], int]] = []
 
-    def empty(shape: tuple[int, ...], *, dtype: Any, device: Any = None) -> tuple[int, ...]:
-        made.append((shape, current[-1]))
-        return shape
-
+    # `xp`, array-api-compat's namespace, allocates as CuPy's `empty` does.
     outputs = cuda_dispatch._empty_like(tuple(arrays), types.SimpleNamespace(empty=empty))
     assert outputs == ((2, 1, 4, 8), (2, 1, 2, 8))
     assert made == [((2, 1, 4, 8), 1), ((2, 1, 2, 8), 1)]

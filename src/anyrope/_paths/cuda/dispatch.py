@@ -337,12 +337,14 @@ def _empty_like(arrays: tuple[Array, ...], xp: Namespace) -> tuple[Array, ...]:
         if all(x.is_contiguous() for x in arrays):
             return tuple(map(torch.empty_like, arrays))
         return tuple(torch.empty_like(x, memory_format=torch.contiguous_format) for x in arrays)
-    if array_api_compat.is_cupy_array(arrays[0]):
-        # CuPy allocates on its current device, which array-api-compat's `empty` leaves
-        # as it is whatever `device=` says: the outputs go to the arrays' device, where
-        # the kernel runs (launch_on_device), with it current.
+    if type(arrays[0]).__module__.startswith("cupy"):
+        # CuPy allocates on its current device (array-api-compat's `empty` drops
+        # `device=`): the outputs go to the arrays' device, where the kernel runs
+        # (launch_on_device), with it current. CuPy's own `empty`: the wrapper's checks
+        # cost more than the allocation.
+        cupy = _cupy()
         with arrays[0].device:
-            return tuple(xp.empty(x.shape, dtype=x.dtype) for x in arrays)
+            return tuple(cupy.empty(x.shape, dtype=x.dtype) for x in arrays)
     return tuple(xp.empty(x.shape, dtype=x.dtype, device=x.device) for x in arrays)
 
 
