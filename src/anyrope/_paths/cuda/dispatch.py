@@ -6,8 +6,9 @@ beyond the outputs. Each launch is one ``cuLaunchKernel`` (CuPy's binding of the
 call) with the parameter buffer the launch template packed, on the caller's current
 stream (``torch.cuda.current_stream()`` for torch tensors), so the launch is ordered with
 the caller's own work.
-Positions were range-checked on the host by :func:`anyrope._plan.make_plan` before
-anything here runs; the kernel never reads a table row that does not exist.
+Positions are range-checked on the host by :func:`anyrope._plan.make_plan` before
+anything here runs, or, where they are left unread on the host (``max_positions``), by
+the kernel as it reads them; the kernel never reads a table row that does not exist.
 """
 
 from __future__ import annotations
