@@ -162,6 +162,7 @@ def test_summaries_from_fake_results(tmp_path: Path) -> None:
             {"form": "torch int offset", "host_us": 12.5, "device_us": 4.25, "graph": "same bits"}
         ],
         "scale": [{"line": "torch q.add_(1)", "host_us": 6.25}],
+        "targets": ["PASS decode int offset: torch through the kernel +1.0 % vs CuPy"],
     }
     launch = {
         "device": "stand-in",
@@ -198,6 +199,7 @@ def test_summaries_from_fake_results(tmp_path: Path) -> None:
     assert "- PASS prefill bf16: 0.980 of the copy (target >= 0.97)" in text
     assert "| torch int offset | 12.5 | 4.25 | same bits |" in text
     assert "| for scale: torch q.add_(1) | 6.2 | | |" in text
+    assert "- PASS decode int offset: torch through the kernel +1.0 % vs CuPy" in text
     assert "| interleaved pairs split | prefill interleaved | fp32 | 48 | 5 | 0.971 |" in text
     assert "## memcheck: fail" in text
     assert "Invalid __global__ read" in text
@@ -244,3 +246,38 @@ def test_a_later_run_keeps_the_steps_it_did_not_repeat(tmp_path: Path) -> None:
     every = [proof.StepResult(name, "pass", [], 1.0) for name in proof.STEPS]
     proof.write_summaries(tmp_path, proof.merged(tmp_path, every), {})
     assert json.loads((tmp_path / "proof.json").read_text())["passed"] is True
+
+
+def test_decode_targets_compare_the_libraries_in_device_time() -> None:
+    rows = [
+        {"form": "torch int offset", "host_us": 20.0, "device_us": 2.10},
+        {"form": "torch positions tensor", "host_us": 21.0, "device_us": 2.40},
+        {"form": "cupy int offset", "host_us": 29.0, "device_us": 2.05},
+        {"form": "cupy positions tensor", "host_us": 30.0, "device_us": 2.20},
+    ]
+    assert proof.decode_targets(rows) == [
+        "PASS decode int offset: torch through the kernel +2.4 % vs CuPy in device time "
+        "(target <= +5 %)",
+        "FAIL decode positions tensor: torch through the kernel +9.1 % vs CuPy in device "
+        "time (target <= +5 %)",
+    ]
+    assert proof.decode_targets(rows[:2]) == []  # no CuPy
+
+
+def test_gpu_targets_compare_the_libraries_on_prefill_only() -> None:
+    # Decode timed call by call moves with the host: its libraries are compared in the
+    # proof's decode-graphs step.
+    results = [
+        bench_gpu.Result(case, "fp16", impl, us, 1.0, None)
+        for case in ("prefill", "decode b64")
+        for impl, us in (
+            (bench_gpu.COPY, 100.0),
+            (bench_gpu.COMPILED, 110.0),
+            (bench_gpu.KERNEL_TORCH, 101.0),
+            (bench_gpu.KERNEL_CUPY, 100.0),
+        )
+    ]
+    lines = bench_gpu._targets(results)
+    assert [line for line in lines if "vs CuPy" in line] == [
+        "PASS prefill fp16: torch through the kernel +1.0 % vs CuPy (target <= +5 %)"
+    ]
