@@ -309,53 +309,88 @@ def summary_markdown(results: Sequence[StepResult], info: dict[str, str]) -> str
     """The proof for a reader: the machine, one line per step, the figures, the failures."""
     lines = ["# anyrope GPU proof", ""]
     lines += [f"- {key}: {value}" for key, value in info.items()]
-    lines += ["", "| step | status | seconds |", "|---|---|---|"]
-    lines += [f"| {r.name} | {r.status.upper()} | {r.seconds:.1f} |" for r in results]
+    lines += [
+        "",
+        *_table(
+            ("step", "status", "seconds"),
+            [(r.name, r.status.upper(), f"{r.seconds:.1f}") for r in results],
+        ),
+    ]
     for r in results:
-        if r.name == "bench-prefill" and r.data:
+        if not r.data:
+            continue
+        if r.name == "bench-prefill":
             lines += ["", "## Prefill and decode against a device copy", ""]
-            lines += [_result_table(r.data.get("results", []))]
-            lines += ["", *[f"- {t}" for t in r.data.get("targets", [])]]
-        elif r.name == "decode-graphs" and r.data:
+            lines += _result_table(r.data.get("results", []))
+        elif r.name == "decode-graphs":
             lines += ["", "## Decode host and device time, CUDA graphs", ""]
-            lines += ["| form | host us per call | device us per call | graph replay |"]
-            lines += ["|---|---|---|---|"]
-            lines += [
-                f"| {d['form']} | {d['host_us']:.1f} | {d['device_us']:.2f} | {d['graph']} |"
+            rows = [
+                (d["form"], f"{d['host_us']:.1f}", f"{d['device_us']:.2f}", d["graph"])
                 for d in r.data.get("decode", [])
             ]
-            lines += [
-                f"| for scale: {d['line']} | {d['host_us']:.1f} | | |"
+            rows += [
+                (f"for scale: {d['line']}", f"{d['host_us']:.1f}", "", "")
                 for d in r.data.get("scale", [])
             ]
-            lines += ["", *[f"- {t}" for t in r.data.get("targets", [])]]
-        elif r.name == "bench-launch" and r.data:
+            header = ("form", "host us per call", "device us per call", "graph replay")
+            lines += _table(header, rows)
+        elif r.name == "bench-launch":
             lines += ["", "## Launch configurations against a device copy", ""]
-            lines += ["| configuration | case | dtype | registers | blocks per SM | fraction |"]
-            lines += ["|---|---|---|---|---|---|"]
-            lines += [
-                f"| {d['config']} | {d['case']} | {d['dtype']} | {d['registers']} | "
-                f"{d['blocks per SM']} | {d['fraction of copy']:.3f} |"
-                for d in r.data.get("rows", [])
-            ]
+            header = ("configuration", "case", "dtype", "registers", "blocks per SM", "fraction")
+            lines += _table(
+                header,
+                [
+                    (
+                        d["config"],
+                        d["case"],
+                        d["dtype"],
+                        d["registers"],
+                        d["blocks per SM"],
+                        f"{d['fraction of copy']:.3f}",
+                    )
+                    for d in r.data.get("rows", [])
+                ],
+            )
+        if r.data.get("targets"):
+            lines += ["", *[f"- {t}" for t in r.data["targets"]]]
     failed = [r for r in results if r.status != "pass"]
     for r in failed:
         lines += ["", f"## {r.name}: {r.status}", "", "```", r.tail.strip(), "```"]
     return "\n".join(lines) + "\n"
 
 
-def _result_table(rows: Sequence[dict[str, Any]]) -> str:
-    lines = [
-        "| case | dtype | implementation | device us | fraction of copy | host us per call |",
-        "|---|---|---|---|---|---|",
+def _result_table(rows: Sequence[dict[str, Any]]) -> list[str]:
+    header = (
+        "case",
+        "dtype",
+        "implementation",
+        "device us",
+        "fraction of copy",
+        "host us per call",
+    )
+    return _table(
+        header,
+        [
+            (
+                r["case"],
+                r["dtype"],
+                r["impl"],
+                f"{r['us']:.1f}",
+                f"{r['fraction_of_copy']:.2f}",
+                "-" if r.get("host_us") is None else f"{r['host_us']:.1f}",
+            )
+            for r in rows
+        ],
+    )
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+    """A Markdown table, line by line."""
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(map(str, row)) + " |" for row in rows),
     ]
-    lines += [
-        f"| {r['case']} | {r['dtype']} | {r['impl']} | {r['us']:.1f} | "
-        f"{r['fraction_of_copy']:.2f} | "
-        f"{'-' if r.get('host_us') is None else format(r['host_us'], '.1f')} |"
-        for r in rows
-    ]
-    return "\n".join(lines)
 
 
 def merged(out: Path, results: Sequence[StepResult]) -> list[StepResult]:

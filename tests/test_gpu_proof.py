@@ -198,7 +198,7 @@ def test_summaries_from_fake_results(tmp_path: Path) -> None:
     assert "| decode b64 | bf16 | anyrope kernel (torch) | 8.0 | 0.99 | 11.5 |" in text
     assert "- PASS prefill bf16: 0.980 of the copy (target >= 0.97)" in text
     assert "| torch int offset | 12.5 | 4.25 | same bits |" in text
-    assert "| for scale: torch q.add_(1) | 6.2 | | |" in text
+    assert "| for scale: torch q.add_(1) | 6.2 |  |  |" in text
     assert "- PASS decode int offset: torch through the kernel +1.0 % vs CuPy" in text
     assert "| interleaved pairs split | prefill interleaved | fp32 | 48 | 5 | 0.971 |" in text
     assert "## memcheck: fail" in text
