@@ -339,7 +339,7 @@ def test_x_and_position_loads_are_issued_before_their_first_use(
         _missing("NVRTC (pip install nvidia-cuda-nvrtc)")
         return
     sass, lowered = _sass(nvrtc)
-    loads = _loads_in_order(sass, lowered, name)
+    loads = _loads_of(sass, lowered, name)
     assert loads.after_barrier == [], (
         f"{name} (NVRTC {_nvrtc_version(nvrtc)}, {ARCH}): the loads of x at "
         f"{[hex(a) for a in loads.after_barrier]} wait for the table rows to be staged"
@@ -352,8 +352,8 @@ def test_x_and_position_loads_are_issued_before_their_first_use(
     )
 
 
-def _loads_in_order(sass: str, lowered: dict[str, str], name: str) -> Loads:
-    """The loads of variant ``name``, which load x and the position."""
+def _loads_of(sass: str, lowered: dict[str, str], name: str) -> Loads:
+    """The loads of variant ``name`` (which loads x and the position) in the SASS."""
     loads = unit_loads(parse(_function(sass, lowered[name])))
     assert loads.position, f"no position load found in {name}"
     assert len(loads.x) >= 1, f"no load of x found in {name}"
@@ -362,7 +362,7 @@ def _loads_in_order(sass: str, lowered: dict[str, str], name: str) -> Loads:
 
 @pytest.mark.parametrize("nvrtc", _nvrtc_params())
 @pytest.mark.parametrize("config", EDITED_CONFIGS, ids=[c.name for c in EDITED_CONFIGS])
-def test_the_kernels_that_bench_gpu_launch_edits_issue_their_loads_in_order(
+def test_the_kernels_that_bench_gpu_launch_edits_issue_their_loads_of(
     nvrtc: str | None, config: Any
 ) -> None:
     """bench_gpu_launch.py times kernels edited from the shipped one: each issues its
@@ -374,7 +374,7 @@ def test_the_kernels_that_bench_gpu_launch_edits_issue_their_loads_in_order(
     sass, lowered = _sass(nvrtc, source)
     out_of_order = []
     for _, name in VECTOR_VARIANTS:
-        loads = _loads_in_order(sass, lowered, name)
+        loads = _loads_of(sass, lowered, name)
         if loads.late or loads.after_barrier:
             out_of_order.append(name)
     assert out_of_order == [], f"{config.name} (NVRTC {_nvrtc_version(nvrtc)})"
