@@ -282,7 +282,7 @@ def _bench_case(
     ]
 
 
-def _table(results: list[Result]) -> str:
+def table(results: list[Result]) -> str:
     lines = [
         "| case | dtype | implementation | device us | fraction of copy | host us per call |",
         "|---|---|---|---|---|---|",
@@ -389,9 +389,9 @@ def main(argv: list[str] | None = None) -> None:
             # Written after every case: a run cut short by its time limit keeps its figures.
             done = _bench_case(torch, timer, case, dtype_key)
             results += done
-            print(_table(done), flush=True)
+            print(table(done), flush=True)
             _write_json(torch, results, args.out / "gpu.json")
-    print(_table(results))
+    print(table(results))
     print("\n".join(_targets(results)))
     print(f"wrote {args.out / 'gpu.json'}")
     if _chart(results, args.out / "gpu.png"):

@@ -62,6 +62,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import bench_gpu  # noqa: E402  (this file's folder, put on the path above)
 
 #: The wheels the tests need that a GPU machine may lack (the pins of the CI machine;
 #: ``numpy``, ``pytest``, ``ml_dtypes`` and ``mpmath`` come with torch and JAX). All are
@@ -321,7 +324,7 @@ def summary_markdown(results: Sequence[StepResult], info: dict[str, str]) -> str
             continue
         if r.name == "bench-prefill":
             lines += ["", "## Prefill and decode against a device copy", ""]
-            lines += _result_table(r.data.get("results", []))
+            lines += [bench_gpu.table([bench_gpu.Result(**d) for d in r.data.get("results", [])])]
         elif r.name == "decode-graphs":
             lines += ["", "## Decode host and device time, CUDA graphs", ""]
             rows = [
@@ -357,31 +360,6 @@ def summary_markdown(results: Sequence[StepResult], info: dict[str, str]) -> str
     for r in failed:
         lines += ["", f"## {r.name}: {r.status}", "", "```", r.tail.strip(), "```"]
     return "\n".join(lines) + "\n"
-
-
-def _result_table(rows: Sequence[dict[str, Any]]) -> list[str]:
-    header = (
-        "case",
-        "dtype",
-        "implementation",
-        "device us",
-        "fraction of copy",
-        "host us per call",
-    )
-    return _table(
-        header,
-        [
-            (
-                r["case"],
-                r["dtype"],
-                r["impl"],
-                f"{r['us']:.1f}",
-                f"{r['fraction_of_copy']:.2f}",
-                "-" if r.get("host_us") is None else f"{r['host_us']:.1f}",
-            )
-            for r in rows
-        ],
-    )
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
@@ -435,7 +413,6 @@ def decode_graphs(out: Path) -> None:
     import torch
 
     import anyrope
-    from bench_gpu import host_us  # this file's folder, first on the path of its steps
 
     rope = anyrope.RoPE(DECODE["head_dim"], max_positions=DECODE["max_positions"])
     b, h, kh, d = (DECODE[k] for k in ("batch", "q_heads", "k_heads", "head_dim"))
@@ -466,10 +443,12 @@ def decode_graphs(out: Path) -> None:
     # their host time is read against (it varies from one machine, and day, to another).
     bare = torch.zeros_like(q)
     scale = [
-        {"line": "torch q.add_(1)", "host_us": host_us(torch, lambda: bare.add_(1), 500)},
+        {"line": "torch q.add_(1)", "host_us": bench_gpu.host_us(torch, lambda: bare.add_(1), 500)},
         {
             "line": "two torch.empty_like (q, k)",
-            "host_us": host_us(torch, lambda: (torch.empty_like(q), torch.empty_like(k)), 500),
+            "host_us": bench_gpu.host_us(
+                torch, lambda: (torch.empty_like(q), torch.empty_like(k)), 500
+            ),
         },
     ]
     record = {"decode": rows, "scale": scale, "targets": decode_targets(rows), **DECODE}
@@ -515,10 +494,8 @@ def _decode_form(name: str, call: Callable[[], Any], change: Callable[[], None])
     """Host and device time per call of one form, and whether its graph replays right."""
     import torch
 
-    from bench_gpu import host_us
-
     library = "cupy" if name.startswith("cupy") else "torch"
-    host = host_us(torch, call, 500)
+    host = bench_gpu.host_us(torch, call, 500)
     profile = _host_profile(call, 500)
     capture, replay, elapsed = _graph_api(library)
     graph, outputs = capture(lambda: [call() for _ in range(GRAPH_CALLS)])
