@@ -13,6 +13,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import anyrope
+from anyrope.tools._backends import extra_backends
 
 INTEGER_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")
 SEQ = 3
@@ -336,3 +337,51 @@ def test_jax_without_64_bit_types_refuses_positions_past_int32():
         past = anyrope.Offsets(jnp.asarray(np.array([2**31 - SEQ + 1, 0], np.int32)))
         with pytest.raises(ValueError, match=r"`positions` reach 2147483648.*jax_enable_x64"):
             resolve_positions(past, jnp, x, (2,), SEQ)
+
+
+ONE_POSITION_PER_ROW = pytest.mark.parametrize(
+    "rows",
+    [[[0], [1]], [[7], [5], [6]], [[2**40 + 1], [2**40]]],
+    ids=["two-rows", "three-rows-unsorted", "past-2-32"],
+)
+EXTRA = [
+    pytest.param(
+        b, id=b.id, marks=[pytest.mark.skip(reason=b.unavailable)] if b.unavailable else []
+    )
+    for b in extra_backends()
+]
+
+
+def _check_one_position_per_row(backend, rows, layout):
+    values = np.array(rows)
+    seq = len(rows)
+    shape = (len(rows), seq, 2, 8) if layout == "bshd" else (len(rows), 2, seq, 8)
+    x, k = _x(backend, shape), _x(backend, (*shape[:-2], 1, 8) if layout == "bshd" else shape)
+    positions = backend.from_numpy(values)
+    spelled_out = backend.from_numpy(np.repeat(values, seq, axis=1))
+    expected = anyrope.rotate_qk(x, k, spelled_out, layout=layout)
+    rope = anyrope.RoPE(8)
+    for _ in range(3):
+        got = rope(x, k, positions, layout=layout)
+        for g, e in zip(got, expected, strict=True):
+            _assert_same_bits(backend, g, e)
+        _assert_same_bits(backend, anyrope.rotate(x, positions, layout=layout), expected[0])
+
+
+@ONE_POSITION_PER_ROW
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_one_position_per_row_holds_on_every_call_of_the_same_shape(backend, rows, layout):
+    """Positions of shape (batch, 1) whose rows span ``seq`` integers are not a range.
+
+    The first call of a shape checks its positions in full; later calls of the shape take
+    the pipeline's plan and check the values only. That check took rows (b, 1) spanning
+    ``seq`` integers for a range: every row then rotated as ``low .. low + seq - 1``.
+    """
+    _check_one_position_per_row(backend, rows, layout)
+
+
+@ONE_POSITION_PER_ROW
+@pytest.mark.parametrize("jax_or_dask", EXTRA)
+def test_one_position_per_row_holds_on_every_call_in_jax_and_dask(jax_or_dask, rows):
+    with jax_or_dask.scope():
+        _check_one_position_per_row(jax_or_dask, rows, "bshd")

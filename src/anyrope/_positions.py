@@ -319,6 +319,10 @@ def _extremes(p: Array, xp: Namespace, size: int) -> tuple[int, int]:
 def _consecutive(p: Array, xp: Namespace, seq: int) -> bool:
     """Whether every row of ``p``, whose values span ``seq`` integers, counts up by one:
     then every row starts at the lowest value."""
+    if p.shape[-1] != seq:
+        # One position per row, broadcast along the sequence: rows (b, 1) of [[0], [1]]
+        # span two integers, yet each row holds one position, not a range.
+        return False
     if seq == 1:
         return True
     # In a narrower or unsigned dtype a difference could wrap around to 1.
