@@ -166,3 +166,45 @@ def test_gptj_and_codegen_rotate_their_rotary_dim_interleaved(family: str) -> No
     theirs = torch.cat((rotated, q[..., width:]), dim=-1)
     ours = rope.rotate(q, positions, impl="array_api")
     assert float((theirs - ours).abs().max()) <= 2e-3
+
+
+GLM_M_ROPE = {
+    "glm4v": ("Glm4vTextConfig", "Glm4vTextRotaryEmbedding", {}),
+    "glm_ocr": ("GlmOcrTextConfig", "GlmOcrTextRotaryEmbedding", {}),
+    "glm_image": ("GlmImageTextConfig", "GlmImageTextRotaryEmbedding", {}),
+    "glm4v_moe": ("Glm4vMoeTextConfig", "Glm4vMoeTextRotaryEmbedding", {"head_dim": 128}),
+}
+"""GLM's vision-language text models: M-RoPE of contiguous sections of pairs over half
+of a 128-feature head. GLM-4.1V and GLM-OCR pair ``(x[2i], x[2i+1])``
+(``rotate_half_llm``), GLM-4.5V and GLM-Image pair halves. Their default configs give
+sections wider than the rotated width, so they are driven with a released layout."""
+
+
+@pytest.mark.parametrize("family", sorted(GLM_M_ROPE))
+def test_glm_m_rope_matches_with_three_distinct_streams(family: str) -> None:
+    import importlib
+
+    config_class, rotary_name, extra = GLM_M_ROPE[family]
+    configs = importlib.import_module(f"transformers.models.{family}.configuration_{family}")
+    module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+    scaling = {
+        "rope_type": "default",
+        "rope_theta": 10000.0,
+        "mrope_section": [8, 12, 12],
+        "partial_rotary_factor": 0.5,
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = getattr(configs, config_class)(
+            hidden_size=512,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            partial_rotary_factor=0.5,
+            rope_parameters=scaling,
+            **extra,
+        )
+        outcome = hf_families._drive_one(family, module, getattr(module, rotary_name), config, None)
+    assert outcome.kind == "match", outcome
+    settings = anyrope.scaling.from_hf_config(config.to_dict())
+    assert settings.scaling.mrope_section == (8, 12, 12)
+    assert settings.interleaved == (family in ("glm4v", "glm_ocr"))

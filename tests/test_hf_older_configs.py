@@ -174,7 +174,7 @@ OLDER = {
     "hunyuan_vl_text-xdrope": {
         "model_type": "hunyuan_vl_text",
         "head_dim": 128,
-        "rope_scaling": {"type": "xdrope", "factor": 2.0, "xdrope_section": [16, 16, 16, 16]},
+        "rope_scaling": {"type": "xdrope", "factor": 2.0},
     },
     "dots3_note_text-swa": {
         "model_type": "dots3_note_text",
@@ -353,6 +353,37 @@ def test_gemma_3_sliding_layers_get_the_local_base_unscaled() -> None:
             "reads `rotary_pct` (here 0.25)",
         ),
         ({"model_type": "mimo_v2_flash", "rope_theta": 1e6}, "it ignores `rope_theta`"),
+        *(
+            (
+                {"model_type": model_type, "head_dim": 128, "rope_theta": 54321.0},
+                "ignores `rope_theta`",
+            )
+            for model_type in (
+                "moonshine_streaming",
+                "muse_spark_text",
+                "nemotron3_5_transcribe_asr_audio",
+            )
+        ),
+        (
+            {
+                "model_type": "hunyuan_vl_text",
+                "head_dim": 128,
+                "rope_scaling": {
+                    "type": "xdrope",
+                    "factor": 2.0,
+                    "xdrope_section": [16, 16, 16, 16],
+                },
+            },
+            "lays out its M-RoPE streams in its own way",
+        ),
+        (
+            {
+                "model_type": "cohere2_moe",
+                "head_dim": 128,
+                "rope_scaling": {"type": "linear", "factor": 4.0},
+            },
+            "transformers keeps it unread for this family",
+        ),
         ({"model_type": "laguna"}, "reads only that key for this family"),
         (
             {
@@ -388,17 +419,34 @@ def test_older_forms_transformers_misreads_are_refused(
     assert hf is not None  # transformers itself reads it without a word
 
 
-def _effective_default_theta(config_class: type) -> float | None:
-    """The ``rope_theta`` transformers gives a config of this class that has none."""
+def _effective_default_theta(config_class: type) -> tuple[float | None, bool]:
+    """The ``rope_theta`` transformers gives a config of this class that has none, and
+    whether a config without any RoPE key gets settings that scale the frequencies.
+
+    The base is what a default instance holds (a ``__post_init__`` may set it, as
+    MuseSpark's does), else the class's declared default, which is also what a config
+    of a family that scales by default gets with its own ``rope_scaling``.
+    """
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            built = config_class().rope_parameters
+    except Exception:
+        built = None
+    scaled = False
+    if isinstance(built, dict) and isinstance(built.get("rope_theta"), (int, float)):
+        scaled = built.get("rope_type", "default") not in ("default", "axial")
+        if not scaled:
+            return float(built["rope_theta"]), scaled
     fields = (
         {field.name: field for field in dataclasses.fields(config_class)}
         if dataclasses.is_dataclass(config_class)
         else {}
     )
     if "rope_theta" in fields and fields["rope_theta"].default is not dataclasses.MISSING:
-        return float(fields["rope_theta"].default)
+        return float(fields["rope_theta"].default), scaled
     theta = getattr(config_class, "default_theta", None)
-    return float(theta) if isinstance(theta, (int, float)) else None
+    return (float(theta) if isinstance(theta, (int, float)) else None), scaled
 
 
 @pytest.mark.parametrize("model_type", ["gemma3_text", "modernbert", "olmo3"])
@@ -420,9 +468,10 @@ def test_default_rope_theta_of_every_family() -> None:
     (families with a default per layer type are read by their own rules above)."""
     import transformers.models
 
-    from anyrope.scaling._hf_older import DEFAULT_ROPE_THETA
+    from anyrope.scaling._hf_older import BUILT_IN_SCALING, DEFAULT_ROPE_THETA
 
     defaults: dict[str, float] = {}
+    scaled: set[str] = set()
     for info in pkgutil.iter_modules(transformers.models.__path__):
         try:
             module = importlib.import_module(
@@ -433,10 +482,16 @@ def test_default_rope_theta_of_every_family() -> None:
         for _, config_class in inspect.getmembers(module, inspect.isclass):
             model_type = getattr(config_class, "model_type", "")
             if model_type and issubclass(config_class, transformers.PreTrainedConfig):
-                theta = _effective_default_theta(config_class)
+                theta, scales = _effective_default_theta(config_class)
                 if theta is not None and theta != 10000.0:
                     defaults[model_type] = theta
+                if scales:
+                    scaled.add(model_type)
     assert defaults == DEFAULT_ROPE_THETA
+    assert scaled == BUILT_IN_SCALING
+    for model_type in sorted(scaled):
+        with pytest.raises(ValueError, match=r"built-in settings, which scale the frequencies"):
+            from_hf_config({"model_type": model_type, "head_dim": 64})
 
 
 @pytest.mark.parametrize("model_type", ["mixtral", "cohere", "smollm3", "bailing_hybrid"])

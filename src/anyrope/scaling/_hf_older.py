@@ -42,7 +42,7 @@ DEFAULT_ROPE_THETA = {
             *("bitnet", "blt", "blt_global_transformer", "blt_local_decoder", "blt_local_encoder"),
             *("cohere", "csm", "csm_depth_decoder_model", "ernie4_5", "ernie4_5_moe"),
             *("ernie4_5_vl_moe_text", "evolla", "flex_olmo", "llama4_text", "mllama_text_model"),
-            *("muse_glimmer_assistant", "olmo3", "paddleocr_vl_text"),
+            *("muse_glimmer_assistant", "muse_spark_text", "olmo3", "paddleocr_vl_text"),
             *("qwen3_vl_moe_text", "qwen3_vl_text"),
         ),
         1_000_000.0: (
@@ -132,6 +132,24 @@ _RETURNS_ONLY_ROPE_PARAMETERS = frozenset(
     }
 )
 
+# Families whose config class gives its built-in `rope_parameters` to a config with
+# neither them nor `rope_scaling`, and then does not read `rope_theta`.
+_BUILT_IN_ROPE_PARAMETERS = frozenset(
+    {"moonshine_streaming", "muse_spark_text", "nemotron3_5_transcribe_asr_audio"}
+)
+
+# Families whose config class gives a config without `rope_parameters` or `rope_scaling`
+# built-in settings that scale the frequencies (Apertus' llama3, gpt-oss' yarn, ...):
+# such a config is refused, not filled in.
+BUILT_IN_SCALING = frozenset(
+    {
+        *("apertus", "cwm", "gpt_oss", "higgs_audio_v2", "ministral3", "mistral4"),
+        *("mistral_large4_text", "openai_privacy_filter"),
+    }
+)
+
+# Families whose config class keeps `rope_scaling` as an attribute that nothing reads.
+_IGNORES_ROPE_SCALING = frozenset({"cohere2_moe"})
 
 # NeoMME's settings per layer type when its config leaves them out: (rope_theta, fraction).
 _NEOMME_DEFAULTS = {"full_attention": (1_000_000.0, 0.25), "sliding_attention": (10_000.0, 1.0)}
@@ -417,12 +435,52 @@ def _needs_rope_parameters(config: Mapping[str, Any], model_type: str) -> None:
         )
 
 
+def _built_in_scaling(config: Mapping[str, Any], model_type: str) -> None:
+    if not (_present(config, "rope_parameters") or _present(config, "rope_scaling")):
+        raise ValueError(
+            f"a model_type={model_type!r} config without `rope_parameters`: transformers "
+            "gives this family its built-in settings, which scale the frequencies; give "
+            "`rope_parameters`"
+        )
+
+
+def _built_in_rope_parameters(config: dict[str, Any], model_type: str) -> None:
+    if _present(config, "rope_parameters"):
+        return
+    if _present(config, "rope_scaling"):
+        # transformers reads the older keys then, with its own default base, not the family's.
+        if not _present(config, "rope_theta"):
+            config["rope_theta"] = _TRANSFORMERS_DEFAULT_THETA
+    elif _present(config, "rope_theta"):
+        raise ValueError(
+            f"a model_type={model_type!r} config without `rope_parameters`: transformers "
+            "gives this family its built-in settings and ignores `rope_theta`; give it in "
+            "`rope_parameters`"
+        )
+
+
+def _ignored_rope_scaling(config: Mapping[str, Any], model_type: str) -> None:
+    scaling = config.get("rope_scaling")
+    if isinstance(scaling, Mapping) and (scaling.get("rope_type") or scaling.get("type")) not in (
+        None,
+        "default",
+    ):
+        raise ValueError(
+            f"`rope_scaling`={dict(scaling)!r} in a model_type={model_type!r} config: "
+            "transformers keeps it unread for this family and rotates without scaling; give "
+            "the scaling in `rope_parameters`"
+        )
+
+
 # The function that rewrites an older config of each family in place.
 _CONVERTERS: dict[str, Callable[[dict[str, Any], str], None]] = {
     **dict.fromkeys(_TWO_KINDS, _two_kinds),
     **dict.fromkeys(_NEOX_ROTARY_PCT, _gpt_neox),
     **dict.fromkeys(("phi3", "phi4_multimodal"), _phi3),
     **dict.fromkeys(_RETURNS_ONLY_ROPE_PARAMETERS, _needs_rope_parameters),
+    **dict.fromkeys(_BUILT_IN_ROPE_PARAMETERS, _built_in_rope_parameters),
+    **dict.fromkeys(BUILT_IN_SCALING, _built_in_scaling),
+    **dict.fromkeys(_IGNORES_ROPE_SCALING, _ignored_rope_scaling),
     "minimax_m2": _minimax_m2,
     "hunyuan_vl_text": _hunyuan_vl,
     "dots3_note_text": _dots3_note,

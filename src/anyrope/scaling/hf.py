@@ -59,7 +59,7 @@ INTERLEAVED_MODEL_TYPES = frozenset(
     {
         # Their apply_rotary_pos_emb rotates (x[2i], x[2i+1]) (cos/sin repeat-interleaved).
         *("cohere", "cohere2", "cohere2_moe", "glm", "glm4", "ernie4_5", "ernie4_5_moe"),
-        *_with_text("glm_ocr", "ernie4_5_vl_moe"),
+        *_with_text("glm4v", "glm_ocr", "ernie4_5_vl_moe"),
         "helium",
         *("moonshine", "moonshine_streaming", "openai_privacy_filter"),
         # Perception Encoder audio and video towers: 2x2 rotation matrices of (x[2i], x[2i+1]).
@@ -97,10 +97,11 @@ modeling code (``recomposition_frequencies``), whatever ``mrope_interleaved`` sa
 Their configs with ``mrope_section`` read as ``mrope_interleaved=True``; without it
 (text-only configs) they are plain RoPE. Outside these families the key decides."""
 
-OWN_MROPE_MODEL_TYPES = frozenset(_with_text("ernie4_5_vl_moe", "glm_ocr"))
+OWN_MROPE_MODEL_TYPES = frozenset(_with_text("ernie4_5_vl_moe", "hunyuan_vl"))
 """Families whose M-RoPE lays the streams out another way (ERNIE 4.5 VL reorders the
-frequencies, GLM-OCR pairs the sections' features ``(2i, 2i+1)``): their M-RoPE
-configs are refused."""
+frequencies; HunYuan-VL cuts its sections from the table of both halves): their M-RoPE
+configs are refused. (GLM-4.1V and GLM-OCR give each stream a contiguous run of pairs,
+as anyrope does, with their pairs ``(x[2i], x[2i+1])``.)"""
 
 GLOBAL_HEAD_DIM_MODEL_TYPES = frozenset(
     {"gemma4_text", "gemma4_unified_text", "diffusion_gemma_text", "embedding_gemma2"}
