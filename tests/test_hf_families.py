@@ -11,6 +11,7 @@ what it says; families the generic driver cannot run are listed with the reason.
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import pytest
 
@@ -208,3 +209,118 @@ def test_glm_m_rope_matches_with_three_distinct_streams(family: str) -> None:
     settings = anyrope.scaling.from_hf_config(config.to_dict())
     assert settings.scaling.mrope_section == (8, 12, 12)
     assert settings.interleaved == (family in ("glm4v", "glm_ocr"))
+
+
+SLIDING_ONLY = {
+    "cohere2": ("Cohere2Config", "Cohere2Attention", {}),
+    "cohere2_moe": ("Cohere2MoeConfig", "Cohere2MoeAttention", {}),
+    "exaone4": ("Exaone4Config", "Exaone4Attention", {}),
+    "kolibri1": ("Kolibri1Config", "Kolibri1Attention", {}),
+}
+"""Families whose attention decides, layer by layer, whether it rotates at all."""
+
+
+def _attention_rotates(module: Any, attention_name: str, config: Any, index: int) -> bool:
+    """Whether layer ``index``'s own attention changes its output when the tables do."""
+    import torch
+
+    attention = getattr(module, attention_name)(config, layer_idx=index).eval()
+    generator = torch.Generator().manual_seed(index)
+    hidden = torch.randn(1, 5, config.hidden_size, generator=generator)
+    width = config.head_dim
+    angles = torch.randn(1, 5, width, generator=generator)
+    outputs = [
+        attention(hidden, tables, None)[0]
+        for tables in (
+            (torch.ones(1, 5, width), torch.zeros(1, 5, width)),
+            (angles.cos(), angles.sin()),
+        )
+    ]
+    return not torch.equal(*outputs)
+
+
+@pytest.mark.parametrize(
+    ("family", "dense_prefix"),
+    [*((family, 0) for family in sorted(SLIDING_ONLY)), ("cohere2_moe", 2)],
+    ids=[*sorted(SLIDING_ONLY), "cohere2_moe-dense-prefix"],
+)
+def test_layers_whose_attention_does_not_rotate_have_no_rope(
+    family: str, dense_prefix: int
+) -> None:
+    """Cohere2's and Command A's full-attention layers rotate nothing (their attention
+    skips the rotation): ``from_hf_config_layers`` gives ``None`` for them, and
+    ``layer_type=`` that type is an error. Cohere2-MoE's dense prefix layers, full
+    attention too, do rotate: that layer type then has two rotations, an error."""
+    import importlib
+
+    import torch
+
+    config_name, attention_name, extra = SLIDING_ONLY[family]
+    configs = importlib.import_module(f"transformers.models.{family}.configuration_{family}")
+    module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+    sizes = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2}
+    if dense_prefix:
+        extra = {**extra, "first_k_dense_replace": dense_prefix}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = getattr(configs, config_name)(num_hidden_layers=8, **sizes, **extra)
+        config.head_dim = 16
+        config._attn_implementation = "eager"
+        with torch.no_grad():
+            rotates = [_attention_rotates(module, attention_name, config, i) for i in range(8)]
+    by_type: dict[str, set[bool]] = {}
+    for kind, rotated in zip(config.layer_types, rotates, strict=True):
+        by_type.setdefault(kind, set()).add(rotated)
+    assert {True, False} <= set().union(*by_type.values())  # the case is there
+    for source in (config, config.to_dict()):
+        mixed = [kind for kind, seen in by_type.items() if len(seen) > 1]
+        if mixed:
+            with pytest.raises(
+                ValueError, match=r"rotates its 'full_attention' layers in different"
+            ):
+                anyrope.RoPE.from_hf_config_layers(source)
+            continue
+        ropes = anyrope.RoPE.from_hf_config_layers(source)
+        for kind, seen in by_type.items():
+            assert (ropes[kind] is not None) == next(iter(seen)), kind
+            if ropes[kind] is None:
+                with pytest.raises(ValueError, match=r"does not rotate its 'full_attention'"):
+                    anyrope.RoPE.from_hf_config(source, layer_type=kind)
+        # Without a layer type: the rotation of the layers that rotate.
+        assert repr(anyrope.RoPE.from_hf_config(source)) == repr(ropes["sliding_attention"])
+
+
+@pytest.mark.parametrize("family", ["granite_swa", "granitemoe_swa", "muse_spark"])
+def test_layer_rope_theta_gives_each_layer_type_its_base_or_none(family: str) -> None:
+    """``layer_rope_theta``: Granite-SWA builds one rotary module per non-zero base and
+    gives layers of base 0 none; MuseSpark gives layers of 0 none and the others the
+    config's base. Read from the model's own modules."""
+    import importlib
+
+    module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+    configs = importlib.import_module(f"transformers.models.{family}.configuration_{family}")
+    sizes = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if family == "muse_spark":
+            config = configs.MuseSparkTextConfig(num_hidden_layers=8, **sizes)
+            bases = [500000.0 if theta else None for theta in config.layer_rope_theta]
+        else:
+            config_class = next(
+                getattr(configs, name) for name in dir(configs) if name.endswith("SWAConfig")
+            )
+            thetas = [0, *([1e6] * 3)] * 2
+            config = config_class(num_hidden_layers=8, layer_rope_theta=thetas, **sizes)
+            model_class = next(
+                getattr(module, name) for name in dir(module) if name.endswith("SWAModel")
+            )
+            built = {
+                emb.config.rope_parameters["rope_theta"] for emb in model_class(config).rotary_embs
+            }
+            assert built == {1e6}
+            bases = [theta or None for theta in thetas]
+    expected = dict(zip(config.layer_types, bases, strict=True))
+    assert set(expected.values()) == {None, bases[1]}  # both cases are there
+    for source in (config, config.to_dict()):
+        ropes = anyrope.RoPE.from_hf_config_layers(source)
+        assert {kind: rope and rope.base for kind, rope in ropes.items()} == expected

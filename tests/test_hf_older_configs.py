@@ -644,3 +644,32 @@ def test_an_older_vision_config_reads_as_its_transformers_config(rope: dict[str,
         strict=True,
     ):
         np.testing.assert_array_equal(mine, its)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"model_type": "cohere2", "sliding_window": 4096, "sliding_window_pattern": 3},
+        {"model_type": "cohere2", "sliding_window": 4096},
+        {"model_type": "granite_swa", "layer_rope_theta": [0, 1e6, 1e6, 1e6] * 2},
+        {"model_type": "muse_spark_text"},
+    ],
+    ids=["cohere2-pattern", "cohere2-default-pattern", "granite_swa", "muse_spark_text"],
+)
+def test_layers_without_rope_in_a_config_without_layer_types(config: dict[str, Any]) -> None:
+    """The layer types (and MuseSpark's layers without RoPE) that the family's config
+    class derives, where the config.json leaves them out."""
+    config = {**config, "head_dim": 16, "num_hidden_layers": 8}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf = transformers.AutoConfig.for_model(**copy.deepcopy(config))
+    ours = {kind: rope and rope.base for kind, rope in from_hf_config_layers(config).items()}
+    theirs = {kind: rope and rope.base for kind, rope in from_hf_config_layers(hf).items()}
+    assert ours == theirs
+    assert list(ours.values()).count(None) == 1  # the full-attention layers
+    assert config.get("layer_types", hf.layer_types) == hf.layer_types
+
+
+def test_a_sliding_only_family_needs_its_layer_types() -> None:
+    with pytest.raises(ValueError, match=r"needs `layer_types`: the family rotates its sliding"):
+        from_hf_config_layers({"model_type": "exaone4", "head_dim": 16, "sliding_window": 8})

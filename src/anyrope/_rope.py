@@ -172,9 +172,12 @@ class RoPE:
         The pairing comes from the family (``model_type``: Cohere, GLM, ERNIE 4.5, Llama 4,
         DeepSeek and others pair ``(x[2i], x[2i+1])``; ``rope_interleave`` decides where a
         config has it). Configs with settings per layer type (Gemma 3, ModernBERT, OLMo 3,
-        ...) need ``layer_type``; :meth:`from_hf_config_layers` gives them all. A family
-        whose rotation anyrope does not model, or a key it does not use, is an error
-        that names it: never a silently different rotation.
+        ...) need ``layer_type``; :meth:`from_hf_config_layers` gives them all. In a
+        family whose layers differ in whether they rotate (Cohere2's full-attention
+        layers do not), it gives the rotation of the layers that rotate, and
+        ``layer_type`` of a type without RoPE is an error. A family whose rotation
+        anyrope does not model, or a key it does not use, is an error that names it:
+        never a silently different rotation.
 
         Parameters
         ----------
@@ -217,7 +220,10 @@ class RoPE:
         ``"sliding_attention"``), one :class:`RoPE` per type, ``None`` for a type without
         RoPE (``null`` settings); for a config with one set of settings, the same
         :class:`RoPE` for each of its ``layer_types`` (or under ``"default"`` when it
-        lists none). Layer ``i`` of the model uses ``ropes[config.layer_types[i]]``.
+        lists none). A type whose layers the family does not rotate is ``None`` too
+        (Cohere2's, EXAONE 4's and Kolibri's full-attention layers, ``layer_rope_theta``
+        0), and Granite-SWA's ``layer_rope_theta`` gives each type its base. Layer ``i``
+        of the model uses ``ropes[config.layer_types[i]]``.
 
         Parameters
         ----------

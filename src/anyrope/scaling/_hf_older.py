@@ -457,6 +457,10 @@ def _built_in_rope_parameters(config: dict[str, Any], model_type: str) -> None:
             "gives this family its built-in settings and ignores `rope_theta`; give it in "
             "`rope_parameters`"
         )
+    else:
+        # The built-in settings, their base filled in as every family's is: the config
+        # then reads the same when it is read again.
+        config["rope_parameters"] = {"rope_type": "default"}
 
 
 def _ignored_rope_scaling(config: Mapping[str, Any], model_type: str) -> None:
@@ -472,15 +476,47 @@ def _ignored_rope_scaling(config: Mapping[str, Any], model_type: str) -> None:
         )
 
 
+def _derived_layer_types(config: dict[str, Any], model_type: str) -> None:
+    """``layer_types`` (and MuseSpark's ``layer_rope_theta``) where a config leaves them
+    out, as the family's config class derives them: the layers without RoPE, or with a
+    base of their own, depend on them (:data:`anyrope.scaling.hf.SLIDING_ONLY_MODEL_TYPES`)."""
+    layers = config.get("num_hidden_layers")
+    if not isinstance(layers, int):
+        return
+    if not _present(config, "layer_types"):
+        # Full attention every `sliding_window_pattern` layers (Cohere2's older key, which
+        # its config class still reads), at layers 0, 4, ... (Granite-SWA), or at the
+        # last layer and every fourth before it (MuseSpark).
+        pattern = config.get("sliding_window_pattern") or 4
+        full = {
+            "cohere2": [(i + 1) % pattern == 0 for i in range(layers)],
+            "muse_spark_text": [(layers - 1 - i) % 4 == 0 for i in range(layers)],
+        }.get(model_type, [i % 4 == 0 for i in range(layers)])
+        config["layer_types"] = [
+            "full_attention" if is_full else "sliding_attention" for is_full in full
+        ]
+    if model_type == "muse_spark_text" and not _present(config, "layer_rope_theta"):
+        # Every fourth layer from the last has no RoPE (0), whatever `layer_types` says;
+        # the family reads only which entries are 0.
+        config["layer_rope_theta"] = [int((layers - 1 - i) % 4 != 0) for i in range(layers)]
+
+
+def _muse_spark_text(config: dict[str, Any], model_type: str) -> None:
+    _built_in_rope_parameters(config, model_type)
+    _derived_layer_types(config, model_type)
+
+
 # The function that rewrites an older config of each family in place.
 _CONVERTERS: dict[str, Callable[[dict[str, Any], str], None]] = {
     **dict.fromkeys(_TWO_KINDS, _two_kinds),
     **dict.fromkeys(_NEOX_ROTARY_PCT, _gpt_neox),
     **dict.fromkeys(("phi3", "phi4_multimodal"), _phi3),
     **dict.fromkeys(_RETURNS_ONLY_ROPE_PARAMETERS, _needs_rope_parameters),
-    **dict.fromkeys(_BUILT_IN_ROPE_PARAMETERS, _built_in_rope_parameters),
+    **dict.fromkeys(_BUILT_IN_ROPE_PARAMETERS - {"muse_spark_text"}, _built_in_rope_parameters),
+    "muse_spark_text": _muse_spark_text,
     **dict.fromkeys(BUILT_IN_SCALING, _built_in_scaling),
     **dict.fromkeys(_IGNORES_ROPE_SCALING, _ignored_rope_scaling),
+    **dict.fromkeys(("cohere2", "granite_swa", "granitemoe_swa"), _derived_layer_types),
     "minimax_m2": _minimax_m2,
     "hunyuan_vl_text": _hunyuan_vl,
     "dots3_note_text": _dots3_note,

@@ -22,7 +22,10 @@ transformers). Keys read:
 - ``model_type`` also refuses families whose rotation anyrope does not model
   (:data:`NEGATIVE_ANGLE_MODEL_TYPES`);
 - ``per_layer_config`` (transformers 5's per-layer overrides) and Gemma 4's
-  ``global_head_dim``, for the layer type asked for.
+  ``global_head_dim``, for the layer type asked for;
+- ``layer_types``, ``sliding_window`` and ``layer_rope_theta`` where the family's
+  attention rotates some layers only, or each with its own base
+  (:data:`SLIDING_ONLY_MODEL_TYPES`, :data:`LAYER_ROPE_THETA_MODEL_TYPES`).
 
 Two sources of one value that disagree are an error naming both keys.
 
@@ -119,6 +122,16 @@ _PER_LAYER_KEYS = frozenset(
     }
 )
 """The keys of a ``per_layer_config`` override that change a layer's rotation."""
+
+SLIDING_ONLY_MODEL_TYPES = frozenset({"cohere2", "cohere2_moe", "exaone4", "kolibri1"})
+"""Families whose attention rotates q and k in its sliding-window layers only (EXAONE 4
+and Kolibri in every layer of a model without a ``sliding_window``; Cohere2-MoE also in
+its dense layers when ``prefix_dense_sliding_window_pattern`` is 1): their other layers
+have no RoPE."""
+
+LAYER_ROPE_THETA_MODEL_TYPES = frozenset({"granite_swa", "granitemoe_swa", "muse_spark_text"})
+"""Families whose ``layer_rope_theta`` gives each layer its base, 0 for none (MuseSpark
+reads only which layers are 0: the others take ``rope_theta``)."""
 
 NEGATIVE_ANGLE_MODEL_TYPES = frozenset({"nanochat"})
 """Families that rotate by ``-m theta``: their attention scores depend on ``n - m``
@@ -271,7 +284,12 @@ def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfi
     scaling = _layer_scaling(config, layer_type)
     model_type = _get(config, "model_type")
     _refuse(model_type, scaling)
-    theta = _setting(config, ("rope_theta", "rotary_emb_base"), scaling)[1]
+    theta = _layer_base(config, layer_type)
+    if theta is None:
+        theta = _setting(config, ("rope_theta", "rotary_emb_base"), scaling)[1]
+    else:
+        # transformers builds these layers' rotary module from the settings with this base.
+        scaling = {**scaling, "rope_theta": theta}
     base = 10000.0 if theta is None else check_base(theta)
     max_positions = _int(config, "max_position_embeddings")
     parsed = parse_rope_scaling(
@@ -306,8 +324,10 @@ def from_hf_config_layers(config: Any) -> dict[str, HFRopeConfig | None]:
     -------
     dict
         Layer type -> its :class:`HFRopeConfig`, or ``None`` for a layer type without
-        RoPE (``null`` settings). A config with one set of settings gives it for each
-        of its ``layer_types``, or under ``"default"`` when it lists none.
+        RoPE (``null`` settings, or layers the family does not rotate:
+        :data:`SLIDING_ONLY_MODEL_TYPES`, ``layer_rope_theta`` 0). A config with one set
+        of settings gives it for each of its ``layer_types``, or under ``"default"``
+        when it lists none.
 
     Examples
     --------
@@ -323,7 +343,92 @@ def from_hf_config_layers(config: Any) -> dict[str, HFRopeConfig | None]:
             name: None if values is None else from_hf_config(config, layer_type=name)
             for name, values in scaling.items()
         }
-    return dict.fromkeys(_get(config, "layer_types") or ["default"], from_hf_config(config))
+    per_layer = _layer_rotations(config)
+    kinds = _get(config, "layer_types")
+    if per_layer is None:
+        return dict.fromkeys(kinds or ["default"], from_hf_config(config))
+    return {
+        name: None
+        if all(not r for r, kind in zip(per_layer, kinds, strict=True) if kind == name)
+        else from_hf_config(config, layer_type=name)
+        for name in dict.fromkeys(kinds)
+    }
+
+
+def _layer_rotations(config: Any) -> list[float | bool] | None:
+    """Per layer, as the family's attention rotates it: ``False`` for no RoPE, a float
+    for a base of its own, ``True`` for the config's rotation; ``None`` for a config whose
+    layers all rotate alike."""
+    model_type = _get(config, "model_type")
+    if model_type in LAYER_ROPE_THETA_MODEL_TYPES:
+        thetas = _get(config, "layer_rope_theta")
+        if thetas is None:
+            return None
+        own = model_type != "muse_spark_text"
+        return [False if not theta else (float(theta) if own else True) for theta in thetas]
+    if model_type not in SLIDING_ONLY_MODEL_TYPES:
+        return None
+    kinds = _get(config, "layer_types")
+    if not kinds:
+        raise ValueError(
+            f"a model_type={model_type!r} config needs `layer_types`: the family rotates "
+            "its sliding-window layers only"
+        )
+    window = _get(config, "sliding_window")
+    if window is None and model_type in ("exaone4", "kolibri1"):
+        return None
+    forced = [False] * len(kinds)
+    if (
+        model_type == "cohere2_moe"
+        and (_get(config, "prefix_dense_sliding_window_pattern") or 1) == 1
+    ):
+        forced = [mlp == "dense" for mlp in _get(config, "mlp_layer_types") or forced]
+    return [
+        (window is not None and kind == "sliding_attention") or force
+        for kind, force in zip(kinds, forced, strict=True)
+    ]
+
+
+def _layer_base(config: Any, layer_type: str | None) -> float | None:
+    """The base the layers of ``layer_type`` (every layer for ``None``) have of their own,
+    ``None`` for the config's; an error where they have no RoPE or differ."""
+    per_layer = _layer_rotations(config)
+    if per_layer is None:
+        return None
+    kinds = _get(config, "layer_types") or [None] * len(per_layer)
+    if len(kinds) != len(per_layer):
+        raise ValueError(
+            f"the model config's `layer_rope_theta` has {len(per_layer)} entries and its "
+            f"`layer_types` {len(kinds)}"
+        )
+    chosen = {
+        r
+        for r, kind in zip(per_layer, kinds, strict=True)
+        if layer_type is None or kind == layer_type
+    }
+    if layer_type is None:
+        # The rotation of the layers that rotate, as the family's rotary module gives it.
+        chosen.discard(False)
+    if chosen == {False} or not chosen:
+        where = "any layer" if layer_type is None else f"its {layer_type!r} layers"
+        raise ValueError(
+            f"model_type={_get(config, 'model_type')!r} does not rotate {where} in this model "
+            "config (its attention skips the rotation); anyrope.RoPE.from_hf_config_layers "
+            "gives None for such a layer type"
+        )
+    if len(chosen) > 1:
+        which = "its layers" if layer_type is None else f"its {layer_type!r} layers"
+        advice = (
+            f"pass layer_type= one of {', '.join(map(repr, sorted(set(kinds))))}"
+            if layer_type is None
+            else "anyrope reads one rotation per layer type"
+        )
+        raise ValueError(
+            f"model_type={_get(config, 'model_type')!r} rotates {which} in different ways in "
+            f"this model config (`layer_rope_theta`, or layers with and without RoPE); {advice}"
+        )
+    (rotation,) = chosen
+    return None if rotation is True else float(rotation)
 
 
 def _as_layer_type_sees_it(config: Any, layer_type: str | None) -> Any:
