@@ -31,6 +31,9 @@ def _positions():
         "tensor": torch.arange(7) * 3,
         "batch-tensor": torch.arange(14).reshape(2, 7),
         "offsets": anyrope.Offsets(torch.tensor([4, 9])),
+        # One position for every token of a row, which the sequence's shards share.
+        "row-positions": torch.tensor([[5], [9]]),
+        "one-position": torch.tensor([5]),
     }
 
 

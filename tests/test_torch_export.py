@@ -103,3 +103,34 @@ def test_positions_beyond_the_capacity_give_nan_rows() -> None:
         keep = torch.ones(2, 4, dtype=torch.bool)
         keep[0, 1] = keep[1, 3] = False
         assert torch.equal(y[keep], expected[keep])
+
+
+@pytest.mark.parametrize("capacity", [None, CAPACITY], ids=["op", "capacity"])
+@pytest.mark.parametrize("dtype", ["int16", "uint8", "int32"])
+def test_positions_of_any_integer_dtype_give_eager_bits(dtype: str, capacity) -> None:
+    """index_select takes int32 and int64 alone: narrower positions are widened in the graph."""
+    model = Rotary("tensor", max_positions=capacity)
+
+    def inputs(shape, seed):
+        q, k, positions = _inputs(torch.float32, *shape, seed=seed)
+        return q, k, (positions % 200).to(getattr(torch, dtype))
+
+    dims = {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq")}
+    program = torch.export.export(model, inputs(SHAPES[0], 0), dynamic_shapes=(dims,) * 3)
+    for seed, shape in enumerate(SHAPES):
+        given = inputs(shape, seed)
+        for got, expected in zip(program.module()(*given), model(*given), strict=True):
+            assert torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("capacity", [None, CAPACITY], ids=["op", "capacity"])
+def test_packed_sequences_without_cu_seqlens_are_refused_by_name(capacity) -> None:
+    rope = anyrope.RoPE(16, max_positions=capacity)
+
+    class Packed(torch.nn.Module):
+        def forward(self, x):
+            return rope.rotate(x, layout="thd")
+
+    x = torch.randn(5, 3, 16)
+    with pytest.raises(ValueError, match=r"layout='thd' needs `cu_seqlens`"):
+        torch.export.export(Packed(), (x,)).module()(x)

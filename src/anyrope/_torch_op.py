@@ -199,7 +199,8 @@ def rotate(target: Target, call: Call) -> tuple[Array, ...]:
     _define_ops()
     ops = torch.ops.anyrope
     inplace = call.inplace
-    exporting = torch.compiler.is_exporting() and call.cu_seqlens is None
+    # Packed sequences (thd) are not gathered: the op checks and rotates them.
+    exporting = torch.compiler.is_exporting() and call.layout != "thd"
     source = _source(keys[0]) if exporting and len(set(keys)) == 1 else None
     # An exported graph gathers the rows of tables of a fixed capacity (max_positions)
     # whose frequencies do not depend on the length.
@@ -265,6 +266,9 @@ def _gathered(
     capacity, layout, inverse = source.unread_bound, call.layout, call.inverse
     assert capacity, "a capacity is checked first"
     values, offset, per_row = _positions(call.positions)
+    if values is not None and values.dtype not in (torch.int32, torch.int64):
+        # index_select takes no other integer type; the eager path widens them too.
+        values = values.to(torch.int64)
     x = arrays[0]
     cache = source.default.undoing if inverse else source.default
     # The cached tables, built outside the tracer: constants of the graph. numba refuses
@@ -328,7 +332,10 @@ def _rotate_shards(target: Target, call: Call) -> tuple[Array, ...]:
     if isinstance(positions, Offsets):
         positions = Offsets(_rows(positions.values, rows) + shift)
     elif isinstance(positions, torch.Tensor) and positions.ndim:
-        positions = _rows(positions[..., shift : shift + seq], rows, skip=1)
+        # A last axis of 1 gives each row one position for all its tokens: kept whole.
+        if positions.shape[-1] != 1:
+            positions = positions[..., shift : shift + seq]
+        positions = _rows(positions, rows, skip=1)
     elif positions is None or isinstance(positions, (int, torch.Tensor)):
         positions = (0 if positions is None else positions) + shift
     shards = tuple(x.to_local() for x in arrays)
