@@ -377,6 +377,21 @@ def test_traced_packed_lengths_are_a_clear_error(argument):
         jax.jit(step)(x, traced)
 
 
+@pytest.mark.parametrize("capacity", [None, 300], ids=["callback", "capacity"])
+def test_a_traced_offset_of_packed_sequences_gives_the_eager_bits(capacity):
+    """A decode step of packed sequences under jax.jit: concrete lengths, a traced 0-d
+    offset for every sequence (as for every other layout)."""
+    rope = anyrope.RoPE(16, max_positions=capacity)
+    x = np.random.default_rng(3).standard_normal((6, 2, 16)).astype(np.float32)
+    lengths = jnp.asarray([0, 2, 6])
+    step = jax.jit(lambda a, offset: rope.rotate(a, offset, layout="thd", cu_seqlens=lengths))
+    for offset in (0, 5, 280):
+        got = step(jnp.asarray(x), jnp.asarray(offset))
+        expected = rope.rotate(x, offset, layout="thd", cu_seqlens=np.asarray([0, 2, 6]))
+        assert _same_bits(got, expected)
+    assert step._cache_size() == 1
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 def test_sinusoidal_with_traced_positions_equals_numpy_bits(dtype):
     positions = np.array([[0, 5, 4096], [10**6, 3, 2**20 + 1]])

@@ -70,7 +70,15 @@ def packed_positions(cu_seqlens: object, offsets: object, *, x: Array, xp: Names
             f"x.shape[0]={total}; got {cu.tolist() if cu.size <= 16 else describe(cu_seqlens)}"
         )
     count = cu.size - 1
-    starts = _offsets(offsets, count, xp, x)
+    if isinstance(offsets, Offsets):
+        # Packed sequences are the rows here: Offsets says what the bare array says.
+        offsets = offsets.values
+    # A traced 0-d offset (a decode step under jax.jit) is added in the graph; the
+    # positions it gives are checked where they are used, as traced positions are.
+    traced = getattr(offsets, "ndim", None) == 0 and is_traced(offsets)
+    if traced:
+        check_integer_array(offsets, "positions", xp, x)
+    starts = _offsets(None if traced else offsets, count, xp, x)
     sequence = np.repeat(np.arange(count), np.diff(cu))  # the sequence of each token
     positions = np.arange(total, dtype=np.int64) - cu[:-1][sequence] + starts[sequence]
     if positions.size and positions.max() >= MAX_POSITION:
@@ -78,13 +86,11 @@ def packed_positions(cu_seqlens: object, offsets: object, *, x: Array, xp: Names
             "`positions` (per-sequence offsets) plus sequence lengths must stay below 2**53; "
             f"got a maximum position of {positions.max()}"
         )
-    return xp.asarray(positions, device=device_of(x))
+    packed = xp.asarray(positions, device=device_of(x))
+    return packed + xp.astype(offsets, packed.dtype) if traced else packed
 
 
 def _offsets(offsets: object, count: int, xp: Namespace, x: Array) -> np.ndarray[Any, Any]:
-    if isinstance(offsets, Offsets):
-        # Packed sequences are the rows here: Offsets says what the bare array says.
-        offsets = offsets.values
     if offsets is None:
         return np.zeros(count, dtype=np.int64)
     if isinstance(offsets, (bool, float, list, tuple)):
