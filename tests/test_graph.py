@@ -57,6 +57,19 @@ def test_positions_that_refuse_host_reads_give_the_eager_bits(dtype: str, layout
     np.testing.assert_array_equal(_bits(again), _bits(flipped))
 
 
+def test_offsets_that_refuse_host_reads_give_the_eager_bits() -> None:
+    """Per-row Offsets are positions too: with a capacity, never read on the host; a row
+    past the tables gives NaN in its rotated features, as a position array's does."""
+    rope = anyrope.RoPE(16, rotary_dim=12, max_positions=40)
+    q = torch.from_numpy(np.random.default_rng(1).standard_normal((3, 5, 2, 16)))
+    offsets = np.array([0, 17, 37])  # the last row: positions 37 .. 41 of 40
+    want = rope.rotate(q, positions=anyrope.Offsets(torch.from_numpy(offsets)))
+    got = rope.rotate(q, positions=anyrope.Offsets(unreadable(offsets)))
+    np.testing.assert_array_equal(_bits(got[:2]), _bits(want[:2]))
+    np.testing.assert_array_equal(_bits(got[2, :3]), _bits(want[2, :3]))
+    assert np.isnan(got[2, 3:][..., :12].as_subclass(torch.Tensor).numpy()).all()
+
+
 @settings(max_examples=25, deadline=None)
 @given(
     batch=st.integers(1, 3),

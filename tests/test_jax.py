@@ -476,6 +476,16 @@ def test_traced_positions_with_a_capacity_gather_in_the_graph(layout, dtype):
     assert step._cache_size() == 1
 
 
+def test_traced_offsets_with_a_capacity_gather_in_the_graph():
+    rope = anyrope.RoPE(16, max_positions=300)
+    q = np.random.default_rng(4).standard_normal((3, 5, 2, 16)).astype(np.float32)
+    step = jax.jit(lambda q, o: rope.rotate(q, anyrope.Offsets(o)))
+    offsets = np.array([0, 7, 290])
+    assert "callback" not in str(jax.make_jaxpr(step)(q, offsets))
+    got = step(jnp.asarray(q), jnp.asarray(offsets))
+    assert _same_bits(got, rope.rotate(q, anyrope.Offsets(offsets)))
+
+
 def test_traced_positions_beyond_the_capacity_give_nan_rows():
     rope = anyrope.RoPE(16, rotary_dim=8, max_positions=64)
     x = jnp.asarray(np.random.default_rng(9).standard_normal((1, 5, 2, 16)), jnp.float32)

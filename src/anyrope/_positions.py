@@ -72,7 +72,7 @@ def resolve_positions(
     if isinstance(positions, numbers.Integral):
         return offset_positions(int(positions), seq)
     if isinstance(positions, Offsets):
-        return row_offsets(positions.values, xp, x, batch, seq)
+        return row_offsets(positions.values, xp, x, batch, seq, unread_bound=unread_bound)
     if not array_api_compat.is_array_api_obj(positions) or isinstance(positions, (list, tuple)):
         raise TypeError(
             "`positions` must be None, an integer offset or an integer array; "
@@ -136,14 +136,21 @@ def offset_positions(offset: int, seq: int) -> Positions:
 
 
 def row_offsets(
-    values: Array, xp: Namespace, x: Array, batch: tuple[int, ...], seq: int
+    values: Array,
+    xp: Namespace,
+    x: Array,
+    batch: tuple[int, ...],
+    seq: int,
+    *,
+    unread_bound: int | None = None,
 ) -> Positions:
     """The positions ``values[..., None] + 0 .. seq-1`` of per-row :class:`Offsets`.
 
     ``values`` must broadcast to the batch axes ``batch``. Their lowest and highest row
     are checked on the host, once: the array built from them needs no other check. The
     sum is taken in a dtype that holds every position (:func:`_indexable`), whatever
-    integer dtype the offsets have.
+    integer dtype the offsets have. With ``unread_bound``, offsets that a positions
+    array of the same kind would leave unread are not read either.
     """
     check_integer_array(values, "positions", xp, x)
     shape = tuple(values.shape)
@@ -154,16 +161,23 @@ def row_offsets(
             f"to the batch axes {batch}; got shape {shape}"
         )
     traced = is_traced(values)
+    # Left unread as a positions array is (see _resolve_array): gathered in the graph.
+    unread = unread_bound is not None and (
+        not host_readable(values)
+        or (waits_for_device(values) and dtype_name(values.dtype) in _INDEX_DTYPES)
+    )
     stop = 0
-    if not traced and math.prod(shape) != 0:
+    if not (traced or unread) and math.prod(shape) != 0:
         host = to_host(values)
         # The lowest and the highest row are checked as an int offset would be.
         offset_positions(int(host.min()), seq)
         highest = offset_positions(int(host.max()), seq)
         stop = highest.stop if seq else 0  # no token, no position
-    values = _indexable(values, xp, None if traced else stop)
+    values = _indexable(values, xp, None if traced or unread else stop)
     steps = xp.arange(seq, dtype=values.dtype, device=device_of(values))
     rows = xp.reshape(values, (*padded, 1)) + steps
+    if unread:
+        return Positions(0, seq, rows, unread_bound or 0, traced=traced, unread=True)
     return Positions(0, seq, rows, stop, traced=traced)
 
 
