@@ -527,3 +527,49 @@ def test_the_transformers_pin_is_noxfiles_and_an_unpinned_skip_names_both_versio
     assert reason is not None
     assert "found transformers 4.57.1" in reason
     assert f"pinned to transformers {pinned}" in reason
+
+
+def test_a_config_is_read_from_its_path(tmp_path: Path) -> None:
+    """The file, the model folder that holds it, or a clear error naming the path."""
+    config = {"model_type": "llama", "head_dim": 64, "rope_theta": 500000.0}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    for given in (tmp_path, tmp_path / "config.json", str(tmp_path / "config.json")):
+        assert from_hf_config(given) == from_hf_config(config)
+    with pytest.raises(ValueError, match=r"cannot read the model config '.*missing.json'"):
+        from_hf_config(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(ValueError, match=r"'.*bad.json' is not JSON"):
+        from_hf_config(tmp_path / "bad.json")
+
+
+_NESTED = {
+    "head_dim": 64,
+    "max_position_embeddings": 32768,
+    "rope_parameters": {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        "full_attention": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 8.0},
+    },
+}
+
+
+def test_settings_per_layer_type_take_their_length_from_max_position_embeddings() -> None:
+    """transformers fills a layer type's ``original_max_position_embeddings`` from
+    ``max_position_embeddings``, and never reads the top-level key there."""
+    full = from_hf_config(_NESTED, layer_type="full_attention").scaling
+    assert full.original_max_position_embeddings == 32768
+    same = {**_NESTED, "original_max_position_embeddings": 32768}
+    assert from_hf_config(same, layer_type="full_attention").scaling == full
+    with pytest.raises(ValueError, match=r"=4096 at the top level .* does not read it there"):
+        from_hf_config(
+            {**_NESTED, "original_max_position_embeddings": 4096}, layer_type="full_attention"
+        )
+
+
+def test_yarn_truncate_inside_settings_per_layer_type_is_refused() -> None:
+    """transformers reads YaRN's ``truncate`` from the top of ``rope_parameters`` only."""
+    layers = dict(_NESTED["rope_parameters"])
+    layers["full_attention"] = {**layers["full_attention"], "truncate": False}
+    config = {**_NESTED, "rope_parameters": layers}
+    with pytest.raises(ValueError, match=r"\['full_attention'\]\['truncate'\]`=False"):
+        from_hf_config(config, layer_type="full_attention")
+    assert from_hf_config(config, layer_type="sliding_attention").base == 10000.0

@@ -181,8 +181,9 @@ class RoPE:
 
         Parameters
         ----------
-        config : Mapping or object
-            The model's ``config.json`` as a dict, or an object with those attributes.
+        config : Mapping, object, str or os.PathLike
+            The model's ``config.json`` as a dict, an object with those attributes, or
+            its path (the file, or the model folder that holds it).
         layer_type : str, optional
             The layer type whose rotation to build, for configs with settings per layer
             type (required there); see :func:`anyrope.scaling.from_hf_config`.
@@ -227,8 +228,9 @@ class RoPE:
 
         Parameters
         ----------
-        config : Mapping or object
-            The model's ``config.json`` as a dict, or an object with those attributes.
+        config : Mapping, object, str or os.PathLike
+            The model's ``config.json`` as a dict, an object with those attributes, or
+            its path (the file, or the model folder that holds it).
         max_positions : int, optional
             Tables built ahead for positions below it, for every layer type; see
             :class:`RoPE`.

@@ -41,7 +41,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from .._validation import check_base, check_even
@@ -161,6 +164,23 @@ class HFRopeConfig:
         return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)[1:]}
 
 
+def _read(config: Any) -> Any:
+    """The parsed ``config.json`` of a path (the file, or the model folder holding it)."""
+    if not isinstance(config, (str, os.PathLike)):
+        return config
+    path = Path(config)
+    if path.is_dir():
+        path = path / "config.json"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ValueError(f"cannot read the model config {str(path)!r}: {error.strerror}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"the model config {str(path)!r} is not JSON: {error}") from None
+
+
 def _get(config: Any, key: str) -> Any:
     """``config[key]`` of a dict, else the attribute; ``None`` (absent) when it has neither."""
     return config.get(key) if isinstance(config, Mapping) else getattr(config, key, None)
@@ -223,8 +243,9 @@ def layer_types(config: Any) -> tuple[str, ...] | None:
 
     Parameters
     ----------
-    config : Mapping or object
-        A parsed ``config.json`` or an object with those attributes.
+    config : Mapping, object, str or os.PathLike
+        A parsed ``config.json``, an object with those attributes, or the path of a
+        ``config.json`` (or of the model folder that holds it).
 
     Returns
     -------
@@ -242,7 +263,7 @@ def layer_types(config: Any) -> tuple[str, ...] | None:
     >>> hf.layer_types({"rope_theta": 10000.0}) is None
     True
     """
-    scaling = _scaling_dict(current_format(config))
+    scaling = _scaling_dict(current_format(_read(config)))
     return tuple(scaling) if is_nested(scaling) else None
 
 
@@ -251,8 +272,9 @@ def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfi
 
     Parameters
     ----------
-    config : Mapping or object
-        A parsed ``config.json`` or an object with those attributes.
+    config : Mapping, object, str or os.PathLike
+        A parsed ``config.json``, an object with those attributes, or the path of a
+        ``config.json`` (or of the model folder that holds it).
     layer_type : str, optional
         For a config with settings per layer type
         (:func:`~anyrope.scaling.hf.layer_types`, e.g. Gemma 3's ``"full_attention"`` and
@@ -280,7 +302,7 @@ def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfi
     >>> settings.head_dim, settings.rotary_dim, settings.base
     (96, 24, 10000.0)
     """
-    config = _as_layer_type_sees_it(current_format(config), layer_type)
+    config = _as_layer_type_sees_it(current_format(_read(config)), layer_type)
     scaling = _layer_scaling(config, layer_type)
     model_type = _get(config, "model_type")
     _refuse(model_type, scaling)
@@ -292,11 +314,25 @@ def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfi
         scaling = {**scaling, "rope_theta": theta}
     base = 10000.0 if theta is None else check_base(theta)
     max_positions = _int(config, "max_position_embeddings")
+    original = _int(config, "original_max_position_embeddings")
+    nested = is_nested(_scaling_dict(config))
+    if nested:
+        _check_nested_reads(scaling, layer_type)
     parsed = parse_rope_scaling(
         scaling,
         max_position_embeddings=max_positions,
-        original_max_position_embeddings=_int(config, "original_max_position_embeddings"),
+        # transformers fills a layer type's settings from max_position_embeddings alone.
+        original_max_position_embeddings=None if nested else original,
     )
+    if nested and original is not None and parsed.original_max_position_embeddings is not None:
+        filled = parsed.original_max_position_embeddings
+        if "original_max_position_embeddings" not in scaling and filled != original:
+            raise ValueError(
+                f"`original_max_position_embeddings`={original} at the top level of a model "
+                "config with settings per layer type: transformers does not read it there, "
+                f"and gives layer type {layer_type!r} `max_position_embeddings`={filled}; "
+                "give it in that layer type's settings"
+            )
     head_dim = _head_dim(config, axial=parsed.rope_type == "axial")
     rotary_dim = _rotary_dim(config, scaling, head_dim, parsed.partial_rotary_factor_sets_width)
     if _get(config, "qk_rope_head_dim") is not None and parsed.partial_rotary_factor:
@@ -317,8 +353,9 @@ def from_hf_config_layers(config: Any) -> dict[str, HFRopeConfig | None]:
 
     Parameters
     ----------
-    config : Mapping or object
-        A parsed ``config.json`` or an object with those attributes.
+    config : Mapping, object, str or os.PathLike
+        A parsed ``config.json``, an object with those attributes, or the path of a
+        ``config.json`` (or of the model folder that holds it).
 
     Returns
     -------
@@ -336,7 +373,7 @@ def from_hf_config_layers(config: Any) -> dict[str, HFRopeConfig | None]:
     >>> list(layers), layers["a"] == layers["b"]
     (['a', 'b'], True)
     """
-    config = current_format(config)
+    config = current_format(_read(config))
     scaling = _scaling_dict(config)
     if is_nested(scaling):
         return {
@@ -523,6 +560,16 @@ def _layer_scaling(config: Any, layer_type: str | None) -> Mapping[str, Any]:
             f"(`rope_parameters[{layer_type!r}]` is null)"
         )
     return dict(scaling[layer_type])
+
+
+def _check_nested_reads(scaling: Mapping[str, Any], layer_type: str | None) -> None:
+    """Refuse what transformers reads from the top level of settings per layer type."""
+    if scaling.get("rope_type") == "yarn" and scaling.get("truncate") is False:
+        raise ValueError(
+            f"`rope_parameters[{layer_type!r}]['truncate']`=False: transformers 5.23 reads "
+            "`truncate` from the top level of `rope_parameters` only, so these layers "
+            "truncate their YaRN ramp; drop the key to read the rotation transformers gives"
+        )
 
 
 def _rotary_dim(config: Any, inner: Mapping[str, Any], head_dim: int, narrows: bool) -> int:
