@@ -10,6 +10,7 @@ what it says; families the generic driver cannot run are listed with the reason.
 
 from __future__ import annotations
 
+import copy
 import warnings
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 
 import anyrope
 import hf_families
+from anyrope.scaling.hf import layer_types
 
 pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -324,3 +326,61 @@ def test_layer_rope_theta_gives_each_layer_type_its_base_or_none(family: str) ->
     for source in (config, config.to_dict()):
         ropes = anyrope.RoPE.from_hf_config_layers(source)
         assert {kind: rope and rope.base for kind, rope in ropes.items()} == expected
+
+
+def _with_fraction(config: Any, layer_type: str | None, fraction: float) -> Any:
+    """``config`` with ``partial_rotary_factor`` in its (layer type's) settings."""
+    changed = copy.deepcopy(config)
+    settings = (
+        changed.rope_parameters if layer_type is None else changed.rope_parameters[layer_type]
+    )
+    settings["partial_rotary_factor"] = fraction
+    return changed
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_partial_rotary_factor_is_read_as_the_family_reads_it(family: str) -> None:
+    """A ``partial_rotary_factor`` of 0.5 added to each family's settings: anyrope
+    rotates what the family's own code rotates, or refuses with a clear error. Where it
+    refuses because the family turns the whole head
+    (:data:`anyrope.scaling.hf.WHOLE_HEAD_MODEL_TYPES`), the family's code does rotate
+    the whole head with the fraction given: the rotation of the config without it."""
+    import importlib
+
+    import torch
+
+    try:
+        module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+        rotary_class, config = hf_families._rotary_and_config(module, hf_families._config(family))
+    except Exception as error:
+        pytest.skip(f"the family's default config does not build: {error}")
+    if not isinstance(getattr(config, "rope_parameters", None), dict):
+        pytest.skip("the family's config has no rope_parameters")
+    # A config class of another family (GLM-ASR's Llama text model) is checked there.
+    own = type(config).__module__ == f"transformers.models.{family}.configuration_{family}"
+    nested = layer_types(config)
+    for layer_type in [None] if nested is None else nested:
+        if nested is not None and config.rope_parameters[layer_type] is None:
+            continue
+        label = family if layer_type is None else f"{family}[{layer_type}]"
+        if label in NOT_DRIVEN:
+            continue
+        halved = _with_fraction(config, layer_type, 0.5)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            outcome = hf_families._drive_one(label, module, rotary_class, halved, layer_type)
+        assert outcome.kind in ("match", "anyrope error", "not driven"), outcome
+        if not own or "turns the whole head" not in outcome.detail:
+            continue
+        rope = anyrope.RoPE.from_hf_config(config, layer_type=layer_type)
+        generator = torch.Generator().manual_seed(0)
+        q, k = (torch.randn(1, 2, 6, rope.head_dim, generator=generator) for _ in range(2))
+        positions = torch.arange(100, 106)[None]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            theirs = hf_families._hf_rotation(
+                module, rotary_class, halved, q, k, positions, layer_type
+            )
+        ours = rope(q, k, positions, layout="bhsd", impl="array_api")
+        for a, b in zip(theirs[:2], ours, strict=True):
+            assert float((a - b).abs().max()) <= 2e-3, label

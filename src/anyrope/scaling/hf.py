@@ -136,6 +136,37 @@ LAYER_ROPE_THETA_MODEL_TYPES = frozenset({"granite_swa", "granitemoe_swa", "muse
 """Families whose ``layer_rope_theta`` gives each layer its base, 0 for none (MuseSpark
 reads only which layers are 0: the others take ``rope_theta``)."""
 
+WHOLE_HEAD_MODEL_TYPES = frozenset(
+    {
+        *("afmoe", "arcee", "aria_text", "bitnet", "chameleon", "cohere", "cohere2"),
+        *("cohere2_moe", "csm", "dbrx", "deepseek_ocr2_text", "dia_decoder", "diffllama", "doge"),
+        *("dots1", "embedding_gemma2_text", "emu3_text_model", "ernie4_5", "ernie4_5_moe"),
+        *("ernie4_5_vl_moe_text", "esmc", "eurobert", "evolla", "exaone4", "exaone_moe", "falcon"),
+        *("falcon_h1", "flex_olmo", "flint", "gemma", "gemma2", "gemma3_text", "gemma3n_text"),
+        *("gradium_phonon_tts", "granite", "granite4_vision_text", "granite_docling_text"),
+        *("granite_swa", "granitemoe", "granitemoe_swa", "granitemoehybrid", "granitemoeshared"),
+        *("gte", "helium", "hrm_text", "hunyuan_v1_dense", "hunyuan_v1_moe", "hy_v3"),
+        *("hyperclovax", "idefics", "jais2", "jetmoe", "jina_embeddings_v3", "kolibri1"),
+        *("kyutai_speech_to_text", "lfm2", "lfm2_moe", "llama", "llama4_text", "mimi", "minimax"),
+        *("ministral", "mistral", "mixtral", "mllama_text_model", "modernbert"),
+        *("modernbert-decoder", "molmo2_text", "moshi", "muse_glimmer_assistant"),
+        *("muse_glimmer_text", "muse_spark_text", "neucodec", "nomic_bert", "olmo", "olmo2"),
+        *("olmo3", "olmo_hybrid", "olmoe", "paddleocr_vl_text", "pe_audio_encoder"),
+        *("pe_audio_video_encoder", "pe_video_encoder", "phimoe", "pocket_tts", "qwen2"),
+        *("qwen2_5_omni_text", "qwen2_5_vl_text", "qwen2_moe", "qwen2_vl_text", "qwen3"),
+        *("qwen3_moe", "qwen3_vl_moe_text", "qwen3_vl_text", "seed_oss", "smollm3", "starcoder2"),
+        *("t5_gemma_module", "t5gemma2_decoder", "timesfm2_5", "ultrabert", "unlimited_ocr_text"),
+        *("vaultgemma", "voxtral_realtime_text", "xcodec2", "zamba2", "beam[sliding_attention]"),
+        *("gemma4_text[sliding_attention]", "gemma4_unified_text[sliding_attention]"),
+        "lfm3[sliding_attention]",
+    }
+)
+"""Families (``model_type``, or ``model_type[layer_type]`` where one layer type only)
+whose default rotation turns the whole head whatever ``partial_rotary_factor`` says:
+their rotary module ignores the fraction and their attention has no pass-through part.
+A fraction below 1 there is refused (``tests/test_hf_families.py`` derives the list
+from each family's own code)."""
+
 NEGATIVE_ANGLE_MODEL_TYPES = frozenset({"nanochat"})
 """Families that rotate by ``-m theta``: their attention scores depend on ``n - m``
 with the sign flipped, which no :class:`anyrope.RoPE` setting gives."""
@@ -335,6 +366,16 @@ def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfi
             )
     head_dim = _head_dim(config, axial=parsed.rope_type == "axial")
     rotary_dim = _rotary_dim(config, scaling, head_dim, parsed.partial_rotary_factor_sets_width)
+    whole = model_type in WHOLE_HEAD_MODEL_TYPES or f"{model_type}[{layer_type}]" in (
+        WHOLE_HEAD_MODEL_TYPES
+    )
+    if whole and rotary_dim < head_dim and parsed.rope_type == "default":
+        key, fraction = _setting(config, ("partial_rotary_factor", "rotary_pct"), scaling)
+        raise ValueError(
+            f"`{key}`={fraction!r} in a model_type={model_type!r} config: the family's "
+            "rotation turns the whole head (transformers ignores the fraction there); drop "
+            "the key to read the rotation transformers gives"
+        )
     if _get(config, "qk_rope_head_dim") is not None and parsed.partial_rotary_factor:
         # The fraction was of the full head_dim and is now the rope part's whole width.
         parsed = dataclasses.replace(parsed, partial_rotary_factor=None)
