@@ -299,6 +299,28 @@ def test_dask_int32_offsets_past_2_31_give_the_bits_of_numpy():
     np.testing.assert_array_equal(got, anyrope.rotate(host, anyrope.Offsets(values)))
 
 
+@pytest.mark.parametrize("layout", ["bshd", "bhsd", "sbhd"])
+@pytest.mark.parametrize("dtype", ["int8", "uint16", "int64"])
+def test_dask_offsets_give_the_bits_of_numpy(layout, dtype):
+    """Offsets of the input's library, lazy too: checked when computed."""
+    da = pytest.importorskip("dask.array")
+    rng = np.random.default_rng(5)
+    shape = {"bshd": (4, 6, 2, 8), "bhsd": (4, 2, 6, 8), "sbhd": (6, 4, 2, 8)}[layout]
+    host = rng.standard_normal(shape).astype(np.float32)
+    values = np.array([5, 9, 0, 100], dtype=dtype)
+    offsets = anyrope.Offsets(da.from_array(values, chunks=3))
+    got = anyrope.rotate(da.from_array(host, chunks=2), offsets, layout=layout).compute()
+    expected = anyrope.rotate(host, anyrope.Offsets(values), layout=layout)
+    np.testing.assert_array_equal(got, expected)
+    lazy = anyrope.rotate(
+        da.from_array(host, chunks=2),
+        anyrope.Offsets(da.full(4, -1, dtype=np.int64)),
+        layout=layout,
+    )
+    with pytest.raises(ValueError, match=r"`positions` must be non-negative"):
+        lazy.compute()
+
+
 def test_dask_unknown_chunk_sizes_are_named():
     da = pytest.importorskip("dask.array")
     host, x = _dask_input()

@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import _threads
 from .._call import Call
-from .._layout import heads_axis, place_tables
+from .._layout import axes_of, heads_axis, place_tables
 from .._namespace import Array, namespace_of
 from .._offsets import Offsets
 from .._plan import make_plan
@@ -95,10 +95,13 @@ def rotate(
                 f"(unknown sizes, as after boolean indexing): call `{name}.compute_chunk_sizes()` "
                 "first"
             )
-    if isinstance(positions, Offsets) and not array_api_compat.is_numpy_array(positions.values):
+    if isinstance(positions, Offsets) and array_api_compat.is_dask_array(positions.values):
+        positions = _offset_rows(positions.values, arrays[0], call.layout)
+        call = call._replace(positions=positions)
+    elif isinstance(positions, Offsets) and not array_api_compat.is_numpy_array(positions.values):
         raise TypeError(
-            "`positions`=Offsets(...) for a dask array takes a NumPy integer array of offsets; "
-            f"got {describe(positions.values)}"
+            "`positions`=Offsets(...) for a dask array takes a NumPy or dask integer array of "
+            f"offsets; got {describe(positions.values)}"
         )
     if hasattr(positions, "shape") and not (
         array_api_compat.is_dask_array(positions) or array_api_compat.is_numpy_array(positions)
@@ -137,6 +140,17 @@ def rotate(
     p = p.reshape((1,) * (len(plan.axes.batch) + 1 - p.ndim) + (*p.shape, 1))
     spread = place_tables(p, plan.axes, array_api_compat.array_namespace(p))
     return tuple(_map(task.by_positions, x, spread) for task, x in zip(tasks, arrays, strict=True))
+
+
+def _offset_rows(values: Array, x: Array, layout: str) -> Array:
+    """Lazy per-row offsets as the lazy positions ``values[..., None] + 0 .. seq - 1``,
+    checked when computed as any dask array of positions is."""
+    import dask.array as da
+
+    if not np.issubdtype(values.dtype, np.integer):
+        raise TypeError(f"`positions`=Offsets(...) must hold integers; got {describe(values)}")
+    steps = da.arange(axes_of(x, layout).seq, dtype=np.int64)
+    return values.astype(np.int64)[..., None] + steps
 
 
 def _stand_in(x: Array) -> np.ndarray[Any, Any]:
