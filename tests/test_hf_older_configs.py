@@ -670,6 +670,9 @@ def test_layers_without_rope_in_a_config_without_layer_types(config: dict[str, A
     assert config.get("layer_types", hf.layer_types) == hf.layer_types
 
 
-def test_a_sliding_only_family_needs_its_layer_types() -> None:
+def test_a_sliding_only_family_needs_its_layer_types_per_layer_type() -> None:
+    """Which layers rotate needs ``layer_types``; the rotation of those that do does not."""
+    config = {"model_type": "exaone4", "head_dim": 16, "sliding_window": 8}
     with pytest.raises(ValueError, match=r"needs `layer_types`: the family rotates its sliding"):
-        from_hf_config_layers({"model_type": "exaone4", "head_dim": 16, "sliding_window": 8})
+        from_hf_config_layers(config)
+    assert from_hf_config(config).base == 10000.0

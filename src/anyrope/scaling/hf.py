@@ -470,6 +470,10 @@ def _layer_rotations(config: Any) -> list[float | bool] | None:
 def _layer_base(config: Any, layer_type: str | None) -> float | None:
     """The base the layers of ``layer_type`` (every layer for ``None``) have of their own,
     ``None`` for the config's; an error where they have no RoPE or differ."""
+    sliding_only = _get(config, "model_type") in SLIDING_ONLY_MODEL_TYPES
+    if layer_type is None and sliding_only and not _get(config, "layer_types"):
+        # The layers that rotate take the config's rotation, whichever they are.
+        return None
     per_layer = _layer_rotations(config)
     if per_layer is None:
         return None
