@@ -109,8 +109,12 @@ def test_offsets_with_dask() -> None:
     offsets = np.array([0, 3, 9, 27])
     lazy = anyrope.rotate(da.from_array(x, chunks=(2, 3, 2, 8)), anyrope.Offsets(offsets))
     np.testing.assert_array_equal(lazy.compute(), anyrope.rotate(x, anyrope.Offsets(offsets)))
-    with pytest.raises(TypeError, match="NumPy integer array of offsets"):
-        anyrope.rotate(da.from_array(x), anyrope.Offsets(da.from_array(offsets)))
+    chunked = anyrope.Offsets(da.from_array(offsets, chunks=3))
+    lazy = anyrope.rotate(da.from_array(x, chunks=(2, 3, 2, 8)), chunked)
+    np.testing.assert_array_equal(lazy.compute(), anyrope.rotate(x, anyrope.Offsets(offsets)))
+    strict = pytest.importorskip("array_api_strict")
+    with pytest.raises(TypeError, match="NumPy or dask integer array of offsets"):
+        anyrope.rotate(da.from_array(x), anyrope.Offsets(strict.asarray(offsets)))
 
 
 @pytest.mark.parametrize(
