@@ -104,6 +104,33 @@ def test_decode_with_fewer_queries_than_keys(backend):
     np.testing.assert_allclose(backend.to_numpy(out), expected, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_inputs_are_rounded_once_at_the_end(backend, dtype):
+    """float16 and bfloat16: the rotation and the attention run in float32 on the exact
+    values of the inputs, and only the output is rounded to the inputs' dtype."""
+    if dtype not in backend.dtype_names:
+        pytest.skip(f"{backend.name} has no {dtype}")
+    xp = backend.xp
+    rng = np.random.default_rng(11)
+    q, k, v = (make(backend, dtype, rng, (1, 16, 2, 32), scale=4.0)[0] for _ in range(3))
+    rope = anyrope.RoPE(32)
+    got = attention(q, k, v, rope=rope, causal=True)
+    wide = attention(*(xp.astype(a, xp.float32) for a in (q, k, v)), rope=rope, causal=True)
+    np.testing.assert_array_equal(backend.to_bits(got), backend.to_bits(xp.astype(wide, q.dtype)))
+
+
+def test_xpos_decode_step_is_the_last_row_of_the_prefill(backend):
+    """Fewer queries than keys with XPos: queries scaled by the amplitude, keys divided."""
+    rng = np.random.default_rng(12)
+    q, k, v = (backend.from_numpy(rng.standard_normal((1, 6, 2, 16))) for _ in range(3))
+    xpos = anyrope.XPos(16)
+    full = attention(q, k, v, rope=xpos, causal=True)
+    step = attention(q[:, -1:, ...], k, v, rope=xpos, causal=True)
+    np.testing.assert_allclose(
+        backend.to_numpy(step), backend.to_numpy(full)[:, -1:], rtol=0, atol=1e-12
+    )
+
+
 @pytest.mark.parametrize("kind", ["bool", "additive"])
 def test_mask(backend, kind):
     rng = np.random.default_rng(4)

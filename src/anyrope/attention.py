@@ -17,7 +17,7 @@ from ._frequencies import default_inv_freq
 from ._hostmath import sincos
 from ._layout import Axes, axes_of
 from ._namespace import Array, Namespace, compute_dtype, device_of, is_real_floating, namespace_of
-from ._rope import RoPE
+from ._rope import RoPE, XPos
 from ._validation import check_bool, check_real, describe
 
 __all__ = ["attention", "relative_decay_bound"]
@@ -102,14 +102,22 @@ def attention(
     if mask is not None:
         namespace_of(q, mask, argument=("q", "mask"))
     scale = None if scale is None else check_real(scale, "scale", 0.0, " or None")
-    q, k = _rotate_for_attention(
-        rope, q, k, qa=qa, ka=ka, positions=positions, layout=layout, xp=xp
-    )
     scale = 1.0 / math.sqrt(qa.head_dim) if scale is None else scale
 
     work = compute_dtype(xp, q.dtype)
-    qg = _grouped(xp.astype(q, work), layout, qa.heads // ka.heads, xp)
-    kh = _grouped(xp.astype(k, work), layout, 1, xp)
+    # Rotated in the working dtype too: a half-precision result is rounded once, at the end.
+    rq, rk = _rotate_for_attention(
+        rope,
+        xp.astype(q, work),
+        xp.astype(k, work),
+        qa=qa,
+        ka=ka,
+        positions=positions,
+        layout=layout,
+        xp=xp,
+    )
+    qg = _grouped(rq, layout, qa.heads // ka.heads, xp)
+    kh = _grouped(rk, layout, 1, xp)
     vh = _grouped(xp.astype(v, work), layout, 1, xp)
 
     scores = xp.matmul(qg, xp.matrix_transpose(kh)) * float(scale)
@@ -204,6 +212,11 @@ def _rotate_for_attention(
         raise ValueError(
             f"explicit `positions` need q_seq == k_seq; got q_seq={qa.seq} and k_seq={ka.seq} "
             "(rotate q and k yourself with their own positions, then call with rope=None)"
+        )
+    if isinstance(rope, XPos):
+        # Queries and keys are scaled apart (queries by the amplitude, keys divided by it).
+        return rope.rotate_queries(q, ka.seq - qa.seq, layout=layout, xp=xp), rope.rotate_keys(
+            k, layout=layout, xp=xp
         )
     return rope.rotate(q, ka.seq - qa.seq, layout=layout, xp=xp), rope.rotate(
         k, layout=layout, xp=xp
