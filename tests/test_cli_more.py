@@ -110,6 +110,7 @@ def test_bench_bad_repeats(repeats, tmp_path):
     result = anyrope_cli("bench", "--repeats", repeats, "--output", str(tmp_path))
     assert result.returncode == 2
     assert f"--repeats must be positive; got {repeats}" in result.stderr
+    assert result.stderr.startswith("usage: anyrope bench")
     assert not (tmp_path / "bench.json").exists()
 
 
@@ -143,6 +144,7 @@ def test_plot_missing_config(tmp_path):
     result = anyrope_cli("plot", "--config", str(tmp_path / "nope.json"))
     assert result.returncode == 2
     assert "cannot read --config" in result.stderr
+    assert result.stderr.startswith("usage: anyrope plot")  # as docs/cli.rst says
 
 
 def test_plot_invalid_json(tmp_path):
@@ -151,6 +153,7 @@ def test_plot_invalid_json(tmp_path):
     result = anyrope_cli("plot", "--config", str(path))
     assert result.returncode == 2
     assert "is not valid JSON" in result.stderr
+    assert result.stderr.startswith("usage: anyrope plot")
 
 
 def test_plot_config_with_a_bad_value(tmp_path):
@@ -166,6 +169,7 @@ def test_plot_bad_seq_len():
     result = anyrope_cli("plot", "--config", config, "--seq-len", "0")
     assert result.returncode == 2
     assert "--seq-len must be positive; got 0" in result.stderr
+    assert result.stderr.startswith("usage: anyrope plot")
 
 
 def test_plot_needs_config():

@@ -248,29 +248,27 @@ def _plot(args: argparse.Namespace) -> int:
     try:
         config = json.loads(Path(args.config).read_text())
     except OSError as error:
-        return fail("plot", f"cannot read --config {args.config}: {error.strerror}")
+        return fail(args, f"cannot read --config {args.config}: {error.strerror}")
     except json.JSONDecodeError as error:
-        return fail("plot", f"--config {args.config} is not valid JSON: {error}")
+        return fail(args, f"--config {args.config} is not valid JSON: {error}")
     try:
         kinds = layer_types(config) if isinstance(config, dict) else None
         if kinds is None or args.layer_type is not None:
             settings = from_hf_config(config, layer_type=args.layer_type)
     except (TypeError, ValueError) as error:
-        return fail("plot", f"--config {args.config}: {error}")
+        return fail(args, f"--config {args.config}: {error}")
     if kinds is not None and args.layer_type is None:
         return fail(
-            "plot",
+            args,
             f"--config {args.config} gives RoPE settings per layer type; pass --layer-type, "
             f"one of: {', '.join(kinds)}",
         )
     if args.seq_len is not None and args.seq_len <= 0:
-        return fail("plot", f"--seq-len must be positive; got {args.seq_len}")
+        return fail(args, f"--seq-len must be positive; got {args.seq_len}")
     try:
         import matplotlib
     except ImportError:
-        return fail(
-            "plot", "plotting needs matplotlib: pip install matplotlib", EXIT_MISSING_PACKAGE
-        )
+        return fail(args, "plotting needs matplotlib: pip install matplotlib", EXIT_MISSING_PACKAGE)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -429,9 +427,12 @@ def _stderr(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def fail(command: str, message: str, code: int = 2) -> int:
-    """Say ``anyrope COMMAND: error: MESSAGE`` on standard error; returns ``code``."""
-    _stderr(f"anyrope {command}: error: {message}")
+def fail(args: argparse.Namespace, message: str, code: int = 2) -> int:
+    """Say ``anyrope COMMAND: error: MESSAGE`` on standard error, after the subcommand's
+    usage for bad arguments (exit 2), as argparse does; returns ``code``."""
+    if code == 2:
+        _stderr(args.usage.rstrip())
+    _stderr(f"anyrope {args.command}: error: {message}")
     return code
 
 
@@ -562,7 +563,7 @@ def _bench(args: argparse.Namespace) -> int:
         cases = _choices(args.cases, tuple(_benchmark.CASES), "--cases")
         dtypes = _choices(args.dtypes, _benchmark.DTYPES, "--dtypes")
     except ValueError as error:
-        return fail("bench", str(error))
+        return fail(args, str(error))
     if "bfloat16" in dtypes and importlib.util.find_spec("ml_dtypes") is None:
         # NumPy has no bfloat16 of its own: the arrays are ml_dtypes'.
         dtypes = tuple(d for d in dtypes if d != "bfloat16")
@@ -656,7 +657,7 @@ def build_parser() -> argparse.ArgumentParser:
         said = f"comma-separated {option[2:]} (default all: {every})"
         bench.add_argument(option, default=every, help=said)
     add_output(bench, "folder for bench.json and bench.png, checked before any timing (.)")
-    bench.set_defaults(run=_bench)
+    bench.set_defaults(run=_bench, usage=bench.format_usage())
     plot = commands.add_parser(
         "plot",
         help="plot the frequencies and wavelengths of a model config (scaled and unscaled)",
@@ -683,7 +684,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="sequence length for length-dependent methods (dynamic, longrope); "
         "default: max_position_embeddings",
     )
-    plot.set_defaults(run=_plot)
+    plot.set_defaults(run=_plot, usage=plot.format_usage())
     return parser
 
 
