@@ -147,7 +147,13 @@ def compiling(x: object) -> bool:
     if torch is None or not isinstance(x, torch.Tensor):
         return False
     plain = type(x) is torch.Tensor
-    return torch.compiler.is_compiling() or x.is_meta or (not plain and _is_dtensor(x))
+    return (
+        torch.compiler.is_compiling()
+        or x.is_meta
+        or (not plain and _is_dtensor(x))
+        # torch.func.vmap's batched tensors hold no memory of their own: the op maps them.
+        or torch._C._functorch.is_batchedtensor(x)
+    )
 
 
 def concrete(value: Any) -> Any:
@@ -471,6 +477,42 @@ def _define(torch: Any) -> None:
         options = {**ctx.options, "adjoint": not ctx.options["adjoint"]}
         return torch.ops.anyrope.rotate(list(grads), positions, cu_seqlens, **options), None, None
 
+    def rotate_vmap(
+        info: Any,
+        in_dims: tuple[Any, ...],
+        arrays: list[Array],
+        positions: Array | None,
+        cu_seqlens: Array | None,
+        **options: Any,
+    ) -> tuple[list[Array], list[int]]:
+        """torch.func.vmap: the mapped axis becomes one more batch axis of every array
+        (the first; for sbhd the one after the sequence) and of the positions."""
+        array_dims, positions_dim, lengths_dim = in_dims
+        layout = options["layout"]
+        if lengths_dim is not None or layout == "thd":
+            raise ValueError(
+                "torch.func.vmap maps layouts 'bshd', 'bhsd' and 'sbhd'; got layout="
+                f"{layout!r} (pass the packed sequences of every item at once instead)"
+            )
+        place = 1 if layout == "sbhd" else 0
+        size = info.batch_size
+        mapped = [
+            x.movedim(axis, place)
+            if axis is not None
+            else x.unsqueeze(place).expand(*x.shape[:place], size, *x.shape[place:])
+            for x, axis in zip(arrays, array_dims, strict=True)
+        ]
+        if positions is not None and positions_dim is not None:
+            positions = positions.movedim(positions_dim, 0)
+            batch = mapped[0].ndim - 3  # the mapped axis included
+            per_row = options["per_row"] or positions.ndim == 1  # a 0-d offset per item
+            given = positions.ndim - 1 - (0 if per_row else 1)  # its own batch axes
+            shape = (size, *(1,) * (batch - 1 - given), *positions.shape[1:])
+            positions = positions.reshape(shape)
+            options = {**options, "per_row": per_row}
+        rotated = torch.ops.anyrope.rotate(mapped, positions, cu_seqlens, **options)
+        return rotated, [place] * len(rotated)
+
     rotate = torch.library.custom_op(
         "anyrope::rotate",
         rotate_kernel,
@@ -479,6 +521,7 @@ def _define(torch: Any) -> None:
     )
     rotate.register_fake(rotate_fake)
     rotate.register_autograd(backward, setup_context=setup_context)
+    rotate.register_vmap(rotate_vmap)
     rotate_inplace = torch.library.custom_op(
         "anyrope::rotate_",
         rotate_inplace_kernel,
