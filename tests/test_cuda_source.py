@@ -1918,3 +1918,42 @@ def test_host_time_benchmark_runs_both_trees_and_refuses_without_a_gpu(tmp_path:
     )
     assert set(medians) == {f"{tree}: {line}" for tree in ("before", "after") for line in lines}
     assert all(us > 0 for us in medians.values())
+
+
+@pytest.mark.parametrize(
+    "calls",
+    [
+        ([[0, 1, 2], [5, 6, 7]], [[4, 5, 6], [4, 5, 6]]),
+        ([[0, 1, 2], [5, 6, 7]], [[254, 255, 256], [254, 255, 256]], [[10, 20, 30], [40, 50, 60]]),
+    ],
+    ids=["array-then-range", "range-then-array"],
+)
+def test_calls_of_one_geometry_with_an_array_or_a_range_take_their_own_launches(
+    harness: Any, monkeypatch: pytest.MonkeyPatch, calls: tuple[list[list[int]], ...]
+) -> None:
+    # After the first call of a geometry, a positions array whose rows hold one range is
+    # planned as an offset, and any other values as an array. The launches planned for one
+    # must not serve the other: an array's read the positions at a null pointer, a range's
+    # ignored the array (each row rotated by 0 .. seq-1).
+    from anyrope._paths import cuda
+
+    run = _harness_launcher(harness, [])
+
+    def launcher(x: Any, name: str, call: Sequence[Launch], tables: tuple[Any, Any]) -> None:
+        for launch in call:
+            # ANYROPE_PARAMS: pos (6), pos_size (33). Checked before the harness runs it:
+            # there a position read at a null pointer ends the process.
+            assert launch.args[6] != 0 or launch.args[33] == 0, "positions read at address 0"
+        run(x, name, call, tables)
+
+    _kernel_path_on_the_harness(harness, monkeypatch)
+    monkeypatch.setattr(cuda.dispatch, "launch_on_device", launcher)
+    rng = np.random.default_rng(0)
+    q = _data(rng, (2, 3, 4, 32), np.dtype(np.float32))
+    k = _data(rng, (2, 3, 2, 32), np.dtype(np.float32))
+    rope, reference = anyrope.RoPE(32), anyrope.RoPE(32)
+    for values in calls:
+        positions = np.array(values, dtype=np.int64)
+        got = rope(q, k, positions, impl="cuda")
+        for y, want in zip(got, reference(q, k, positions, impl="array_api"), strict=True):
+            _assert_bits(y, want)

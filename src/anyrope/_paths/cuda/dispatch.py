@@ -127,6 +127,11 @@ def _plan_templates(
     if positions_vary:
         # What launches read of a positions array besides its address.
         key += (*operand(positions)[1:], _itemsize(positions))
+    else:
+        # Whether launches read a positions array at all: the plans of one geometry take
+        # an array whose rows hold one range as an offset (Plan.for_call), and other
+        # values of the same array as an array.
+        key += (positions is None,)
     templates: list[LaunchTemplate] | None = cache.get(key)
     if templates is None:
         pos = None if positions is None else operand(positions)
