@@ -1957,3 +1957,22 @@ def test_calls_of_one_geometry_with_an_array_or_a_range_take_their_own_launches(
         got = rope(q, k, positions, impl="cuda")
         for y, want in zip(got, reference(q, k, positions, impl="array_api"), strict=True):
             _assert_bits(y, want)
+
+
+@pytest.mark.parametrize("axis", [1, 2], ids=["seq", "heads"])
+def test_an_axis_of_size_one_with_a_stride_past_int32_is_planned(
+    harness: Any, monkeypatch: pytest.MonkeyPatch, axis: int
+) -> None:
+    # Its index is always 0, so its stride is never used: the 32-bit variant serves, and
+    # the stride (which packing as int32 refused) is passed as 0.
+    launches = _kernel_path_on_the_harness(harness, monkeypatch)
+    shape = [2, 3, 4, 64]
+    shape[axis] = 1
+    rng = np.random.default_rng(1)
+    x = _data(rng, tuple(shape), np.dtype(np.float32))
+    strides = list(x.strides)
+    strides[axis] = 2**31 * x.itemsize
+    view = np.lib.stride_tricks.as_strided(x, shape=x.shape, strides=strides)
+    rope = anyrope.RoPE(64)
+    _assert_bits(rope.rotate(view, 9, impl="cuda"), rope.rotate(x, 9, impl="array_api"))
+    assert not launches[-1].wide_index

@@ -264,13 +264,15 @@ def launch_templates(
 
     outer = batch[:-1]
     inner_size, inner = batch[-1] if batch else (1, [0] * len(strided))
+    # The index along an axis of size 1 is 0: its stride, which may be any (and past
+    # int32, uncounted by `wide`), is passed as 0.
     strides = [
         s
         for op, step in zip(operands, inner, strict=False)
-        for s in (step, op.strides[s_axis], op.strides[h_axis], op.strides[-1])
+        for s in (step, *(op.strides[a] if op.shape[a] > 1 else 0 for a in (s_axis, h_axis, -1)))
     ]
     strides += [0] * (16 - len(strides))
-    strides += [0, 0] if pos is None else [inner[-1], pos.strides[-1]]
+    strides += [0, 0] if pos is None else [inner[-1], pos.strides[-1] if seq > 1 else 0]
     pos_itemsize = 0 if pos is None else position_itemsize
     if heads * seq * inner_size == 0:
         return []
