@@ -1976,3 +1976,48 @@ def test_an_axis_of_size_one_with_a_stride_past_int32_is_planned(
     rope = anyrope.RoPE(64)
     _assert_bits(rope.rotate(view, 9, impl="cuda"), rope.rotate(x, 9, impl="array_api"))
     assert not launches[-1].wide_index
+
+
+@pytest.mark.parametrize("capturing", [False, True], ids=["eager", "capturing"])
+def test_cupy_tables_are_whole_before_any_stream_reads_them(
+    monkeypatch: pytest.MonkeyPatch, capturing: bool
+) -> None:
+    # CuPy copies host tables on the device's current stream; a launch on another stream
+    # could read them before the copy lands. The copy's stream is waited for, on the
+    # tables' device, unless it is being captured (a wait would end the capture).
+    from anyrope._namespace import from_host
+
+    current = [0]
+    waited: list[int] = []
+
+    class Device:
+        def __init__(self, device_id: int) -> None:
+            self.id = device_id
+
+        def __enter__(self) -> None:
+            current.append(self.id)
+
+        def __exit__(self, *exc: object) -> None:
+            current.pop()
+
+    class Stream:
+        def is_capturing(self) -> bool:
+            return capturing
+
+        def synchronize(self) -> None:
+            waited.append(current[-1])
+
+    fake = types.ModuleType("cupy")
+    fake.ndarray = type("ndarray", (), {"__module__": "cupy"})  # type: ignore[attr-defined]
+    fake.cuda = types.SimpleNamespace(get_current_stream=Stream)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+
+    def asarray(values: Any, *, device: Any) -> Any:
+        x = fake.ndarray()
+        x.device = device
+        return x
+
+    table = from_host(np.zeros(4), types.SimpleNamespace(asarray=asarray), Device(1))
+    assert table.device.id == 1
+    assert waited == ([] if capturing else [1])
+    assert current == [0]

@@ -7,6 +7,7 @@ Nothing here imports torch, cupy or jax: libraries are recognised through
 from __future__ import annotations
 
 import functools
+import sys
 from typing import Any
 
 import array_api_compat
@@ -152,6 +153,22 @@ def to_host(x: Array) -> np.ndarray[Any, Any]:
         return np.asarray(x)
     except (TypeError, ValueError, RuntimeError):
         return np.from_dlpack(x)
+
+
+def from_host(values: np.ndarray[Any, Any], xp: Namespace, device: Any) -> Array:
+    """``values`` copied onto ``device`` as an array of ``xp``, whole when this returns.
+
+    CuPy copies from the host on the device's current stream, unordered with launches on
+    the other streams that may read the array next: that stream is waited for (but
+    while it is captured into a CUDA graph, which a wait would end).
+    """
+    x = xp.asarray(values, device=device)
+    if array_api_compat.is_cupy_array(x):
+        with x.device:
+            stream = sys.modules["cupy"].cuda.get_current_stream()
+            if not stream.is_capturing():
+                stream.synchronize()
+    return x
 
 
 def reshape_lead(x: Array, like: Array, lead: int, tail: tuple[int, ...], xp: Namespace) -> Array:

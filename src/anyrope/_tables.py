@@ -21,7 +21,7 @@ import numpy as np
 from ._amplitude import Amplitude
 from ._hostmath import FAST_REDUCTION_LIMIT, sincos
 from ._jax import outside_trace
-from ._namespace import Array, Namespace, device_of, reshape_lead, to_host
+from ._namespace import Array, Namespace, device_of, from_host, reshape_lead, to_host
 from ._positions import Positions, host_positions
 from ._threads import lock
 from ._validation import MAX_POSITION
@@ -217,7 +217,7 @@ def _moved(tables: tuple[FloatArray, ...], xp: Namespace, device: Any) -> tuple[
     """Host tables ``(cos, sin)`` on ``device``; concrete even inside a jax.jit trace: the
     caches keep them past the trace."""
     with outside_trace(xp):
-        return xp.asarray(tables[0], device=device), xp.asarray(tables[1], device=device)
+        return from_host(tables[0], xp, device), from_host(tables[1], xp, device)
 
 
 def _holds(block: TableCache, stop: int) -> bool:
