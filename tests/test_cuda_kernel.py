@@ -231,6 +231,43 @@ def test_positions_beyond_the_cached_table(gpu: Backend) -> None:
 
 
 @pytest.mark.gpu
+def test_positions_of_one_geometry_as_an_array_then_a_range_then_an_array(gpu: Backend) -> None:
+    # After a geometry's first call, positions whose rows hold one range are planned as
+    # an offset, other values as an array: each takes its own launches (the CPU harness
+    # checks the same in tests/test_cuda_source.py).
+    host = _random((2, 3, 4, 32), np.dtype(np.float32), 5)
+    x = gpu.from_numpy(host)
+    rope = anyrope.RoPE(32)
+    for rows in ([[0, 1, 2], [5, 6, 7]], [[254, 255, 256]] * 2, [[10, 20, 30], [40, 50, 60]]):
+        positions = np.array(rows)
+        got = rope.rotate(x, _ints(gpu, positions), impl="cuda")
+        _assert_same(gpu, got, anyrope.rotate(host, positions, impl="array_api"))
+
+
+@pytest.mark.gpu
+def test_cupy_tables_built_on_a_busy_stream_are_whole_on_another(gpu: Backend) -> None:
+    # CuPy copies the tables on the stream current when they are built; a launch on
+    # another stream right after reads them whole (the copy is waited for once).
+    if gpu.name != "cupy":
+        pytest.skip("torch copies tables from the host synchronously")
+    import cupy
+
+    host = _random((1, 1, 4, 128), np.dtype(np.float32), 6)
+    x = cupy.asarray(host)
+    rope = anyrope.RoPE(128)
+    busy, other = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)
+    work = cupy.ones((4096, 4096), cupy.float32)
+    with busy:
+        for _ in range(20):
+            work = work @ work * 1e-4
+        rope.rotate(x, 3, impl="cuda")  # builds the tables on the busy stream
+    with other:
+        y = rope.rotate(x, 5, impl="cuda")
+    other.synchronize()
+    _assert_same(gpu, y, anyrope.rotate(host, 5, impl="array_api"))
+
+
+@pytest.mark.gpu
 def test_negative_positions_are_refused_before_the_launch(
     gpu: Backend, launches: list[Launch]
 ) -> None:
