@@ -137,11 +137,12 @@ def _source(key: int) -> TableSource:
 def compiling(x: object) -> bool:
     """Whether a call on ``x`` goes through this module: a torch tensor that
     ``torch.compile`` or ``torch.export`` traces, a meta tensor (the op's fake kernel
-    gives meta results) or a ``DTensor`` (its local shards are rotated).
+    gives meta results), a ``DTensor`` (its local shards are rotated) or a tensor that
+    ``torch.func.vmap`` batches (the op's batching rule maps it).
 
     Never imports torch. Eagerly it costs a dictionary lookup and an ``isinstance`` for
-    other arrays, and a call of ``torch.compiler.is_compiling`` and an attribute read
-    more for plain tensors (about 0.3 microseconds).
+    other arrays, and for plain tensors a call of ``torch.compiler.is_compiling``, an
+    attribute read and functorch's test for a batched tensor (about 0.4 microseconds).
     """
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(x, torch.Tensor):
