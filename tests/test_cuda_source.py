@@ -1635,15 +1635,8 @@ class _FakeKernel(NamedTuple):
         return types.SimpleNamespace(ptr=hash((self.device, self.name)) & 0xFFFF_FFFF)
 
 
-def test_cupy_outputs_are_made_on_the_device_of_the_arrays(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # CuPy allocates on its current device, and array-api-compat's `empty` drops its
-    # `device=`: arrays on device 1 while device 0 is current would get their outputs on
-    # device 0, written by a kernel launched on device 1.
-    from anyrope._paths.cuda import dispatch as cuda_dispatch
-
-    current = [0]
+def _device_of_cupy(current: list[int]) -> Any:
+    """A stand-in for ``cupy.cuda.Device``: entered, its id is last in ``current``."""
 
     class Device:
         def __init__(self, device_id: int) -> None:
@@ -1654,6 +1647,21 @@ def test_cupy_outputs_are_made_on_the_device_of_the_arrays(
 
         def __exit__(self, *exc: object) -> None:
             current.pop()
+
+    return Device
+
+
+def test_cupy_outputs_are_made_on_the_device_of_the_arrays(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # CuPy allocates on its current device, and array-api-compat's `empty` drops its
+    # `device=`: arrays on device 1 while device 0 is current would get their outputs on
+    # device 0, written by a kernel launched on device 1.
+    from anyrope._paths.cuda import dispatch as cuda_dispatch
+
+    current = [0]
+
+    Device = _device_of_cupy(current)
 
     made: list[tuple[tuple[int, ...], int]] = []
 
@@ -1990,15 +1998,7 @@ def test_cupy_tables_are_whole_before_any_stream_reads_them(
     current = [0]
     waited: list[int] = []
 
-    class Device:
-        def __init__(self, device_id: int) -> None:
-            self.id = device_id
-
-        def __enter__(self) -> None:
-            current.append(self.id)
-
-        def __exit__(self, *exc: object) -> None:
-            current.pop()
+    Device = _device_of_cupy(current)
 
     class Stream:
         def is_capturing(self) -> bool:
