@@ -148,9 +148,6 @@ BUILT_IN_SCALING = frozenset(
     }
 )
 
-# Families whose config class keeps `rope_scaling` as an attribute that nothing reads.
-_IGNORES_ROPE_SCALING = frozenset({"cohere2_moe"})
-
 # NeoMME's settings per layer type when its config leaves them out: (rope_theta, fraction).
 _NEOMME_DEFAULTS = {"full_attention": (1_000_000.0, 0.25), "sliding_attention": (10_000.0, 1.0)}
 
@@ -464,11 +461,11 @@ def _built_in_rope_parameters(config: dict[str, Any], model_type: str) -> None:
 
 
 def _ignored_rope_scaling(config: Mapping[str, Any], model_type: str) -> None:
+    """Cohere2-MoE's config class keeps ``rope_scaling`` as an attribute nothing reads."""
     scaling = config.get("rope_scaling")
-    if isinstance(scaling, Mapping) and (scaling.get("rope_type") or scaling.get("type")) not in (
-        None,
-        "default",
-    ):
+    if not isinstance(scaling, Mapping):
+        return
+    if (scaling.get("rope_type") or scaling.get("type")) not in (None, "default"):
         raise ValueError(
             f"`rope_scaling`={dict(scaling)!r} in a model_type={model_type!r} config: "
             "transformers keeps it unread for this family and rotates without scaling; give "
@@ -515,7 +512,7 @@ _CONVERTERS: dict[str, Callable[[dict[str, Any], str], None]] = {
     **dict.fromkeys(_BUILT_IN_ROPE_PARAMETERS - {"muse_spark_text"}, _built_in_rope_parameters),
     "muse_spark_text": _muse_spark_text,
     **dict.fromkeys(BUILT_IN_SCALING, _built_in_scaling),
-    **dict.fromkeys(_IGNORES_ROPE_SCALING, _ignored_rope_scaling),
+    "cohere2_moe": _ignored_rope_scaling,
     **dict.fromkeys(("cohere2", "granite_swa", "granitemoe_swa"), _derived_layer_types),
     "minimax_m2": _minimax_m2,
     "hunyuan_vl_text": _hunyuan_vl,

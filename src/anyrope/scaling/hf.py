@@ -347,8 +347,6 @@ def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfi
     max_positions = _int(config, "max_position_embeddings")
     original = _int(config, "original_max_position_embeddings")
     nested = is_nested(_scaling_dict(config))
-    if nested:
-        _check_nested_reads(scaling, layer_type)
     parsed = parse_rope_scaling(
         scaling,
         max_position_embeddings=max_positions,
@@ -599,22 +597,19 @@ def _layer_scaling(config: Any, layer_type: str | None) -> Mapping[str, Any]:
             "pass layer_type= one of them, or use anyrope.RoPE.from_hf_config_layers(config) "
             "for every layer type at once"
         )
-    if scaling[layer_type] is None:
+    settings = scaling[layer_type]
+    if settings is None:
         raise ValueError(
             f"layer type {layer_type!r} has no RoPE in the model config "
             f"(`rope_parameters[{layer_type!r}]` is null)"
         )
-    return dict(scaling[layer_type])
-
-
-def _check_nested_reads(scaling: Mapping[str, Any], layer_type: str | None) -> None:
-    """Refuse what transformers reads from the top level of settings per layer type."""
-    if scaling.get("rope_type") == "yarn" and scaling.get("truncate") is False:
+    if settings.get("rope_type") == "yarn" and settings.get("truncate") is False:
         raise ValueError(
             f"`rope_parameters[{layer_type!r}]['truncate']`=False: transformers 5.23 reads "
             "`truncate` from the top level of `rope_parameters` only, so these layers "
             "truncate their YaRN ramp; drop the key to read the rotation transformers gives"
         )
+    return dict(settings)
 
 
 def _rotary_dim(config: Any, inner: Mapping[str, Any], head_dim: int, narrows: bool) -> int:
