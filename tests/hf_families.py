@@ -95,7 +95,9 @@ def _rotary_and_config(module: Any, top: Any) -> tuple[Any, Any]:
         for name, c in inspect.getmembers(module, inspect.isclass)
         if name.endswith("RotaryEmbedding") and c.__module__ == module.__name__
     ]
-    text = [c for c in classes if not any(w in c.__name__ for w in ("Vision", "Audio", "Video"))]
+    # Qwen2.5-Omni's DiT (its speech decoder's transformer) has a rotary class of its own.
+    towers = ("Vision", "Audio", "Video", "DiT")
+    text = [c for c in classes if not any(w in c.__name__ for w in towers)]
     if text:
         return text[0], top.get_text_config()
     for rotary in classes:

@@ -189,7 +189,13 @@ def test_partial_rotary_inside_rope_parameters() -> None:
             ValueError,
             "`partial_rotary_factor`=0.5",
         ),
-        ({"partial_rotary_factor": 0.09}, ValueError, "odd or empty rotary width"),
+        # StableLM rotates the fraction it is given (Mistral, whatever it says, the whole
+        # head: refused for any fraction below 1, see test_hf_families).
+        (
+            {"model_type": "stablelm", "partial_rotary_factor": 0.09},
+            ValueError,
+            "odd or empty rotary width",
+        ),
         (
             {"partial_rotary_factor": 0.0},
             ValueError,
@@ -406,8 +412,22 @@ def test_contiguous_m_rope_and_text_only_configs_are_read() -> None:
     sections = {"rope_type": "default", "mrope_section": [8, 12, 12]}
     qwen2_vl = from_hf_config({**_SMALL, "model_type": "qwen2_vl", "rope_scaling": sections})
     assert qwen2_vl.scaling.mrope_section == (8, 12, 12)
-    # Qwen3-VL without sections in its config: text positions, plain RoPE.
-    assert from_hf_config({**_SMALL, "model_type": "qwen3_vl_text"}).scaling.mrope_section is None
+    # Without sections in the config, the family's code falls back to its own: contiguous
+    # ones must cover the pairs; Qwen3-VL's interleaved layout takes what there is.
+    wide = {"hidden_size": 1024, "num_attention_heads": 8}
+    qwen2_vl = from_hf_config({**wide, "model_type": "qwen2_vl_text"})
+    assert qwen2_vl.scaling.mrope_section == (16, 24, 24)
+    qwen3_vl = from_hf_config({**wide, "model_type": "qwen3_vl_text"})
+    assert qwen3_vl.scaling.mrope_section == (24, 20, 20)
+    assert qwen3_vl.scaling.mrope_interleaved
+    narrow = {"hidden_size": 512, "num_attention_heads": 8}
+    assert from_hf_config({**narrow, "model_type": "qwen3_vl_text"}).scaling.mrope_section == (
+        11,
+        11,
+        10,
+    )
+    with pytest.raises(ValueError, match=r"splits its 32 rotated pairs by its fallback \[16"):
+        from_hf_config({**narrow, "model_type": "qwen2_vl_text"})
 
 
 def test_gptj_config_json_names() -> None:
@@ -573,3 +593,12 @@ def test_yarn_truncate_inside_settings_per_layer_type_is_refused() -> None:
     with pytest.raises(ValueError, match=r"\['full_attention'\]\['truncate'\]`=False"):
         from_hf_config(config, layer_type="full_attention")
     assert from_hf_config(config, layer_type="sliding_attention").base == 10000.0
+
+
+@pytest.mark.parametrize("fraction", [0.3, 0.5])
+def test_a_fraction_in_a_whole_head_family_is_refused_for_what_it_is(fraction: float) -> None:
+    """Llama turns the whole head whatever the fraction: the message says so for a
+    fraction whose width would be odd too (it said the width was odd)."""
+    config = {**_SMALL, "model_type": "llama", "partial_rotary_factor": fraction}
+    with pytest.raises(ValueError, match=r"the family's rotation turns the whole head"):
+        from_hf_config(config)

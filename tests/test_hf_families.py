@@ -31,9 +31,7 @@ NOT_DRIVEN = {
     "edgetam_video": "LookupError: no text rotary class",
     "eomt_dinov3": "TypeError",
     "exaone4_5": "a vision tower's 2-D axial RoPE",
-    "glm4v": "RuntimeError: split_with_sizes",  # M-RoPE sections wider than the default config
     "glm5_next": "a vision tower's 2-D axial RoPE",
-    "glm_image": "RuntimeError: split_with_sizes",
     "higgs_audio_v2": "LookupError: no text rotary class",
     "hunyuan_vl": "TypeError",
     "inkling2": "a vision tower's 2-D axial RoPE",
@@ -59,6 +57,9 @@ CLEAR_ERRORS = {
     "blt": "needs `head_dim`, or `hidden_size` and `num_attention_heads`",
     "deepseek_v4[compress]": "`rope_theta`=10000.0 and `rope_parameters['rope_theta']`",
     "efficientloftr": "`partial_rotary_factor` must be in (0, 1]",
+    "ernie4_5_vl_moe": "lays out its M-RoPE streams in its own way",
+    "glm4v": "without `mrope_section`: the family's code splits its 64 rotated pairs",
+    "glm_image": "without `mrope_section`: the family's code splits its 64 rotated pairs",
     "esmfold2": "needs `head_dim`, or `hidden_size` and `num_attention_heads`",
     "glm4_moe": "is not a multiple of `num_attention_heads`",
     "glm4v_moe": "is not a multiple of `num_attention_heads`",
@@ -141,6 +142,37 @@ def test_interleaved_mrope_matches_with_three_distinct_streams(family: str) -> N
     assert rope.scaling.mrope_interleaved
     assert rope.sections == tuple(sections)
     assert outcome.kind == "match", outcome
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize(
+    "family", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5", "cosmos3_edge"]
+)
+def test_m_rope_without_sections_takes_the_fallback_of_the_family_code(
+    family: str, head_dim: int
+) -> None:
+    """A config without ``mrope_section`` still rotates by three streams in these families:
+    the sections their code falls back to, cut to the pairs there are in Qwen3-VL's
+    interleaved layout. Driven with a different position in each stream."""
+    import importlib
+
+    module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rotary_class, config = hf_families._rotary_and_config(module, hf_families._config(family))
+        config.head_dim = head_dim
+        config.rope_parameters = {
+            k: v for k, v in config.rope_parameters.items() if k != "mrope_section"
+        }
+        fallback = list(rotary_class(config=config).mrope_section)
+        pairs = int(head_dim * config.rope_parameters.get("partial_rotary_factor", 1)) // 2
+        if family in INTERLEAVED_MROPE_FAMILIES or sum(fallback) == pairs:
+            outcome = hf_families._drive_one(family, module, rotary_class, config, None)
+            assert outcome.kind == "match", outcome
+            assert anyrope.RoPE.from_hf_config(config).sections is not None
+        else:
+            with pytest.raises(ValueError, match=r"without `mrope_section`: the family's code"):
+                anyrope.RoPE.from_hf_config(config)
 
 
 @pytest.mark.parametrize("family", ["gptj", "codegen"])
@@ -292,6 +324,52 @@ def test_layers_whose_attention_does_not_rotate_have_no_rope(
         assert repr(anyrope.RoPE.from_hf_config(source)) == repr(ropes["sliding_attention"])
 
 
+NO_ROPE_LAYERS = {
+    "llama4": ("Llama4TextConfig", "Llama4TextAttention"),
+    "mistral_large4": ("MistralLarge4TextConfig", "MistralLarge4TextAttention"),
+    "smollm3": ("SmolLM3Config", "SmolLM3Attention"),
+}
+"""Families whose attention rotates layer ``i`` only where ``no_rope_layers[i]`` is 1."""
+
+
+@pytest.mark.parametrize("derived", [False, True], ids=["listed", "derived"])
+@pytest.mark.parametrize("family", sorted(NO_ROPE_LAYERS))
+def test_no_rope_layers_have_no_rope(family: str, derived: bool) -> None:
+    """Each layer's own attention module says whether it rotates (``use_rope``); a type
+    whose layers never do gets ``None`` (Llama 4's ``full_attention``), one that mixes
+    them is an error (SmolLM3's single type), and without a layer type the rotation is
+    that of the layers that rotate. Without ``no_rope_layers`` the list is derived as the
+    config class derives it. (Every layer type was read as rotating.)"""
+    import importlib
+
+    config_name, attention_name = NO_ROPE_LAYERS[family]
+    configs = importlib.import_module(f"transformers.models.{family}.configuration_{family}")
+    module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+    sizes = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = getattr(configs, config_name)(num_hidden_layers=8, **sizes)
+        attention = getattr(module, attention_name)
+        rotates = [bool(attention(config, layer_idx=i).use_rope) for i in range(8)]
+    assert True in rotates  # the case is there
+    assert False in rotates
+    source = config.to_dict()
+    if derived:
+        del source["no_rope_layers"]
+    by_type: dict[str, set[bool]] = {}
+    for kind, rotated in zip(config.layer_types, rotates, strict=True):
+        by_type.setdefault(kind, set()).add(rotated)
+    if any(len(seen) > 1 for seen in by_type.values()):
+        with pytest.raises(ValueError, match=r"in different ways.*`no_rope_layers`"):
+            anyrope.RoPE.from_hf_config_layers(source)
+    else:
+        ropes = anyrope.RoPE.from_hf_config_layers(source)
+        assert {kind: ropes[kind] is not None for kind in by_type} == {
+            kind: next(iter(seen)) for kind, seen in by_type.items()
+        }
+    assert anyrope.RoPE.from_hf_config(source) is not None
+
+
 @pytest.mark.parametrize("family", ["granite_swa", "granitemoe_swa", "muse_spark"])
 def test_layer_rope_theta_gives_each_layer_type_its_base_or_none(family: str) -> None:
     """``layer_rope_theta``: Granite-SWA builds one rotary module per non-zero base and
@@ -381,6 +459,8 @@ def test_a_partial_rotary_factor_is_read_as_the_family_reads_it(family: str) -> 
             theirs = hf_families._hf_rotation(
                 module, rotary_class, halved, q, k, positions, layer_type
             )
+        if rope.sections is not None:  # M-RoPE: text positions, the same in every stream
+            positions = positions.expand(len(rope.sections), -1, -1)
         ours = rope(q, k, positions, layout="bhsd", impl="array_api")
         for a, b in zip(theirs[:2], ours, strict=True):
             assert float((a - b).abs().max()) <= 2e-3, label

@@ -156,6 +156,21 @@ OLDER = {
         },
     },
     "phi3-yarn-name": {**PHI_3, "rope_scaling": {"type": "yarn", **LONGROPE_FACTORS}},
+    # Without a top-level original_max_position_embeddings the config class holds 4096,
+    # which transformers reads in place of max_position_embeddings (or the inner one).
+    "phi3-no-original-length": {
+        **{key: value for key, value in PHI_3.items() if key != "original_max_position_embeddings"},
+        "rope_scaling": {"type": "longrope", **LONGROPE_FACTORS},
+    },
+    "phi4_multimodal-inner-original-length-4096": {
+        **{key: value for key, value in PHI_3.items() if key != "original_max_position_embeddings"},
+        "model_type": "phi4_multimodal",
+        "rope_scaling": {
+            "rope_type": "longrope",
+            "original_max_position_embeddings": 4096,
+            **LONGROPE_FACTORS,
+        },
+    },
     "phi4_multimodal-su": {
         **PHI_3,
         "model_type": "phi4_multimodal",
@@ -395,6 +410,31 @@ def test_gemma_3_sliding_layers_get_the_local_base_unscaled() -> None:
             "needs `head_dim`: transformers reads it as the fraction",
         ),
         ({"model_type": "dots3_note_text", "rope_theta": 1e6}, "needs `layer_types`"),
+        (
+            {"model_type": "gptj", "n_embd": 512, "n_head": 2, "rope_theta": 5e4},
+            "`rope_theta`=50000.0 in a model_type='gptj' config: the family's attention",
+        ),
+        (
+            {
+                "model_type": "codegen",
+                "n_embd": 512,
+                "n_head": 2,
+                "rope_scaling": {"type": "linear", "factor": 4.0},
+            },
+            "rotates without scaling whatever the config says",
+        ),
+        (
+            {
+                **{k: v for k, v in PHI_3.items() if k != "original_max_position_embeddings"},
+                "rope_parameters": {
+                    "rope_type": "longrope",
+                    "rope_theta": 10000.0,
+                    "original_max_position_embeddings": 8192,
+                    **LONGROPE_FACTORS,
+                },
+            },
+            "reads the config class's top-level default, 4096, instead",
+        ),
         (
             {
                 "model_type": "step3p5",

@@ -291,10 +291,35 @@ def _rename_method(scaling: dict[str, Any], older: Collection[str], name: str) -
         scaling["rope_type"] = name
 
 
+_PHI3_ORIGINAL_MAX = 4096
+"""The top-level ``original_max_position_embeddings`` of Phi-3's and Phi-4-multimodal's
+config classes when a config has none."""
+
+
 def _phi3(config: dict[str, Any], model_type: str) -> None:
     """Phi-3's (and Phi-4-multimodal's) older ``"su"`` and ``"yarn"`` scaling are its
-    ``"longrope"``."""
-    _rename_method(_flat_scaling(config), ("su", "yarn"), "longrope")
+    ``"longrope"``. Their config classes hold a top-level
+    ``original_max_position_embeddings`` (4096 unless given), which transformers reads for
+    a scaled rotation in place of the one in the scaling settings."""
+    scaling = _flat_scaling(config)
+    _rename_method(scaling, ("su", "yarn"), "longrope")
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if _present(config, "original_max_position_embeddings") or kind not in _LENGTH_SCALED:
+        return
+    inner = scaling.get("original_max_position_embeddings")
+    if inner is not None and inner != _PHI3_ORIGINAL_MAX:
+        raise ValueError(
+            f"`rope_parameters['original_max_position_embeddings']`={inner!r} in a "
+            f"model_type={model_type!r} config without one at the top level: transformers "
+            f"reads the config class's top-level default, {_PHI3_ORIGINAL_MAX}, instead; "
+            "give the top-level `original_max_position_embeddings`"
+        )
+    config["original_max_position_embeddings"] = _PHI3_ORIGINAL_MAX
+
+
+_LENGTH_SCALED = ("llama3", "yarn", "longrope")
+"""The methods for which transformers moves a top-level ``original_max_position_embeddings``
+into the scaling settings."""
 
 
 def _minimax_m2(config: dict[str, Any], model_type: str) -> None:
@@ -460,6 +485,37 @@ def _built_in_rope_parameters(config: dict[str, Any], model_type: str) -> None:
         config["rope_parameters"] = {"rope_type": "default"}
 
 
+def _fixed_rotation(config: Mapping[str, Any], model_type: str) -> None:
+    """GPT-J's and CodeGen's attention builds its tables with base 10000 and no scaling,
+    whatever the config says: a config that says otherwise is refused."""
+    for key in ("rope_theta", "rotary_emb_base"):
+        if _present(config, key) and config[key] != _TRANSFORMERS_DEFAULT_THETA:
+            raise ValueError(
+                f"`{key}`={config[key]!r} in a model_type={model_type!r} config: the family's "
+                f"attention rotates with base {_TRANSFORMERS_DEFAULT_THETA} whatever the config "
+                "says (transformers ignores the key); drop it to read the rotation it gives"
+            )
+    for key in ("rope_scaling", "rope_parameters"):
+        settings = config.get(key)
+        if isinstance(settings, Mapping) and not all(
+            _unscaled(name, value) for name, value in settings.items()
+        ):
+            raise ValueError(
+                f"`{key}`={dict(settings)!r} in a model_type={model_type!r} config: the "
+                "family's attention rotates without scaling whatever the config says "
+                "(transformers ignores the key); drop it to read the rotation it gives"
+            )
+
+
+def _unscaled(name: str, value: Any) -> bool:
+    """Whether a key of scaling settings says what unscaled RoPE of base 10000 does."""
+    if name in ("rope_type", "type"):
+        return value in (None, "default")
+    if name == "rope_theta":
+        return value in (None, _TRANSFORMERS_DEFAULT_THETA)
+    return value is None
+
+
 def _ignored_rope_scaling(config: Mapping[str, Any], model_type: str) -> None:
     """Cohere2-MoE's config class keeps ``rope_scaling`` as an attribute nothing reads."""
     scaling = config.get("rope_scaling")
@@ -513,6 +569,7 @@ _CONVERTERS: dict[str, Callable[[dict[str, Any], str], None]] = {
     "muse_spark_text": _muse_spark_text,
     **dict.fromkeys(BUILT_IN_SCALING, _built_in_scaling),
     "cohere2_moe": _ignored_rope_scaling,
+    **dict.fromkeys(("gptj", "codegen"), _fixed_rotation),
     **dict.fromkeys(("cohere2", "granite_swa", "granitemoe_swa"), _derived_layer_types),
     "minimax_m2": _minimax_m2,
     "hunyuan_vl_text": _hunyuan_vl,

@@ -100,8 +100,31 @@ INTERLEAVED_MROPE_MODEL_TYPES = frozenset(
 """Families whose M-RoPE gives the streams' pairs in turn (t, h, w, t, h, w, ...)
 instead of contiguous runs of ``mrope_section`` pairs: a property of the family's
 modeling code (``recomposition_frequencies``), whatever ``mrope_interleaved`` says.
-Their configs with ``mrope_section`` read as ``mrope_interleaved=True``; without it
-(text-only configs) they are plain RoPE. Outside these families the key decides."""
+Their configs read as ``mrope_interleaved=True`` (without ``mrope_section``, with the
+family's fallback, :data:`MROPE_DEFAULT_SECTIONS`). Outside these families the key
+decides."""
+
+MROPE_DEFAULT_SECTIONS: dict[str, tuple[int, ...]] = {
+    **dict.fromkeys(
+        (
+            *_with_text("qwen2_vl", "qwen2_5_vl", "paddleocr_vl", "qwen2_5_omni"),
+            "qwen2_5_omni_talker",
+        ),
+        (16, 24, 24),
+    ),
+    **dict.fromkeys(
+        _with_text("qwen3_vl", "qwen3_vl_moe", "qwen3_omni_moe", "cosmos3_edge", "cohere_compass"),
+        (24, 20, 20),
+    ),
+    **dict.fromkeys(_with_text("glm4v", "glm4v_moe", "glm_ocr", "glm_image"), (8, 12, 12)),
+    **dict.fromkeys(_with_text("qwen3_5", "qwen3_5_moe", "qwen4_exp"), (11, 11, 10)),
+    **dict.fromkeys(_with_text("ernie4_5_vl_moe"), (22, 22, 20)),
+}
+"""The ``mrope_section`` each M-RoPE family's rotary class takes when its config has none
+(transformers 5.23.0): these families rotate by three position streams whatever the
+config says. The families of :data:`INTERLEAVED_MROPE_MODEL_TYPES` take only the pairs
+of the second and third streams from it (as many as there are); the first stream has
+the rest."""
 
 OWN_MROPE_MODEL_TYPES = frozenset(_with_text("ernie4_5_vl_moe", "hunyuan_vl"))
 """Families whose M-RoPE lays the streams out another way (ERNIE 4.5 VL reorders the
@@ -131,6 +154,13 @@ SLIDING_ONLY_MODEL_TYPES = frozenset({"cohere2", "cohere2_moe", "exaone4", "koli
 and Kolibri in every layer of a model without a ``sliding_window``; Cohere2-MoE also in
 its dense layers when ``prefix_dense_sliding_window_pattern`` is 1): their other layers
 have no RoPE."""
+
+NO_ROPE_LAYERS_MODEL_TYPES = frozenset(
+    {"llama4", "llama4_text", "smollm3", "mistral_large4", "mistral_large4_text"}
+)
+"""Families whose attention rotates layer ``i`` only where ``no_rope_layers[i]`` is 1;
+without the list, every ``no_rope_layer_interval``-th layer (4 unless given) does not
+rotate, as their config classes fill it."""
 
 LAYER_ROPE_THETA_MODEL_TYPES = frozenset({"granite_swa", "granitemoe_swa", "muse_spark_text"})
 """Families whose ``layer_rope_theta`` gives each layer its base, 0 for none (MuseSpark
@@ -363,20 +393,23 @@ def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfi
                 "give it in that layer type's settings"
             )
     head_dim = _head_dim(config, axial=parsed.rope_type == "axial")
-    rotary_dim = _rotary_dim(config, scaling, head_dim, parsed.partial_rotary_factor_sets_width)
     whole = model_type in WHOLE_HEAD_MODEL_TYPES or f"{model_type}[{layer_type}]" in (
         WHOLE_HEAD_MODEL_TYPES
     )
-    if whole and rotary_dim < head_dim and parsed.rope_type == "default":
-        key, fraction = _setting(config, ("partial_rotary_factor", "rotary_pct"), scaling)
+    key, fraction = _setting(config, ("partial_rotary_factor", "rotary_pct"), scaling)
+    # Before the width it gives is checked: any fraction below 1 is refused there.
+    narrowed = isinstance(fraction, (int, float)) and 0 < fraction < 1
+    if whole and parsed.rope_type == "default" and narrowed:
         raise ValueError(
             f"`{key}`={fraction!r} in a model_type={model_type!r} config: the family's "
             "rotation turns the whole head (transformers ignores the fraction there); drop "
             "the key to read the rotation transformers gives"
         )
+    rotary_dim = _rotary_dim(config, scaling, head_dim, parsed.partial_rotary_factor_sets_width)
     if _get(config, "qk_rope_head_dim") is not None and parsed.partial_rotary_factor:
         # The fraction was of the full head_dim and is now the rope part's whole width.
         parsed = dataclasses.replace(parsed, partial_rotary_factor=None)
+    parsed = _family_sections(parsed, model_type, rotary_dim)
     parsed.check_rotary_dim(rotary_dim)
     if model_type in INTERLEAVED_MROPE_MODEL_TYPES and parsed.mrope_section is not None:
         parsed = dataclasses.replace(parsed, mrope_interleaved=True)
@@ -385,6 +418,28 @@ def from_hf_config(config: Any, *, layer_type: str | None = None) -> HFRopeConfi
         interleaved = model_type in INTERLEAVED_MODEL_TYPES
     flag(interleaved, "rope_interleave")
     return HFRopeConfig(head_dim, rotary_dim, base, interleaved, max_positions, parsed)
+
+
+def _family_sections(parsed: RopeScaling, model_type: Any, rotary_dim: int) -> RopeScaling:
+    """``parsed`` with the sections its family's code falls back to when the config gives
+    none (:data:`MROPE_DEFAULT_SECTIONS`)."""
+    fallback = MROPE_DEFAULT_SECTIONS.get(model_type)
+    if fallback is None or parsed.mrope_section is not None or parsed.rope_type == "axial":
+        return parsed
+    pairs = rotary_dim // 2
+    if model_type in INTERLEAVED_MROPE_MODEL_TYPES:
+        # Their code gives pair i to stream s = i % 3 (s = 1, 2) while i < 3 * sections[s],
+        # and the other pairs to the first stream, whatever the sections add up to.
+        taken = [len(range(s, min(3 * fallback[s], pairs), 3)) for s in (1, 2)]
+        fallback = (pairs - sum(taken), *taken)
+    elif sum(fallback) != pairs:
+        raise ValueError(
+            f"a model_type={model_type!r} config without `mrope_section`: the family's code "
+            f"splits its {pairs} rotated pairs by its fallback {list(fallback)}, which does "
+            "not cover them (transformers fails on every call); give `mrope_section` in "
+            "`rope_parameters`"
+        )
+    return dataclasses.replace(parsed, mrope_section=fallback)
 
 
 def from_hf_config_layers(config: Any) -> dict[str, HFRopeConfig | None]:
@@ -436,6 +491,19 @@ def _layer_rotations(config: Any) -> list[float | bool] | None:
     for a base of its own, ``True`` for the config's rotation; ``None`` for a config whose
     layers all rotate alike."""
     model_type = _get(config, "model_type")
+    if model_type in NO_ROPE_LAYERS_MODEL_TYPES:
+        flags = _get(config, "no_rope_layers")
+        count = _get(config, "num_hidden_layers")
+        if not flags and count is None:
+            raise ValueError(
+                f"a model_type={model_type!r} config needs `no_rope_layers`, or "
+                "`num_hidden_layers` to derive it: the family skips the rotation in every "
+                "`no_rope_layer_interval`-th layer"
+            )
+        if not flags:
+            interval = _get(config, "no_rope_layer_interval") or 4
+            flags = [(layer + 1) % interval != 0 for layer in range(count)]
+        return [bool(flag) for flag in flags]
     if model_type in LAYER_ROPE_THETA_MODEL_TYPES:
         thetas = _get(config, "layer_rope_theta")
         if thetas is None:
@@ -468,8 +536,12 @@ def _layer_rotations(config: Any) -> list[float | bool] | None:
 def _layer_base(config: Any, layer_type: str | None) -> float | None:
     """The base the layers of ``layer_type`` (every layer for ``None``) have of their own,
     ``None`` for the config's; an error where they have no RoPE or differ."""
-    sliding_only = _get(config, "model_type") in SLIDING_ONLY_MODEL_TYPES
-    if layer_type is None and sliding_only and not _get(config, "layer_types"):
+    model_type = _get(config, "model_type")
+    sliding_only = model_type in SLIDING_ONLY_MODEL_TYPES
+    if layer_type is None and (
+        (sliding_only and not _get(config, "layer_types"))
+        or model_type in NO_ROPE_LAYERS_MODEL_TYPES
+    ):
         # The layers that rotate take the config's rotation, whichever they are.
         return None
     per_layer = _layer_rotations(config)
@@ -505,7 +577,8 @@ def _layer_base(config: Any, layer_type: str | None) -> float | None:
         )
         raise ValueError(
             f"model_type={_get(config, 'model_type')!r} rotates {which} in different ways in "
-            f"this model config (`layer_rope_theta`, or layers with and without RoPE); {advice}"
+            "this model config (`layer_rope_theta`, or layers with and without RoPE: "
+            f"Cohere2-MoE's dense prefix, `no_rope_layers`); {advice}"
         )
     (rotation,) = chosen
     return None if rotation is True else float(rotation)
@@ -563,7 +636,8 @@ def _refuse(model_type: Any, inner: Mapping[str, Any]) -> None:
             "which anyrope.RoPE does not model; rotating with inverse=True gives it "
             "(there is no attention factor in this family's rotation)"
         )
-    if model_type in OWN_MROPE_MODEL_TYPES and inner.get("mrope_section") is not None:
+    own = inner.get("mrope_section") or MROPE_DEFAULT_SECTIONS.get(model_type)
+    if model_type in OWN_MROPE_MODEL_TYPES and own is not None:
         raise ValueError(
             f"model_type={model_type!r} lays out its M-RoPE streams in its own way, which "
             "anyrope does not model: anyrope's mrope_section gives each stream a contiguous "
