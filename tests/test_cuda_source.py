@@ -984,6 +984,49 @@ def test_autograd_function_through_the_harness(harness: Any) -> None:
     assert launches
 
 
+# Forward mode's first use in a process loads torch's own scripted decompositions.
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+@pytest.mark.parametrize("inplace", [False, True], ids=["out-of-place", "in-place"])
+def test_forward_mode_and_torch_func_through_the_harness(harness: Any, inplace: bool) -> None:
+    """Forward-mode autograd turns the tangents by the rotation (it dropped them silently
+    on the paths that write through raw memory), and torch.func's transforms take the
+    Function: grad and jvp, on the host harness standing in for the device."""
+    torch = pytest.importorskip("torch")
+    import torch.autograd.forward_ad as fwad
+
+    from anyrope._paths.cuda.autograd import rotate_with_grad
+
+    rope = anyrope.RoPE(16, rotary_dim=12, interleaved=True)
+    gen = torch.Generator().manual_seed(2)
+    q, dq = (torch.randn(2, 5, 3, 16, dtype=torch.float64, generator=gen) for _ in "qt")
+    k, dk = (torch.randn(2, 5, 1, 16, dtype=torch.float64, generator=gen) for _ in "kt")
+    positions = torch.tensor([3, 1, 4, 1, 5])
+    launches: list[Launch] = []
+
+    def rotated(q: Any, k: Any) -> Any:
+        plan = _plan(rope, (q, k), positions, inplace=inplace)
+        assert plan.requires_grad
+        return rotate_with_grad(plan, launcher=_harness_launcher(harness, launches))
+
+    want = rope(q, k, positions, impl="array_api")
+    turned = rope(dq, dk, positions, impl="array_api")
+    with fwad.dual_level():
+        duals = rotated(
+            fwad.make_dual(q.clone(), dq.clone()), fwad.make_dual(k.clone(), dk.clone())
+        )
+        for dual, primal, tangent in zip(duals, want, turned, strict=True):
+            assert torch.equal(fwad.unpack_dual(dual).primal, primal)
+            assert torch.equal(fwad.unpack_dual(dual).tangent, tangent)
+    primals, tangents = torch.func.jvp(rotated, (q.clone(), k.clone()), (dq.clone(), dk.clone()))
+    for got, expected in zip((*primals, *tangents), (*want, *turned), strict=True):
+        assert torch.equal(got, expected)
+    if not inplace:  # torch.func.grad refuses to write into its input
+        grad = torch.func.grad(lambda q: (rotated(q, k)[0] * dq).sum())(q)
+        undone = rope.rotate(dq, positions, inverse=True, impl="array_api")
+        assert torch.equal(grad, undone)
+    assert launches
+
+
 @pytest.mark.parametrize("inverse", [False, True], ids=["forward", "inverse"])
 def test_autograd_is_the_adjoint_twice_with_an_attention_factor(
     harness: Any, inverse: bool

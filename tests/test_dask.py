@@ -60,6 +60,19 @@ def test_lazy_chunked_like_input_and_numpy_bits(layout, kind):
     np.testing.assert_array_equal(y.compute(), expected)
 
 
+@pytest.mark.parametrize("kind", ["seq", "dask-seq", "offset"])
+@pytest.mark.parametrize("layout", ["bshd", "bhsd", "sbhd"])
+def test_inputs_without_batch_axes(layout, kind):
+    """``(heads, seq, head_dim)`` and its kin: a "bhsd" input with a positions array
+    failed inside the path (its table had no heads axis)."""
+    host = _input(layout)[0] if layout != "sbhd" else _input(layout)[:, 0]
+    x = da.from_array(host, chunks=(2, 10, 16) if layout == "bhsd" else (10, 2, 16))
+    seq = np.random.default_rng(2).integers(0, 10**6, size=37)
+    positions = {"seq": seq, "dask-seq": da.from_array(seq, chunks=10), "offset": 7}[kind]
+    expected = anyrope.rotate(host, seq if kind != "offset" else 7, layout=layout)
+    np.testing.assert_array_equal(anyrope.rotate(x, positions, layout=layout).compute(), expected)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
 def test_dtypes_and_split_head_dim(dtype):
     host = _input("bshd", dtype, shape=(2, 20, 3, 32))

@@ -255,6 +255,30 @@ BAD_CALLS = [
         TypeError,
         ["positions", "float64"],
     ),
+    (
+        "frequencies-float-length",
+        lambda: anyrope.RoPE(8).frequencies(150.5),
+        TypeError,
+        ["`seq_len`", "150.5", "float"],
+    ),
+    (
+        "frequencies-negative-length",
+        lambda: anyrope.RoPE(8).frequencies(-5),
+        ValueError,
+        ["`seq_len`", "-5"],
+    ),
+    (
+        "rope-scaling-positional-keys",
+        lambda: anyrope.RopeScaling("linear", 4.0),
+        TypeError,
+        ["by keyword", "RopeScaling('linear', factor=4.0)", "2 positional"],
+    ),
+    (
+        "rotate-layout-misspelled",
+        lambda: anyrope.rotate(Q, layout="tdh"),
+        ValueError,
+        ["`layout`", "'thd'", "'tdh'"],
+    ),
 ]
 
 

@@ -48,6 +48,49 @@ def test_text_only_is_ordinary_rope_bitwise(backend_dtype, layout: str, interlea
     )
 
 
+@pytest.mark.parametrize("positions", ["none", "int", "0-d", "per-sequence"])
+def test_packed_sequences_are_text_only(backend, positions: str) -> None:
+    """M-RoPE of packed sequences (layout="thd") rotates text tokens: the bits of
+    ordinary RoPE, for every form of offsets (it was refused, naming a shape never given)."""
+    mrope = anyrope.RoPE(32, base=1e6, scaling=MROPE)
+    plain = anyrope.RoPE(32, base=1e6)
+    x = backend.from_numpy(_x((9, 3, 32)))
+    cu_seqlens = backend.from_numpy(np.array([0, 4, 9]))
+    offsets = {
+        "none": None,
+        "int": 5,
+        "0-d": backend.from_numpy(np.array(5)),
+        "per-sequence": backend.from_numpy(np.array([3, 70])),
+    }[positions]
+    got = mrope.rotate(x, offsets, layout="thd", cu_seqlens=cu_seqlens)
+    expected = plain.rotate(x, offsets, layout="thd", cu_seqlens=cu_seqlens)
+    np.testing.assert_array_equal(backend.to_numpy(got), backend.to_numpy(expected))
+
+
+def test_axial_rope_of_packed_sequences_is_refused_by_name() -> None:
+    axial = anyrope.RoPE(32, scaling=AXIAL)
+    with pytest.raises(ValueError, match=r"axial RoPE takes coordinates per token"):
+        axial.rotate(_x((9, 3, 32)), layout="thd", cu_seqlens=np.array([0, 4, 9]))
+
+
+@pytest.mark.parametrize("impl", ["auto", "array_api"])
+@pytest.mark.parametrize("kind", ["mrope", "axial"])
+def test_one_stream_holds_on_every_call_of_the_same_shape(backend, kind: str, impl: str) -> None:
+    """Sections of one stream take the path of several: the second call of a shape gave
+    an array of another shape, or failed, when the stream was read as plain positions."""
+    # positions (1, batch, seq) for M-RoPE, (batch, seq, 1) for axial
+    axis = 0 if kind == "mrope" else -1
+    key = "mrope_section" if kind == "mrope" else "axial_sections"
+    rope = anyrope.RoPE(8, scaling={"rope_type": "default" if axis == 0 else "axial", key: [4]})
+    x = backend.from_numpy(_x((2, 5, 3, 8)))
+    p = np.random.default_rng(1).integers(0, 50, size=(2, 5))
+    positions = backend.from_numpy(np.expand_dims(p, axis))
+    expected = backend.to_numpy(anyrope.rotate(x, backend.from_numpy(p)))
+    for _ in range(3):
+        got = backend.to_numpy(rope.rotate(x, positions, impl=impl))
+        np.testing.assert_array_equal(got, expected)
+
+
 @pytest.mark.parametrize("interleaved", [False, True])
 def test_each_section_follows_its_stream(backend_dtype, interleaved: bool) -> None:
     """Pair i takes the angle of stream s(i): equal to ordinary RoPE with that stream."""

@@ -29,17 +29,20 @@ SETTINGS = {
         "scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
     },
     "interleaved-partial": {"interleaved": True, "rotary_dim": 8, "start_index": 4},
+    "xpos": {"scale_base": 64},
 }
 
 
 class Rotary(torch.nn.Module):
     def __init__(self, **options) -> None:
         super().__init__()
-        self.rope = anyrope.RoPE(16, max_positions=CAPACITY, **options)
+        make = anyrope.XPos if "scale_base" in options else anyrope.RoPE
+        self.rope = make(16, max_positions=CAPACITY, **options)
 
     def forward(self, q, k, positions, starts):
         a = self.rope(q, k, positions)
-        b = self.rope.rotate(q, anyrope.Offsets(starts), inverse=True)
+        undo = self.rope.rotate_queries if isinstance(self.rope, anyrope.XPos) else self.rope.rotate
+        b = undo(q, anyrope.Offsets(starts), inverse=True)
         return (*a, b)
 
 
@@ -73,7 +76,7 @@ def _session(model, dtype):
 @pytest.mark.parametrize(
     ("dtype", "settings"),
     [(dtype, "default") for dtype in DTYPES]
-    + [("float16", "yarn"), ("float32", "interleaved-partial")],
+    + [("float16", "yarn"), ("float32", "interleaved-partial"), ("float32", "xpos")],
 )
 def test_onnx_runtime_gives_the_eager_bits(dtype: str, settings: str) -> None:
     model = Rotary(**SETTINGS[settings])

@@ -327,6 +327,24 @@ def test_a_rope_built_inside_compiled_code() -> None:
     assert counter.frame_count == 1
 
 
+@pytest.mark.parametrize("kind", ["RoPE", "XPos"])
+def test_a_rope_built_inside_compiled_code_from_symbolic_settings(kind: str) -> None:
+    """Dynamo makes numbers symbolic (dynamic=True, or a second value of an argument):
+    the settings of a RoPE made inside the compiled code are specialized (it failed). An
+    XPos made there traces without a break (it failed on its second table source)."""
+    make = anyrope.RoPE if kind == "RoPE" else anyrope.XPos
+
+    def model(q, k, base):
+        return make(q.shape[-1], base=base)(q, k, 3)
+
+    for dynamic in (True, None):
+        torch._dynamo.reset()
+        compiled = torch.compile(model, dynamic=dynamic, fullgraph=True, backend="aot_eager")
+        for base in (10000.0, 500.0):
+            q, k = _qk(torch.float32)
+            _assert_equal(compiled(q, k, base), model(q, k, base))
+
+
 def test_meta_tensors_give_meta_results() -> None:
     rope = anyrope.RoPE(16, rotary_dim=8, start_index=4)
     q = torch.empty(2, 5, 3, 16, device="meta", dtype=torch.bfloat16)

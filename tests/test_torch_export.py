@@ -72,6 +72,26 @@ def test_dynamic_batch_and_sequence_give_eager_bits(dtype: str, kind: str, capac
             assert torch.equal(got, expected)
 
 
+@pytest.mark.parametrize("capacity", [None, CAPACITY], ids=["op", "capacity"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_xpos_exports_as_its_queries_and_keys_tables(dtype: str, capacity) -> None:
+    """XPos has a table source for queries and one for keys: with a capacity both are
+    gathered in plain ops (it exported as the op, which ONNX cannot take)."""
+    xpos = anyrope.XPos(16, max_positions=capacity)
+
+    class Model(torch.nn.Module):
+        def forward(self, q, k, positions):
+            return xpos(q, k, positions)
+
+    program = _exported(Model(), DTYPES[dtype])
+    ops = {node.target for node in program.graph.nodes if node.op == "call_function"}
+    assert (torch.ops.anyrope.rotate.default in ops) == (capacity is None)
+    for seed, shape in enumerate(SHAPES):
+        inputs = _inputs(DTYPES[dtype], *shape, seed=seed)
+        for got, expected in zip(program.module()(*inputs), xpos(*inputs), strict=True):
+            assert torch.equal(got, expected)
+
+
 @pytest.mark.parametrize("layout", ["bhsd", "sbhd"])
 def test_other_layouts_inverse_and_partial_rotation(layout: str) -> None:
     rope = anyrope.RoPE(16, rotary_dim=8, start_index=4, interleaved=True, max_positions=CAPACITY)
@@ -134,3 +154,22 @@ def test_packed_sequences_without_cu_seqlens_are_refused_by_name(capacity) -> No
     x = torch.randn(5, 3, 16)
     with pytest.raises(ValueError, match=r"layout='thd' needs `cu_seqlens`"):
         torch.export.export(Packed(), (x,)).module()(x)
+
+
+# torch.jit.trace and TorchScript are deprecated in torch; the trace still runs.
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
+@pytest.mark.parametrize("capacity", [None, CAPACITY], ids=["without-capacity", "capacity"])
+def test_jit_trace_records_the_op_and_gives_eager_bits(capacity: int | None) -> None:
+    """torch.jit.trace records torch ops only: the kernels' writes through raw memory were
+    lost, and the traced module returned empty outputs."""
+    rope = anyrope.RoPE(16, max_positions=capacity)
+
+    def rotated(q, positions):
+        return rope.rotate(q, positions)
+
+    generator = torch.Generator().manual_seed(4)
+    example = (torch.randn(2, 5, 3, 16, generator=generator), torch.randint(0, 200, (2, 5)))
+    traced = torch.jit.trace(rotated, example, check_trace=False)
+    q, positions = torch.randn(2, 5, 3, 16, generator=generator), torch.randint(0, 200, (2, 5))
+    assert torch.equal(traced(q, positions), rope.rotate(q, positions))

@@ -55,6 +55,11 @@ def test_round_trip_on_every_backend(backend_dtype):
     np.testing.assert_array_equal(backend.to_bits(back), backend.to_bits(w))
     perm = head_permutation(6, 8)
     np.testing.assert_array_equal(backend.to_bits(half), backend.to_bits(w)[perm])
+    # A partial rotation: the first 4 features of each head of 8 reordered, 4 kept.
+    partial = anyrope.permute_qk_weights(w, 6, rotary_dim=4)
+    kept = np.arange(48).reshape(6, 8)
+    kept[:, :4] = kept[:, [0, 2, 1, 3]]
+    np.testing.assert_array_equal(backend.to_bits(partial), backend.to_bits(w)[kept.ravel()])
 
 
 @pytest.mark.parametrize("interleaved_source", [True, False], ids=["meta-to-hf", "hf-to-meta"])
@@ -111,6 +116,41 @@ def test_attention_scores_unchanged(n_kv, group, half_dim, seq, offset):
     np.testing.assert_allclose(hf, meta, rtol=1e-12, atol=1e-10)
 
 
+@pytest.mark.parametrize("to", ["half", "interleaved"])
+@pytest.mark.parametrize(("head_dim", "rotary_dim"), [(8, 4), (12, 2), (16, 8), (8, 8)])
+def test_a_partial_rotation_keeps_the_scores(to, head_dim, rotary_dim):
+    """Only the rotated features of each head are reordered: converted weights with the
+    other pairing give the same scores (the whole head reordered gave others)."""
+    n_heads, n_kv, hidden, seq = 4, 2, 12, 6
+    rng = np.random.default_rng([head_dim, rotary_dim])
+    wq = rng.standard_normal((n_heads * head_dim, hidden))
+    wk = rng.standard_normal((n_kv * head_dim, hidden))
+    bq = rng.standard_normal(n_heads * head_dim)
+    x = rng.standard_normal((seq, hidden))
+
+    def scores(wq, wk, bq, interleaved):
+        q = (x @ wq.T + bq).reshape(seq, n_heads, head_dim)
+        k = (x @ wk.T).reshape(seq, n_kv, head_dim)
+        q, k = anyrope.rotate_qk(q, k, 100, rotary_dim=rotary_dim, interleaved=interleaved)
+        return np.einsum("shd,thd->hst", q, np.repeat(k, n_heads // n_kv, axis=1))
+
+    source = scores(wq, wk, bq, interleaved=to == "half")
+    converted = scores(
+        anyrope.permute_qk_weights(wq, n_heads, to=to, rotary_dim=rotary_dim),
+        anyrope.permute_qk_weights(wk, n_kv, to=to, rotary_dim=rotary_dim),
+        anyrope.permute_qk_weights(bq, n_heads, to=to, rotary_dim=rotary_dim),
+        interleaved=to != "half",
+    )
+    np.testing.assert_allclose(converted, source, rtol=1e-12, atol=1e-10)
+    back = anyrope.permute_qk_weights(
+        anyrope.permute_qk_weights(wq, n_heads, to=to, rotary_dim=rotary_dim),
+        n_heads,
+        to="interleaved" if to == "half" else "half",
+        rotary_dim=rotary_dim,
+    )
+    np.testing.assert_array_equal(back, wq)
+
+
 def test_bias_is_permuted_like_the_rows():
     bias = np.arange(2 * 6, dtype=np.float32)
     w = np.repeat(bias[:, None], 3, axis=1)
@@ -131,6 +171,8 @@ def test_bias_is_permuted_like_the_rows():
         (np.zeros((2, 4, 2)), 1, {}, ValueError, r"shape \(2, 4, 2\)"),
         (np.zeros(()), 1, {}, ValueError, r"shape \(\)"),
         ([[0.0, 1.0]], 1, {}, TypeError, "`w` must be an array.*list"),
+        (np.zeros((8, 2)), 1, {"rotary_dim": 10}, ValueError, "`rotary_dim` must be .*; got 10"),
+        (np.zeros((8, 2)), 1, {"rotary_dim": 3}, ValueError, "`rotary_dim` must be .*; got 3"),
     ],
     ids=[
         "bad-to",
@@ -142,6 +184,8 @@ def test_bias_is_permuted_like_the_rows():
         "3d",
         "0d",
         "list",
+        "rotary-dim-too-wide",
+        "rotary-dim-odd",
     ],
 )
 def test_bad_input(w, n_heads, kwargs, error, match):

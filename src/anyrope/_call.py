@@ -41,14 +41,18 @@ inplace : bool, optional
     memory; a fused ``qkv`` gets its rotated q and k, its values untouched). Not
     possible for JAX and dask arrays, which are immutable.
 
-impl : {"auto", "cuda", "numba", "blocked", "array_api"}, optional
+impl : {"auto", "cuda", "numba", "blocked", "jax", "array_api"}, optional
     ``"array_api"``: the standard-only reference. ``"numba"``: the compiled CPU kernel
     for NumPy arrays and PyTorch CPU tensors (needs numba: ``pip install -e
     '.[numba]'`` from a clone). ``"blocked"``: the cache-blocked NumPy path for the same
     inputs. ``"cuda"``: the CUDA kernel for CuPy arrays and PyTorch CUDA tensors (needs
-    CuPy). ``"auto"`` (default) takes the first of ``cuda``, ``numba``, ``blocked`` and
-    ``array_api`` that can take the call; all give the same bits. A path named here
-    that cannot take the call raises a ``ValueError`` saying why.
+    CuPy). ``"jax"``: that numba kernel called by XLA, for JAX arrays on the CPU inside
+    ``jax.jit``, ``vmap`` or ``grad`` (eager JAX arrays on the CPU go the NumPy way).
+    ``"auto"`` (default) takes the first of ``cuda``, ``numba``, ``blocked``, ``jax``
+    and ``array_api`` that can take the call. All give the same bits, but where a
+    compiler wrapped around the call rewrites the reference's arithmetic
+    (``impl="array_api"`` under ``jax.jit``: see :doc:`/numerical-contract`). A path
+    named here that cannot take the call raises a ``ValueError`` saying why.
 
 xp : namespace, optional
     The array namespace, of the library of the arrays (``array_api_compat.torch`` for

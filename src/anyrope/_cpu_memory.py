@@ -36,7 +36,8 @@ def host_rejects(library: str, device: object, requires_grad: bool) -> str | Non
         return f"needs NumPy arrays or PyTorch CPU tensors; got {library} arrays on device {device}"
     if requires_grad:
         return (
-            "does not record autograd; use impl='auto' or 'array_api' for tensors that require grad"
+            "does not record autograd; use impl='auto' or 'array_api' for tensors that require "
+            "grad, and in forward mode (torch.func.jvp, forward_ad.dual_level)"
         )
     return None
 

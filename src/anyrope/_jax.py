@@ -10,23 +10,22 @@ as in eager mode. Offsets given as Python ints and concrete arrays need no callb
 
 Concrete under a trace: inside ``jit`` every ``jax.numpy`` operation is staged into the
 graph, even on concrete arrays. The work done on the host's word (checking concrete
-positions, building the tables) runs under :func:`outside_trace`, so that it is
-computed at once and enters the graph as constants: nothing built from a tracer is kept
-(the table caches outlive every trace) nor read on the host.
+positions, building the tables) runs under :func:`anyrope._namespace.outside_trace`, so
+that it is computed at once and enters the graph as constants: nothing built from a
+tracer is kept (the table caches outlive every trace) nor read on the host.
 
 This module is imported only for JAX arrays, when JAX is already in ``sys.modules``.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from typing import Any
 
 import array_api_compat
 import numpy as np
 
-from ._namespace import Array, Namespace
+from ._namespace import Array
 
 
 def is_traced(x: Array) -> bool:
@@ -36,24 +35,6 @@ def is_traced(x: Array) -> bool:
     import jax
 
     return isinstance(x, jax.core.Tracer)
-
-
-_NOTHING = contextlib.nullcontext()
-"""The context of the other libraries (reentrant, so one serves every call)."""
-
-
-def outside_trace(xp: Namespace) -> contextlib.AbstractContextManager[Any]:
-    """A context in which JAX computes operations on concrete arrays at once, even inside
-    a trace (``jax.ensure_compile_time_eval``): their results are concrete arrays, which a
-    cache may keep and a check may read. Operations on traced arrays are still traced.
-    Nothing for other libraries.
-    """
-    if not array_api_compat.is_jax_namespace(xp):
-        return _NOTHING
-    import jax
-
-    evaluate: contextlib.AbstractContextManager[Any] = jax.ensure_compile_time_eval()
-    return evaluate
 
 
 def when_run(

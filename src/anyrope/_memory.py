@@ -8,6 +8,7 @@ no element is read and no library is imported.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,11 @@ class Extent:
 def extent(x: Array) -> Extent | None:
     """The memory layout of ``x``, or ``None`` for a library that does not expose one."""
     if array_api_compat.is_torch_array(x):
+        # Inside torch.func.grad or jvp the tensor is a wrapper without memory of its
+        # own; its writes land in the tensor it wraps.
+        functorch = sys.modules["torch"]._C._functorch
+        while functorch.is_functorch_wrapped_tensor(x):
+            x = functorch.get_unwrapped(x)
         size = int(x.element_size())
         return Extent(
             int(x.data_ptr()), tuple(x.shape), tuple(int(s) * size for s in x.stride()), size

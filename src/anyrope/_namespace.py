@@ -6,6 +6,7 @@ Nothing here imports torch, cupy or jax: libraries are recognised through
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 from typing import Any
@@ -146,13 +147,53 @@ def to_host(x: Array) -> np.ndarray[Any, Any]:
     if array_api_compat.is_numpy_array(x):
         return x
     if array_api_compat.is_torch_array(x):
-        return x.detach().cpu().numpy()
+        # Inside torch.func.grad even detach() gives a wrapper without memory.
+        with _outside_torch_transforms():
+            return x.detach().cpu().numpy()
     if array_api_compat.is_cupy_array(x):
         return x.get()  # type: ignore[no-any-return]
     try:
         return np.asarray(x)
     except (TypeError, ValueError, RuntimeError):
         return np.from_dlpack(x)
+
+
+_NOTHING = contextlib.nullcontext()
+"""The context of the other libraries (reentrant, so one serves every call)."""
+
+
+def outside_trace(xp: Namespace) -> contextlib.AbstractContextManager[Any]:
+    """A context in which operations on concrete arrays give concrete arrays, which a
+    cache may keep past a trace or transform and a check may read:
+
+    - JAX computes them at once even inside a trace (``jax.ensure_compile_time_eval``);
+      operations on traced arrays are still traced.
+    - torch, inside ``torch.func.grad`` or ``jvp``, would wrap even a new tensor for the
+      transform's level, which outlives it in a cache and has no memory a kernel can
+      read: the transforms are set aside (``torch.func.vmap``'s tensors go to anyrope's
+      op before any of this runs).
+
+    Nothing for other libraries.
+    """
+    if array_api_compat.is_jax_namespace(xp):
+        import jax
+
+        evaluate: contextlib.AbstractContextManager[Any] = jax.ensure_compile_time_eval()
+        return evaluate
+    if array_api_compat.is_torch_namespace(xp):
+        return _outside_torch_transforms()
+    return _NOTHING
+
+
+def _outside_torch_transforms() -> contextlib.AbstractContextManager[Any]:
+    """``torch.func``'s transforms set aside, when inside one (torch is imported)."""
+    torch = sys.modules["torch"]
+    if torch._C._functorch.peek_interpreter_stack() is None:
+        return _NOTHING
+    from torch._functorch.pyfunctorch import temporarily_clear_interpreter_stack
+
+    cleared: contextlib.AbstractContextManager[Any] = temporarily_clear_interpreter_stack()
+    return cleared
 
 
 def from_host(values: np.ndarray[Any, Any], xp: Namespace, device: Any) -> Array:

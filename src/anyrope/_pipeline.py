@@ -23,6 +23,7 @@ from ._namespace import Array
 from ._paths import Bound, Path, binder, choose, route_of
 from ._plan import Plan, make_plan, with_tables
 from ._tables import TableSource
+from ._torch import forward_mode
 
 
 def rotate(
@@ -52,7 +53,7 @@ def rotate(
     full = [0 not in x.shape for x in plan.arrays]
     if all(full):
         planned = with_tables(plan, source, path.TABLES)
-        if key is None or len(plan.where) != 1:
+        if key is None:
             return path.run(planned)
         entry = Kept(plan.template(), path, binder(path))
         source.remember(key, entry)
@@ -142,7 +143,7 @@ def rotate_arrays(
         known.for_call(call.arrays, call.positions)
     else:
         plan = make_plan(sources[0], call, head_dim=head_dim, interleaved=interleaved)
-        if key is not None and len(plan.where) == 1:
+        if key is not None:
             sources[0].remember(key, plan.template())
     return tuple(
         rotate(source, call.on((x,), (name,)), head_dim=head_dim, interleaved=interleaved)[0]
@@ -153,17 +154,24 @@ def rotate_arrays(
 def _kept(source: TableSource, call: Call, *geometry: object) -> tuple[Any, Hashable | None]:
     """The plan (and path) ``source`` keeps for calls of the geometry of ``call`` (and
     ``geometry``), and its key: ``None`` when such a call is not worth remembering
-    (packed positions, which come from the values of ``cu_seqlens``; other libraries,
-    autograd, positions other than None, int or an array; an unhashable option, which
-    make_plan refuses)."""
+    (packed positions, which come from the values of ``cu_seqlens``; an array of
+    position streams; other libraries, autograd, positions other than None, int or an
+    array; an unhashable option, which make_plan refuses)."""
+    positions = call.positions
     if call.cu_seqlens is not None:
+        return None, None
+    # An array of position streams (M-RoPE, axial; even of one stream) is taken apart by
+    # make_plan only.
+    if source.sections is not None and positions is not None and type(positions) is not int:
         return None, None
     # What a plan depends on besides the values: the options (layout to adjoint), and the
     # shapes, strides, dtypes and devices of the arrays and of the positions.
     parts: list[object] = [*geometry, *call[4:]]
     torch = sys.modules.get("torch")  # asked, never imported
     tensor, strided = (None, None) if torch is None else (torch.Tensor, torch.strided)
-    for x in (*call.arrays, call.positions):
+    if torch is not None and forward_mode():
+        return None, None
+    for x in (*call.arrays, positions):
         kind = type(x)
         # NumPy arrays and torch.Tensor itself here, not in a helper: a call less per
         # array. Subclasses of torch.Tensor (Parameter, FakeTensor), other layouts

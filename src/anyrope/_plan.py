@@ -20,7 +20,6 @@ import array_api_compat.numpy as numpy_xp
 import numpy as np
 
 from ._call import Call
-from ._jax import outside_trace
 from ._layout import Axes, axes_of, place_tables, range_table_shape
 from ._memory import extent, has_internal_overlap, may_overlap
 from ._mrope import join_sections, resolve_streams
@@ -32,12 +31,13 @@ from ._namespace import (
     is_real_floating,
     library_name,
     namespace_of,
+    outside_trace,
     table_dtype,
 )
 from ._packed import packed_positions
 from ._positions import Positions, known_positions, offset_positions, resolve_positions
 from ._tables import Rows, TableCache, TableSource, widen
-from ._validation import describe
+from ._validation import LAYOUTS, check_choice, describe
 
 NO_TABLES = Rows(None, None, None, 0)
 """The tables of a plan before :func:`with_tables` gives it those of its path."""
@@ -150,8 +150,17 @@ def make_plan(source: TableSource, call: Call, *, head_dim: int, interleaved: bo
     if array_api_compat.is_torch_array(arrays[0]):
         from ._torch import checked
 
-        arrays, requires_grad = checked(arrays, names, inplace=inplace)
-    if layout == "thd":
+        arrays, requires_grad = checked(arrays, names, positions, inplace=inplace)
+    packed = layout == "thd"
+    if not packed and layout not in LAYOUTS:
+        check_choice(layout, "layout", (*LAYOUTS, "thd"))  # raises, naming the layouts
+    if packed:
+        if source.axial:
+            raise ValueError(
+                "axial RoPE takes coordinates per token, which packed sequences "
+                "(layout='thd') do not give; rotate each image with layout 'bshd', 'bhsd' "
+                "or 'sbhd'"
+            )
         # A packed batch is one sequence whose positions restart at each cu_seqlens entry.
         with outside_trace(xp):
             positions = packed_positions(cu_seqlens, positions, x=arrays[0], xp=xp)
@@ -164,7 +173,7 @@ def make_plan(source: TableSource, call: Call, *, head_dim: int, interleaved: bo
         _check_writable(arrays, names)
     # Concrete positions stay concrete inside a jax.jit trace: read, checked, constants.
     with outside_trace(xp):
-        where = _positions(source, positions, xp, arrays[0], axes[0])
+        where = _positions(source, positions, xp, arrays[0], axes[0], text=packed)
     unread = any(stream.unread for stream in where)
     return Plan(
         arrays=arrays,
@@ -289,15 +298,15 @@ def _kept_wide(plan: Plan, one: Positions, cache: TableCache) -> Rows:
 
 
 def _positions(
-    source: TableSource, positions: object, xp: Namespace, x: Array, axes: Axes
+    source: TableSource, positions: object, xp: Namespace, x: Array, axes: Axes, *, text: bool
 ) -> tuple[Positions, ...]:
     """One stream of positions, or one per section for M-RoPE arrays and axial RoPE.
 
     M-RoPE with ``None`` or an offset (an int or a 0-d integer array) is text only, i.e.
-    ordinary RoPE.
+    ordinary RoPE; so are the positions of packed sequences (``text``), one per token.
     """
     sections, batch, seq = source.sections, axes.batch, axes.seq
-    if sections is None or not (source.axial or getattr(positions, "ndim", 0) != 0):
+    if sections is None or text or not (source.axial or getattr(positions, "ndim", 0) != 0):
         streams = [
             resolve_positions(positions, xp, x, batch, seq, unread_bound=source.unread_bound)
         ]

@@ -24,6 +24,7 @@ from ._namespace import (
     check_dtype,
     check_namespace,
     device_of,
+    dtype_name,
     namespace_of,
 )
 from ._positions import host_positions
@@ -95,6 +96,11 @@ class RoPE:
         start_index: int = 0,
         max_positions: int | None = None,
     ) -> None:
+        head_dim, rotary_dim, base, max_position_embeddings, start_index, max_positions = (
+            torch_op.concrete_when_compiling(
+                head_dim, rotary_dim, base, max_position_embeddings, start_index, max_positions
+            )
+        )
         self.head_dim = check_even(head_dim, "head_dim")
         bounds = f"at least 0 and below head_dim={head_dim}"
         self.start_index = check_int(start_index, "start_index", 0, self.head_dim, bounds)
@@ -120,10 +126,9 @@ class RoPE:
         self.max_positions = max_positions
         # The tables of queries, then of keys: one source for both but in xPos. The keys
         # name the table sources to the torch custom op that torch.compile traces.
-        made = [
-            torch_op.table_source(self.scaling, self.rotary_dim, self.base, self.max_positions, a)
-            for a in self._amplitudes()
-        ]
+        made = torch_op.table_sources(
+            self.scaling, self.rotary_dim, self.base, self.max_positions, self._amplitudes()
+        )
         self._source: TableSource = made[0][0]
         self._sources: tuple[TableSource, ...] = (made[0][0], made[-1][0])
         self._op_keys: tuple[int, ...] = (made[0][1], made[-1][1])
@@ -289,6 +294,8 @@ class RoPE:
         >>> bool(rope.frequencies(150)[0][-1] < rope.inv_freq[-1])
         True
         """
+        if seq_len is not None:
+            seq_len = check_int(seq_len, "seq_len", 0, MAX_POSITION + 1, "from 0 to 2**53")
         return self._source.frequencies(seq_len)
 
     def cache_nbytes(self) -> int:
@@ -606,7 +613,8 @@ class RoPE:
         xp: Namespace | None = None,
         device: Any = None,
     ) -> tuple[Array, Array]:
-        """Return ``(cos, sin)`` for ``positions``, computed in float64 and rounded once.
+        """Return ``(cos, sin)`` for ``positions``, computed in float64 and rounded once
+        to float32 (to float64 for float64); float16 and bfloat16 are rounded from float32.
 
         Parameters
         ----------
@@ -615,7 +623,8 @@ class RoPE:
         dtype : dtype
             Dtype of the returned tables, of the library ``xp``. anyrope itself uses
             float32 tables for float16, bfloat16 and float32 inputs, and float64 tables
-            for float64 inputs.
+            for float64 inputs. Half types are rounded from the float32 tables, so their
+            bits are the same in every library.
         xp : namespace, optional
             Array library of the result; inferred from ``positions``, NumPy for an int.
         device : device, optional
@@ -660,8 +669,10 @@ class RoPE:
             )
         device = device_of(positions) if device is None else device
         check_dtype(xp, dtype)
-        # Rounded once on the host, where NumPy has the dtype: no float64 tables to convert.
-        rounded = np.dtype(np.float32 if dtype == xp.float32 else np.float64)
+        # Rounded once on the host to float32 (float64 for float64): half types are then
+        # rounded from float32, which every library does alike (and from float64 not:
+        # torch and JAX go through float32 too, NumPy does not).
+        rounded = np.dtype(np.float64 if dtype_name(dtype) == "float64" else np.float32)
         host = host_positions(positions)
         cache = self._source.for_length(int(host.max()) + 1 if host.size else 0)
         if sections is None:
@@ -776,6 +787,7 @@ class XPos(RoPE):
         start_index: int = 0,
         max_positions: int | None = None,
     ) -> None:
+        scale_base, center = torch_op.concrete_when_compiling(scale_base, center)
         bounds = "a positive integer below 2**40"
         self.scale_base = check_int(scale_base, "scale_base", 1, MAX_SCALE_BASE, bounds)
         bounds = "a non-negative integer below 2**53"
@@ -788,7 +800,12 @@ class XPos(RoPE):
             start_index=start_index,
             max_positions=max_positions,
         )
-        self.zeta = xpos_zeta(self.rotary_dim)
+
+    @property
+    def zeta(self) -> FloatArray:
+        """The per-pair bases ``zeta_i`` (see the class's attributes). Computed when asked:
+        a XPos made inside compiled code is not traced through NumPy."""
+        return xpos_zeta(self.rotary_dim)
 
     def _amplitudes(self) -> tuple[Amplitude | None, ...]:
         """Queries are multiplied by the amplitude, keys divided by it."""

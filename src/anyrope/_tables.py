@@ -20,8 +20,7 @@ import numpy as np
 
 from ._amplitude import Amplitude
 from ._hostmath import FAST_REDUCTION_LIMIT, sincos
-from ._jax import outside_trace
-from ._namespace import Array, Namespace, device_of, from_host, reshape_lead, to_host
+from ._namespace import Array, Namespace, device_of, from_host, outside_trace, reshape_lead, to_host
 from ._positions import Positions, host_positions
 from ._threads import lock
 from ._validation import MAX_POSITION

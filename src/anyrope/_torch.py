@@ -1,5 +1,5 @@
 """What only PyTorch tensors need: NumPy views of their memory, autograd, tensor
-layouts, and version counters.
+layouts, autograd's modes, and version counters.
 
 Importing this module does not import torch; its functions run for torch tensors only,
 when torch is already in ``sys.modules``.
@@ -7,12 +7,14 @@ when torch is already in ``sys.modules``.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
 
 from ._cpu_memory import STORAGE_DTYPES
 from ._namespace import Array, dtype_name
+from ._offsets import Offsets
 from ._validation import describe
 
 _typestr: dict[Any, str] = {}
@@ -64,7 +66,7 @@ def positions_view(t: Array) -> np.ndarray[Any, Any]:
 
 
 def checked(
-    arrays: tuple[Array, ...], names: tuple[str, ...], *, inplace: bool
+    arrays: tuple[Array, ...], names: tuple[str, ...], positions: object, *, inplace: bool
 ) -> tuple[tuple[Array, ...], bool]:
     """Dense tensors with data (sparse layouts and the meta device are refused by name),
     each with its values in its memory; and whether autograd would record a rotation.
@@ -87,7 +89,37 @@ def checked(
                 f"got {describe(x)}"
             )
     arrays = tuple(x if inplace or not x.is_neg() else x.resolve_neg() for x in arrays)
-    return arrays, torch.is_grad_enabled() and any(x.requires_grad for x in arrays)
+    if torch._C._functorch.peek_interpreter_stack() is not None:
+        _refuse_mapped(positions)
+    return arrays, forward_mode() or (
+        torch.is_grad_enabled() and any(x.requires_grad for x in arrays)
+    )
+
+
+def _refuse_mapped(positions: object) -> None:
+    """Refuse positions that ``torch.func.vmap`` maps when the arrays reach here wrapped
+    by another transform inside it (``vmap(grad(f))``): their values, one per item, cannot
+    be read on the host, and the op that maps them takes no ``torch.func.grad``."""
+    torch = sys.modules["torch"]
+    functorch = torch._C._functorch
+    x = positions.values if isinstance(positions, Offsets) else positions
+    while isinstance(x, torch.Tensor) and functorch.is_functorch_wrapped_tensor(x):
+        if functorch.is_batchedtensor(x):
+            raise ValueError(
+                "`positions` that torch.func.vmap maps cannot be read under "
+                "torch.func.grad inside the vmap (vmap(grad(f))); map the arrays only "
+                "(positions shared by every item), or take the gradient of the batched "
+                "call: the rotation mixes no rows, so its rows are each item's gradient"
+            )
+        x = functorch.get_unwrapped(x)
+
+
+def forward_mode() -> bool:
+    """Whether forward-mode autograd is on: inside ``torch.autograd.forward_ad.dual_level``,
+    which ``torch.func.jvp`` enters too. Any tensor may then carry a tangent that
+    ``requires_grad`` does not show, and that a path writing through raw memory would drop."""
+    forward_ad = sys.modules.get("torch.autograd.forward_ad")
+    return forward_ad is not None and forward_ad._current_level >= 0
 
 
 def bump_versions(arrays: tuple[Array, ...]) -> None:

@@ -39,7 +39,16 @@ from ._tables import TableSource
 from ._validation import describe
 from .scaling import RopeScaling
 
-__all__ = ["Target", "compiling", "concrete", "register", "rotate", "rotate_qkv", "table_source"]
+__all__ = [
+    "Target",
+    "compiling",
+    "concrete",
+    "concrete_when_compiling",
+    "register",
+    "rotate",
+    "rotate_qkv",
+    "table_sources",
+]
 
 _sources: weakref.WeakValueDictionary[int, TableSource] = weakref.WeakValueDictionary()
 _keys = itertools.count()
@@ -70,58 +79,63 @@ def register(source: TableSource) -> int:
     return key
 
 
-def table_source(
+def table_sources(
     scaling: RopeScaling,
     rotary_dim: int,
     base: float,
     max_positions: int | None,
-    amplitude: Amplitude | None = None,
-) -> tuple[TableSource, int]:
-    """The table source of a new RoPE, and its key (see :func:`register`).
+    amplitudes: tuple[Amplitude | None, ...],
+) -> list[tuple[TableSource, int]]:
+    """The table sources of a new RoPE, one per amplitude (xPos has one for queries and
+    one for keys), each with its key (see :func:`register`).
 
     Built outside the trace when torch.compile traces the RoPE being made (its host math
     cannot be traced), and then kept for the life of the process.
     """
     torch = sys.modules.get("torch")
     if torch is None or not torch.compiler.is_compiling():
-        source = TableSource(scaling, rotary_dim, base, amplitude, max_positions)
-        return source, register(source)
+        sources = [TableSource(scaling, rotary_dim, base, a, max_positions) for a in amplitudes]
+        return [(source, register(source)) for source in sources]
     # Dynamo would pass a dataclass on as one with its defaults: its fields go instead.
-    key = _built_source(
+    # One call for every source: Dynamo reads `_built` once, after it.
+    keys = _built_sources(
         type(scaling),
         _fields(scaling),
         rotary_dim,
         base,
         max_positions,
-        amplitude=() if amplitude is None else _fields(amplitude),
+        amplitudes=tuple(() if a is None else _fields(a) for a in amplitudes),
     )
-    return _built[key], key
+    return [(_built[key], key) for key in keys]
 
 
 def _fields(record: Any) -> tuple[tuple[str, Any], ...]:
     return tuple((f.name, getattr(record, f.name)) for f in dataclasses.fields(record))
 
 
-def _built_source(
+def _built_sources(
     kind: type[RopeScaling],
     scaling: tuple[tuple[str, Any], ...],
     rotary_dim: int,
     base: float,
     max_positions: int | None,
     *,
-    amplitude: tuple[tuple[str, Any], ...] = (),
-) -> int:
-    made = Amplitude(**dict(amplitude)) if amplitude else None
-    source = TableSource(kind(**dict(scaling)), rotary_dim, base, made, max_positions)
-    key = register(source)
-    _built[key] = source
-    return key
+    amplitudes: tuple[tuple[tuple[str, Any], ...], ...],
+) -> tuple[int, ...]:
+    keys = []
+    for amplitude in amplitudes:
+        made = Amplitude(**dict(amplitude)) if amplitude else None
+        source = TableSource(kind(**dict(scaling)), rotary_dim, base, made, max_positions)
+        key = register(source)
+        _built[key] = source
+        keys.append(key)
+    return tuple(keys)
 
 
 _built: dict[int, TableSource] = {}
 """The table sources of the RoPEs made inside compiled code."""
 # Dynamo runs it for real and takes the key as a constant of the trace.
-_built_source._dynamo_marked_constant = True  # type: ignore[attr-defined]
+_built_sources._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
 def _source(key: int) -> TableSource:
@@ -136,13 +150,14 @@ def _source(key: int) -> TableSource:
 
 def compiling(x: object) -> bool:
     """Whether a call on ``x`` goes through this module: a torch tensor that
-    ``torch.compile`` or ``torch.export`` traces, a meta tensor (the op's fake kernel
-    gives meta results), a ``DTensor`` (its local shards are rotated) or a tensor that
-    ``torch.func.vmap`` batches (the op's batching rule maps it).
+    ``torch.compile``, ``torch.export`` or ``torch.jit.trace`` traces, a meta tensor (the
+    op's fake kernel gives meta results), a ``DTensor`` (its local shards are rotated) or
+    a tensor that ``torch.func.vmap`` batches (the op's batching rule maps it).
 
     Never imports torch. Eagerly it costs a dictionary lookup and an ``isinstance`` for
-    other arrays, and for plain tensors a call of ``torch.compiler.is_compiling``, an
-    attribute read and functorch's test for a batched tensor (about 0.4 microseconds).
+    other arrays, and for plain tensors a call of ``torch.compiler.is_compiling``, of
+    the tracer's state, an attribute read and functorch's test for a batched tensor
+    (about 0.5 microseconds).
     """
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(x, torch.Tensor):
@@ -150,6 +165,9 @@ def compiling(x: object) -> bool:
     plain = type(x) is torch.Tensor
     return (
         torch.compiler.is_compiling()
+        # torch.jit.trace records torch ops only: writes through raw memory would be
+        # lost (the traced graph would return the empty outputs).
+        or torch._C._get_tracing_state() is not None
         or x.is_meta
         or (not plain and _is_dtensor(x))
         # torch.func.vmap's batched tensors hold no memory of their own: the op maps them.
@@ -166,6 +184,15 @@ def concrete(value: Any) -> Any:
     from torch.fx.experimental.symbolic_shapes import guard_scalar
 
     return guard_scalar(value)
+
+
+def concrete_when_compiling(*values: Any) -> tuple[Any, ...]:
+    """``values``, each :func:`concrete` while ``torch.compile`` traces (a RoPE made inside
+    compiled code, whose settings Dynamo may have made symbolic); else as they are."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.compiler.is_compiling():
+        return values
+    return tuple(map(concrete, values))
 
 
 def _is_dtensor(x: Any) -> bool:
@@ -208,11 +235,13 @@ def rotate(target: Target, call: Call) -> tuple[Array, ...]:
     inplace = call.inplace
     # Packed sequences (thd) are not gathered: the op checks and rotates them.
     exporting = torch.compiler.is_exporting() and call.layout != "thd"
-    source = _source(keys[0]) if exporting and len(set(keys)) == 1 else None
+    # One source per array (xPos's of queries and of keys), or one for every array.
+    sources = [_source(key) for key in keys] if exporting else []
+    sources *= len(arrays) if len(keys) == 1 else 1
     # An exported graph gathers the rows of tables of a fixed capacity (max_positions)
     # whose frequencies do not depend on the length.
-    if source is not None and source.unread_bound and not source.sections:
-        rotated = _gathered(source, arrays, call, interleaved)
+    if sources and all(source.unread_bound and not source.sections for source in sources):
+        rotated = _gathered(sources, arrays, call, interleaved)
     elif inplace and not (torch.is_grad_enabled() and any(x.requires_grad for x in arrays)):
         ops.rotate_(list(arrays), values, call.cu_seqlens, **options)
         return whole if start else arrays
@@ -256,12 +285,12 @@ def _positions(positions: object) -> tuple[Array | None, int, bool]:
 
 
 def _gathered(
-    source: TableSource, arrays: tuple[Array, ...], call: Call, interleaved: bool
+    sources: list[TableSource], arrays: tuple[Array, ...], call: Call, interleaved: bool
 ) -> list[Array]:
     """The rotation in plain torch ops, for ``torch.export`` and ONNX: rows of the
-    capacity tables (the cached tensors, constants of the graph) gathered by the positions
-    inside the graph, with no size read, so batch and sequence stay symbolic. A position
-    outside ``0 .. capacity-1`` gives a row of NaN."""
+    capacity tables of each array's source (the cached tensors, constants of the graph)
+    gathered by the positions inside the graph, with no size read, so batch and sequence
+    stay symbolic. A position outside ``0 .. capacity-1`` gives a row of NaN."""
     import array_api_compat.torch as xp
     import torch
     from torch.utils._python_dispatch import _disable_current_modes
@@ -270,23 +299,12 @@ def _gathered(
     from ._paths.rotation import rotate_pairs
     from ._tables import gather_rows
 
-    capacity, layout, inverse = source.unread_bound, call.layout, call.inverse
-    assert capacity, "a capacity is checked first"
+    layout, inverse = call.layout, call.inverse
     values, offset, per_row = _positions(call.positions)
     if values is not None and values.dtype not in (torch.int32, torch.int64):
         # index_select takes no other integer type; the eager path widens them too.
         values = values.to(torch.int64)
     x = arrays[0]
-    cache = source.default.undoing if inverse else source.default
-    # The cached tables, built outside the tracer: constants of the graph. numba refuses
-    # to load its typing (the host math's first use in a process) while math.pow is
-    # torch.export's lambda.
-    swapped, math.pow = math.pow, _POW
-    try:
-        with _disable_current_modes():
-            cos, sin = cache.get(capacity, xp, x.device, table_dtype(xp, x.dtype))
-    finally:
-        math.pow = swapped
     steps = torch.arange(x.shape[{"bshd": -3, "bhsd": -2, "sbhd": 0}[layout]], device=x.device)
     if values is None:
         where = steps + offset
@@ -296,14 +314,33 @@ def _gathered(
         where = values + steps if values.ndim == 0 else values
     # Only the layout and the number of batch axes place the rows: no size is read.
     axes = Axes(layout, (0,) * (x.ndim - 3), 0, 0, 0)
-    c, s = (place_tables(t, axes, xp) for t in gather_rows(cos, sin, where, capacity, xp))
-    rotary_dim = source.rotary_dim
-    return [
-        rotate_pairs(
-            y, c, s, rotary_dim=rotary_dim, interleaved=interleaved, inverse=inverse, xp=xp
+    rotated = []
+    for source, y in zip(sources, arrays, strict=True):
+        capacity = source.unread_bound
+        assert capacity, "a capacity is checked first"
+        cache = source.default.undoing if inverse else source.default
+        # The cached tables, built outside the tracer: constants of the graph. numba
+        # refuses to load its typing (the host math's first use in a process) while
+        # math.pow is torch.export's lambda.
+        swapped, math.pow = math.pow, _POW
+        try:
+            with _disable_current_modes():
+                cos, sin = cache.get(capacity, xp, y.device, table_dtype(xp, y.dtype))
+        finally:
+            math.pow = swapped
+        c, s = (place_tables(t, axes, xp) for t in gather_rows(cos, sin, where, capacity, xp))
+        rotated.append(
+            rotate_pairs(
+                y,
+                c,
+                s,
+                rotary_dim=source.rotary_dim,
+                interleaved=interleaved,
+                inverse=inverse,
+                xp=xp,
+            )
         )
-        for y in arrays
-    ]
+    return rotated
 
 
 def _rotate_shards(target: Target, call: Call) -> tuple[Array, ...]:
@@ -478,16 +515,16 @@ def _define(torch: Any) -> None:
         options = {**ctx.options, "adjoint": not ctx.options["adjoint"]}
         return torch.ops.anyrope.rotate(list(grads), positions, cu_seqlens, **options), None, None
 
-    def rotate_vmap(
+    def mapped(
         info: Any,
         in_dims: tuple[Any, ...],
         arrays: list[Array],
         positions: Array | None,
-        cu_seqlens: Array | None,
-        **options: Any,
-    ) -> tuple[list[Array], list[int]]:
+        options: dict[str, Any],
+    ) -> tuple[list[Array], Array | None, dict[str, Any], int]:
         """torch.func.vmap: the mapped axis becomes one more batch axis of every array
-        (the first; for sbhd the one after the sequence) and of the positions."""
+        (the first; for sbhd the one after the sequence) and of the positions. The
+        arrays are views of the batched ones; also where that axis now lies."""
         array_dims, positions_dim, lengths_dim = in_dims
         layout = options["layout"]
         if lengths_dim is not None or layout == "thd":
@@ -497,7 +534,7 @@ def _define(torch: Any) -> None:
             )
         place = 1 if layout == "sbhd" else 0
         size = info.batch_size
-        mapped = [
+        views = [
             x.movedim(axis, place)
             if axis is not None
             else x.unsqueeze(place).expand(*x.shape[:place], size, *x.shape[place:])
@@ -505,14 +542,45 @@ def _define(torch: Any) -> None:
         ]
         if positions is not None and positions_dim is not None:
             positions = positions.movedim(positions_dim, 0)
-            batch = mapped[0].ndim - 3  # the mapped axis included
+            batch = views[0].ndim - 3  # the mapped axis included
             per_row = options["per_row"] or positions.ndim == 1  # a 0-d offset per item
             given = positions.ndim - 1 - (0 if per_row else 1)  # its own batch axes
             shape = (size, *(1,) * (batch - 1 - given), *positions.shape[1:])
             positions = positions.reshape(shape)
             options = {**options, "per_row": per_row}
-        rotated = torch.ops.anyrope.rotate(mapped, positions, cu_seqlens, **options)
+        return views, positions, options, place
+
+    def rotate_vmap(
+        info: Any,
+        in_dims: tuple[Any, ...],
+        arrays: list[Array],
+        positions: Array | None,
+        cu_seqlens: Array | None,
+        **options: Any,
+    ) -> tuple[list[Array], list[int]]:
+        views, positions, options, place = mapped(info, in_dims, arrays, positions, options)
+        rotated = torch.ops.anyrope.rotate(views, positions, cu_seqlens, **options)
         return rotated, [place] * len(rotated)
+
+    def rotate_inplace_vmap(
+        info: Any,
+        in_dims: tuple[Any, ...],
+        arrays: list[Array],
+        positions: Array | None,
+        cu_seqlens: Array | None,
+        **options: Any,
+    ) -> tuple[None, None]:
+        names = _NAMES[len(arrays)]
+        for axis, name in zip(in_dims[0], names, strict=True):
+            if axis is None:
+                raise ValueError(
+                    f"`inplace`=True under torch.func.vmap needs `{name}` mapped too: its "
+                    "items would each be written with their own rotation"
+                )
+        views, positions, options, _ = mapped(info, in_dims, arrays, positions, options)
+        # The views share the memory of the batched tensors: written in place.
+        torch.ops.anyrope.rotate_(views, positions, cu_seqlens, **options)
+        return None, None
 
     rotate = torch.library.custom_op(
         "anyrope::rotate",
@@ -530,3 +598,4 @@ def _define(torch: Any) -> None:
         schema=_SCHEMA.format("Tensor(a!)[]", "", "()"),
     )
     rotate_inplace.register_fake(check)
+    rotate_inplace.register_vmap(rotate_inplace_vmap)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Literal
 
 from ._namespace import Array, Namespace, namespace_of
-from ._validation import check_choice, check_int
+from ._validation import check_choice, check_even, check_int
 
 __all__ = ["permute_qk_weights"]
 
@@ -21,6 +21,7 @@ def permute_qk_weights(
     n_heads: int,
     *,
     to: Literal["half", "interleaved"] = "half",
+    rotary_dim: int | None = None,
     xp: Namespace | None = None,
 ) -> Array:
     """Reorder q/k projection rows between interleaved and half-split RoPE layouts.
@@ -36,6 +37,11 @@ def permute_qk_weights(
     ``interleaved=False`` then gives the same attention scores as rotating the original
     with ``interleaved=True``.
 
+    A partial rotation (GPT-J's ``rotary_dim``, ``partial_rotary_factor``) turns only the
+    first ``rotary_dim`` features of each head: pass the same ``rotary_dim`` here, so
+    that only those are reordered and the others keep their places. Without it the
+    whole head is reordered, which gives other scores for such a model.
+
     Parameters
     ----------
     w : array
@@ -46,6 +52,9 @@ def permute_qk_weights(
         ``wk`` under grouped-query attention).
     to : {"half", "interleaved"}, default "half"
         The layout of the returned weight.
+    rotary_dim : int, optional
+        The rotated width of each head (the ``rotary_dim`` of the RoPE that rotates the
+        projection); the whole head when omitted.
     xp : namespace, optional
         Array namespace of ``w``; inferred when omitted.
 
@@ -60,8 +69,9 @@ def permute_qk_weights(
     TypeError
         If ``w`` is not an array or ``n_heads`` is not an integer.
     ValueError
-        If ``to`` is unknown, ``w`` is not 1-D or 2-D, ``n_heads`` is not positive, or
-        the rows do not split into ``n_heads`` heads of even width.
+        If ``to`` is unknown, ``w`` is not 1-D or 2-D, ``n_heads`` is not positive, the
+        rows do not split into ``n_heads`` heads of even width, or ``rotary_dim`` is not
+        a positive even integer at most that width.
 
     Examples
     --------
@@ -91,11 +101,16 @@ def permute_qk_weights(
         raise ValueError(
             f"`w` has {rows} rows, which do not split into n_heads={n_heads} heads of even width"
         )
-    half = rows // n_heads // 2
+    head_dim = rows // n_heads
+    width = head_dim if rotary_dim is None else check_even(rotary_dim, "rotary_dim", head_dim)
     rest = tuple(int(s) for s in w.shape[1:])
+    heads = xp.reshape(w, (n_heads, head_dim, *rest))
     # Interleaved rows of a head are indexed (i, j) with j the position inside pair i;
     # half-split rows are indexed (j, i). Converting is a transpose of those two axes.
-    source = (n_heads, half, 2) if to == "half" else (n_heads, 2, half)
+    source = (n_heads, width // 2, 2) if to == "half" else (n_heads, 2, width // 2)
     axes = (0, 2, 1, *range(3, 3 + len(rest)))
-    permuted = xp.permute_dims(xp.reshape(w, (*source, *rest)), axes)
+    rotated = xp.permute_dims(xp.reshape(heads[:, :width, ...], (*source, *rest)), axes)
+    permuted = xp.reshape(rotated, (n_heads, width, *rest))
+    if width < head_dim:
+        permuted = xp.concat((permuted, heads[:, width:, ...]), axis=1)
     return xp.reshape(permuted, (rows, *rest))

@@ -139,6 +139,8 @@ def rotate(
     p = da.asarray(where.array if isinstance(positions, Offsets) else positions)
     p = p.reshape((1,) * (len(plan.axes.batch) + 1 - p.ndim) + (*p.shape, 1))
     spread = place_tables(p, plan.axes, array_api_compat.array_namespace(p))
+    # Without batch axes a "bhsd" table has no heads axis either: one of 1, as the input.
+    spread = spread.reshape((1,) * (arrays[0].ndim - spread.ndim) + spread.shape)
     return tuple(_map(task.by_positions, x, spread) for task, x in zip(tasks, arrays, strict=True))
 
 

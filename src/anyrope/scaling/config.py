@@ -30,6 +30,11 @@ class _ByRopeType(type):
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         if cls is RopeScaling:
+            if len(args) > 1:
+                raise TypeError(
+                    f"RopeScaling takes the method's name, then its keys by keyword (as "
+                    f"RopeScaling('linear', factor=4.0)); got {len(args)} positional arguments"
+                )
             return _read(*args, **kwargs)
         return super().__call__(*args, **kwargs)
 

@@ -6,7 +6,8 @@ pass-through features are the identity both ways). An ``inverse=True`` call rota
 ``R(-theta) / a`` (the plan's tables divide by ``a``), whose adjoint ``R(theta) / a`` is
 again the other sign on the plan's tables. So the backward pass is one more launch of
 the same kernel, on the incoming gradients. It is linear in them and does not depend on
-the forward's inputs, so a double backward is the forward launch again.
+the forward's inputs, so a double backward is the forward launch again. Forward mode
+(``torch.func.jvp``) turns the tangents by the rotation itself: one more launch.
 """
 
 from __future__ import annotations
@@ -29,15 +30,17 @@ def _rotate_function() -> Any:
     import torch
 
     class Rotate(torch.autograd.Function):
+        # forward and setup_context apart, as torch.func's transforms (grad, jvp) need.
         @staticmethod
-        def forward(
-            ctx: Any, plan: Plan, launcher: Launcher, *arrays: torch.Tensor
-        ) -> tuple[torch.Tensor, ...]:
-            ctx.plan, ctx.launcher = plan, launcher
-            outputs = rotate_raw(plan, arrays, launcher=launcher)
+        def forward(plan: Plan, launcher: Launcher, *arrays: torch.Tensor) -> tuple[Any, ...]:
+            return tuple(rotate_raw(plan, arrays, launcher=launcher))
+
+        @staticmethod
+        def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+            plan, ctx.launcher, *arrays = inputs
+            ctx.plan = plan
             if plan.inplace:
                 ctx.mark_dirty(*arrays)
-            return tuple(outputs)
 
         @staticmethod
         def backward(ctx: Any, *grads: torch.Tensor) -> tuple[Any, ...]:
@@ -46,6 +49,20 @@ def _rotate_function() -> Any:
                 ctx.plan, arrays=grads, inverse=not ctx.plan.inverse, inplace=False
             )
             return (None, None, *_rotate_function().apply(transposed, ctx.launcher, *grads))
+
+        @staticmethod
+        def jvp(ctx: Any, _plan: Any, _launcher: Any, *tangents: Any) -> Any:
+            # Linear: a tangent turns as its array does (in place too: torch expects an
+            # in-place Function to update the tangents of what it wrote). An array without
+            # a tangent has a zero one.
+            plan = ctx.plan
+            tangents = tuple(
+                torch.zeros_like(x) if t is None else t
+                for x, t in zip(plan.arrays, tangents, strict=True)
+            )
+            turned = dataclasses.replace(plan, arrays=tangents)
+            outputs = _rotate_function().apply(turned, ctx.launcher, *tangents)
+            return outputs if len(outputs) > 1 else outputs[0]
 
     return Rotate
 
