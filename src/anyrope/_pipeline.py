@@ -169,8 +169,6 @@ def _kept(source: TableSource, call: Call, *geometry: object) -> tuple[Any, Hash
     parts: list[object] = [*geometry, *call[4:]]
     torch = sys.modules.get("torch")  # asked, never imported
     tensor, strided = (None, None) if torch is None else (torch.Tensor, torch.strided)
-    if torch is not None and forward_mode():
-        return None, None
     for x in (*call.arrays, positions):
         kind = type(x)
         # NumPy arrays and torch.Tensor itself here, not in a helper: a call less per
@@ -181,7 +179,8 @@ def _kept(source: TableSource, call: Call, *geometry: object) -> tuple[Any, Hash
         if kind is np.ndarray:
             part: object = (kind, x.shape, x.strides, x.dtype)
         elif kind is tensor:
-            if x.requires_grad or x.layout is not strided or x.is_neg():
+            # Forward mode: a tangent that requires_grad does not show.
+            if x.requires_grad or x.layout is not strided or x.is_neg() or forward_mode():
                 return None, None
             part = (kind, x.shape, x.stride(), x.dtype, x.device)
         elif x is None or kind is int:
