@@ -625,3 +625,17 @@ def test_jit_bits_do_not_depend_on_xla_cpu_flags(flags, monkeypatch):
     result = run_python("-c", FLAGGED)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize("impl", ["numba", "blocked", "array_api"])
+def test_an_eager_cpu_array_takes_the_path_its_rope_names(impl: str) -> None:
+    """``RoPE.path`` names the NumPy route's path for an eager JAX CPU array; asking for
+    it by name gives the bits of ``impl="auto"`` (it was refused as not NumPy)."""
+    if impl == "numba":
+        pytest.importorskip("numba")
+    rope = anyrope.RoPE(16)
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((1, 4, 2, 16)), jnp.float32)
+    assert rope.path(x) in ("numba", "blocked")
+    got = rope.rotate(x, 9, impl=impl)
+    assert isinstance(got, jax.Array)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(rope.rotate(x, 9)))

@@ -72,6 +72,8 @@ class Plan:
     :meth:`~anyrope._tables.TableCache.undoing`)."""
     inplace: bool
     requires_grad: bool
+    """Whether autograd records the rotation: a tensor that requires grad, or forward mode
+    (a tangent the tensors do not show). Only the paths autograd can see take it."""
     unread: bool = False
     """Whether the position array was left unread (on the GPU, see
     :attr:`anyrope._tables.TableSource.unread_bound`; or traced, lazy or captured):

@@ -613,8 +613,10 @@ class RoPE:
         xp: Namespace | None = None,
         device: Any = None,
     ) -> tuple[Array, Array]:
-        """Return ``(cos, sin)`` for ``positions``, computed in float64 and rounded once
-        to float32 (to float64 for float64); float16 and bfloat16 are rounded from float32.
+        """Return ``(cos, sin)`` for ``positions``, computed in float64 and rounded once.
+
+        The rounding is to float32 (to float64 for float64 tables); float16 and bfloat16
+        tables are rounded from the float32 ones.
 
         Parameters
         ----------
@@ -803,8 +805,16 @@ class XPos(RoPE):
 
     @property
     def zeta(self) -> FloatArray:
-        """The per-pair bases ``zeta_i`` (see the class's attributes). Computed when asked:
-        a XPos made inside compiled code is not traced through NumPy."""
+        """Return the per-pair bases ``zeta_i`` of the amplitudes.
+
+        Computed when asked, so that an XPos made inside compiled code is not traced
+        through NumPy.
+
+        Returns
+        -------
+        numpy.ndarray
+            Float64 and read-only, of shape ``(rotary_dim // 2,)``.
+        """
         return xpos_zeta(self.rotary_dim)
 
     def _amplitudes(self) -> tuple[Amplitude | None, ...]:

@@ -71,6 +71,11 @@ def rotate(
     return tuple(jax.device_put(y, x.sharding) for y, x in zip(results, call.arrays, strict=True))
 
 
+_NUMPY_IMPLS = ("auto", "array_api", "numba", "blocked")
+"""The ``impl`` values the NumPy route takes: those of NumPy arrays (what
+:meth:`anyrope.RoPE.path` names for an eager JAX CPU array)."""
+
+
 def on_host(call: Call) -> Call | None:
     """``call`` on NumPy views of its concrete JAX CPU arrays, which XLA would flush to
     zero when subnormal, and of its positions (or :class:`~anyrope.Offsets` of them) and
@@ -81,7 +86,7 @@ def on_host(call: Call) -> Call | None:
     of another library (the JAX path then says so).
     """
     arrays, positions = call.arrays, call.positions
-    if call.inplace or call.impl not in ("auto", "array_api"):
+    if call.inplace or call.impl not in _NUMPY_IMPLS:
         return None
     # Each array is asked for its devices.
     namespace_of(*arrays, xp=call.xp, argument=call.names)
