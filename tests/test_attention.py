@@ -154,6 +154,41 @@ def test_scale(backend):
     np.testing.assert_allclose(backend.to_numpy(out), expected, rtol=0, atol=1e-12)
 
 
+def test_default_scale_is_the_one_the_model_expects(backend):
+    """DeepSeek's YaRN multiplies the softmax scale by ``mscale ** 2`` (transformers'
+    ``yarn_apply_mscale``): the default scale takes ``rope.softmax_scale`` (it was
+    ``1 / sqrt(head_dim)`` whatever the rope)."""
+    deepseek = anyrope.RoPE(
+        8,
+        interleaved=True,
+        scaling={
+            "rope_type": "yarn",
+            "factor": 40.0,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+            "original_max_position_embeddings": 64,
+        },
+    )
+    assert deepseek.softmax_scale > 1.5
+    rng = np.random.default_rng(6)
+    q64, k64, v64 = (rng.standard_normal((1, 5, 2, 8)) for _ in range(3))
+    q, k, v = (backend.from_numpy(a) for a in (q64, k64, v64))
+    rq, rk = (backend.to_numpy(a) for a in deepseek(q, k))
+    expected = softmax_attention(rq, rk, v64, causal=True, scale=deepseek.softmax_scale / 8**0.5)
+    got = attention(q, k, v, rope=deepseek, causal=True)
+    np.testing.assert_allclose(backend.to_numpy(got), expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_empty_sequences_give_an_empty_result(backend, causal):
+    q = backend.from_numpy(np.zeros((2, 0, 4, 8)))
+    k = backend.from_numpy(np.zeros((2, 0, 2, 8)))
+    v = backend.from_numpy(np.zeros((2, 0, 2, 6)))
+    out = attention(q, k, v, rope=anyrope.RoPE(8), causal=causal)
+    assert tuple(out.shape) == (2, 0, 4, 6)
+    assert out.dtype == q.dtype
+
+
 def test_large_scores_do_not_overflow(backend):
     """Max subtraction: scores near float32's exp overflow still give finite weights."""
     rng = np.random.default_rng(6)
@@ -256,6 +291,8 @@ def test_errors():
         attention(q, k.astype(np.float32), v)
     with pytest.raises(ValueError, match="multiple of the heads"):
         attention(q, rng.standard_normal((1, 4, 3, 8)), rng.standard_normal((1, 4, 3, 8)))
+    with pytest.raises(ValueError, match=r"the heads of `q` \(0\) must be a positive multiple"):
+        attention(q[:, :, :0], k, v)
     with pytest.raises(ValueError, match="without `rope`"):
         attention(q, k, v, positions=3)
     with pytest.raises(ValueError, match="`mask` must broadcast"):

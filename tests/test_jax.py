@@ -639,3 +639,22 @@ def test_an_eager_cpu_array_takes_the_path_its_rope_names(impl: str) -> None:
     got = rope.rotate(x, 9, impl=impl)
     assert isinstance(got, jax.Array)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(rope.rotate(x, 9)))
+
+
+def test_a_traced_q_with_a_concrete_k() -> None:
+    """A KV cache closed over under ``jax.jit``, or ``jax.grad`` with respect to q alone:
+    q is traced and k concrete (the tracer has no device; it was refused as on another)."""
+    rope = anyrope.RoPE(8)
+    rng = np.random.default_rng(3)
+    q, k = (jnp.asarray(rng.standard_normal((1, 4, 2, 8)), jnp.float32) for _ in "qk")
+    eager = rope(q, k, 5)
+    jitted = jax.jit(lambda a: rope(a, k, 5))(q)
+    for got, expected in zip(jitted, eager, strict=True):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
+    weights = jnp.asarray(rng.standard_normal((1, 4, 2, 8)), jnp.float32)
+
+    def loss(a, b):
+        return (rope(a, b, 5)[0] * weights).sum()
+
+    both = jax.grad(loss, argnums=(0, 1))(q, k)[0]
+    np.testing.assert_array_equal(np.asarray(jax.grad(loss)(q, k)), np.asarray(both))

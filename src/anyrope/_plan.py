@@ -361,7 +361,9 @@ def _check_same_tokens(arrays: tuple[Array, ...], names: tuple[str, ...], axes: 
             raise TypeError(
                 f"`{name}` must have the dtype of `{names[0]}` ({first.dtype}); got {x.dtype}"
             )
-        if str(device_of(x)) != str(device_of(first)):
+        # A JAX tracer has no device (JAX places it): nothing to compare.
+        devices = device_of(x), device_of(first)
+        if None not in devices and str(devices[0]) != str(devices[1]):
             raise ValueError(
                 f"`{name}` must be on the device of `{names[0]}` ({device_of(first)}); "
                 f"got {device_of(x)}"

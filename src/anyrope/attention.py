@@ -75,7 +75,9 @@ def attention(
     scale : float, optional
         Multiplies the scores: a finite real number greater than 0 (``ValueError``
         otherwise: NaN, inf, 0 or a negative scale would make every weight NaN, uniform
-        or inverted); default ``None``, ``1 / sqrt(head_dim)``.
+        or inverted); default ``None``, ``rope.softmax_scale / sqrt(head_dim)``: the
+        scale the model expects (DeepSeek's YaRN multiplies ``1 / sqrt(head_dim)`` by
+        ``mscale ** 2``; every other RoPE, and ``rope=None``, by 1).
     layout : {"bshd", "bhsd", "sbhd"}, default "bshd"
         Axis order of ``q``, ``k``, ``v`` and of the result.
     {shared}
@@ -102,7 +104,11 @@ def attention(
     if mask is not None:
         namespace_of(q, mask, argument=("q", "mask"))
     scale = None if scale is None else check_real(scale, "scale", 0.0, " or None")
-    scale = 1.0 / math.sqrt(qa.head_dim) if scale is None else scale
+    if scale is None:
+        # DeepSeek's YaRN moves mscale ** 2 into the softmax scale (1.0 for the others).
+        scale = (1.0 if rope is None else rope.softmax_scale) / math.sqrt(qa.head_dim)
+    if ka.seq == 0:  # no keys, so no queries either: nothing to attend
+        return xp.zeros((*q.shape[:-1], v.shape[-1]), dtype=q.dtype, device=device_of(q))
 
     work = compute_dtype(xp, q.dtype)
     # Rotated in the working dtype too: a half-precision result is rounded once, at the end.
@@ -177,9 +183,10 @@ def _checked(
         raise ValueError(
             f"`k` and `v` must have the same seq and heads; got {describe(k)} and {describe(v)}"
         )
-    if ka.heads == 0 or qa.heads % ka.heads:
+    if 0 in (qa.heads, ka.heads) or qa.heads % ka.heads:
         raise ValueError(
-            f"the heads of `q` ({qa.heads}) must be a multiple of the heads of `k` ({ka.heads})"
+            f"the heads of `q` ({qa.heads}) must be a positive multiple of the heads of `k` "
+            f"({ka.heads})"
         )
     if qa.seq > ka.seq:
         raise ValueError(
