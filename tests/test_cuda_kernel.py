@@ -349,6 +349,43 @@ def test_torch_backward_is_the_inverse_rotation(gpu: Backend) -> None:
     np.testing.assert_array_equal(gpu.to_bits(x.grad), gpu.to_bits(want))
 
 
+# Forward mode's first use in a process loads torch's own scripted decompositions.
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+@pytest.mark.gpu
+@pytest.mark.parametrize("inplace", [False, True], ids=["out-of-place", "in-place"])
+def test_torch_forward_mode_and_torch_func(gpu: Backend, inplace: bool) -> None:
+    """Forward mode turns the tangents by the kernel; torch.func's grad and jvp take the
+    autograd Function; tables first built inside a transform are plain tensors, whose
+    memory the next eager launch reads."""
+    if gpu.name != "torch":
+        pytest.skip("autograd is a PyTorch test")
+    import torch
+    import torch.autograd.forward_ad as fwad
+
+    rope = anyrope.RoPE(32, base=54321.0)  # tables first built inside the transforms
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x, t = (torch.randn(2, 6, 4, 32, device="cuda", generator=gen) for _ in "xt")
+    positions = torch.tensor([3, 1, 4, 1, 5, 9], device="cuda")
+
+    def rotated(a: Any) -> Any:
+        return rope.rotate(a.clone() if inplace else a, positions, inplace=inplace, impl="cuda")
+
+    grad = torch.func.grad(lambda a: (rotated(a) * t).sum())(x)
+    primal, tangent = torch.func.jvp(rotated, (x,), (t,))
+    with fwad.dual_level():
+        dual_primal, dual_tangent = fwad.unpack_dual(rotated(fwad.make_dual(x, t)))
+    want, turned = rope.rotate(x, positions, impl="cuda"), rope.rotate(t, positions, impl="cuda")
+    undone = rope.rotate(t, positions, inverse=True, impl="cuda")
+    for got, expected in (
+        (grad, undone),
+        (primal, want),
+        (tangent, turned),
+        (dual_primal, want),
+        (dual_tangent, turned),
+    ):
+        np.testing.assert_array_equal(gpu.to_bits(got), gpu.to_bits(expected))
+
+
 def test_gpu_benchmark_without_a_gpu_says_so(tmp_path: Path) -> None:
     has_torch_cuda = importlib.util.find_spec("torch") is not None and _torch_cuda()
     if has_torch_cuda and importlib.util.find_spec("cupy") is not None:
