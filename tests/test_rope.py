@@ -67,6 +67,35 @@ def test_half_tables_are_rounded_from_the_float32_tables_in_every_library(backen
         np.testing.assert_array_equal(backend.to_bits(table), bits)
 
 
+@pytest.mark.parametrize(
+    ("kind", "name", "value"),
+    [
+        ("RoPE", "base", 500000.0),
+        ("RoPE", "rotary_dim", 32),
+        ("RoPE", "start_index", 8),
+        ("RoPE", "interleaved", True),
+        ("RoPE", "scaling", anyrope.RopeScaling("linear", factor=4.0)),
+        ("RoPE", "inv_freq", np.ones(32)),
+        ("XPos", "scale_base", 16),
+        ("RoPE", "something_new", 1),
+    ],
+)
+def test_settings_are_fixed_when_it_is_made(kind, name, value):
+    """A setting changed after the tables were built showed in the attributes, the repr
+    and pickled copies, not in the rotation (a new start_index overran the kernel's
+    rows): it is refused, and the rotation stays the one it was made with."""
+    rope = getattr(anyrope, kind)(64)
+    x = np.random.default_rng(0).standard_normal((1, 5, 2, 64)).astype(np.float32)
+    before = rope.rotate_queries(x) if kind == "XPos" else rope.rotate(x)
+    with pytest.raises(AttributeError, match=rf"settings are fixed when it is made.*got {name}="):
+        setattr(rope, name, value)
+    with pytest.raises(AttributeError, match="settings are fixed"):
+        delattr(rope, "base")
+    after = rope.rotate_queries(x) if kind == "XPos" else rope.rotate(x)
+    np.testing.assert_array_equal(after, before)
+    assert repr(rope) == repr(getattr(anyrope, kind)(64))
+
+
 def test_grown_cache_gives_the_bits_of_a_fresh_one():
     x = np.random.default_rng(0).standard_normal((1, 4, 2, 32)).astype(np.float32)
     grown = anyrope.RoPE(32)

@@ -44,6 +44,8 @@ class RoPE:
     (array library, device, dtype) it meets, growing them when a larger position
     arrives. One instance may be shared by several threads, pickled (without its
     tables, which are rebuilt with the same bits where it is unpickled) and deep-copied.
+    Its settings are fixed when it is made: setting an attribute raises
+    ``AttributeError`` (the tables come from the settings); make a new one instead.
 
     Parameters
     ----------
@@ -134,6 +136,21 @@ class RoPE:
         self._op_keys: tuple[int, ...] = (made[0][1], made[-1][1])
         self.inv_freq = self._source.default.inv_freq
         self.attention_factor = self._source.default.attention_factor
+        self._made = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # The tables are built from the settings when the RoPE is made: a setting changed
+        # later would show in the attributes and the repr, and not in the rotation.
+        if "_made" in self.__dict__:
+            kind = type(self).__name__
+            raise AttributeError(
+                f"a {kind}'s settings are fixed when it is made (its tables come from them); "
+                f"got {name}={value!r}: make a new {kind} with it instead"
+            )
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"a {type(self).__name__}'s settings are fixed; got del {name}")
 
     def _amplitudes(self) -> tuple[Amplitude | None, ...]:
         """The amplitudes of the tables: none for RoPE (one source for queries and keys)."""
