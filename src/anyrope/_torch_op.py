@@ -148,6 +148,13 @@ def _source(key: int) -> TableSource:
     return source
 
 
+def _per_array(keys: tuple[int, ...] | list[int], count: int) -> tuple[TableSource, ...]:
+    """The table source of each of ``count`` arrays: ``keys`` has one per array (xPos's
+    of queries and of keys), or one for every array."""
+    sources = tuple(map(_source, keys))
+    return sources * count if len(sources) == 1 else sources
+
+
 def compiling(x: object) -> bool:
     """Whether a call on ``x`` goes through this module: a torch tensor that
     ``torch.compile``, ``torch.export`` or ``torch.jit.trace`` traces, a meta tensor (the
@@ -235,9 +242,7 @@ def rotate(target: Target, call: Call) -> tuple[Array, ...]:
     inplace = call.inplace
     # Packed sequences (thd) are not gathered: the op checks and rotates them.
     exporting = torch.compiler.is_exporting() and call.layout != "thd"
-    # One source per array (xPos's of queries and of keys), or one for every array.
-    sources = [_source(key) for key in keys] if exporting else []
-    sources *= len(arrays) if len(keys) == 1 else 1
+    sources = _per_array(keys, len(arrays)) if exporting else ()
     # An exported graph gathers the rows of tables of a fixed capacity (max_positions)
     # whose frequencies do not depend on the length.
     if sources and all(source.unread_bound and not source.sections for source in sources):
@@ -285,7 +290,7 @@ def _positions(positions: object) -> tuple[Array | None, int, bool]:
 
 
 def _gathered(
-    sources: list[TableSource], arrays: tuple[Array, ...], call: Call, interleaved: bool
+    sources: tuple[TableSource, ...], arrays: tuple[Array, ...], call: Call, interleaved: bool
 ) -> list[Array]:
     """The rotation in plain torch ops, for ``torch.export`` and ONNX: rows of the
     capacity tables of each array's source (the cached tensors, constants of the graph)
@@ -314,10 +319,12 @@ def _gathered(
         where = values + steps if values.ndim == 0 else values
     # Only the layout and the number of batch axes place the rows: no size is read.
     axes = Axes(layout, (0,) * (x.ndim - 3), 0, 0, 0)
-    rotated = []
-    for source, y in zip(sources, arrays, strict=True):
+    rows: dict[int, tuple[Array, Array]] = {}  # gathered once per source (q and k share one)
+    for source in sources:
         capacity = source.unread_bound
         assert capacity, "a capacity is checked first"
+        if id(source) in rows:
+            continue
         cache = source.default.undoing if inverse else source.default
         # The cached tables, built outside the tracer: constants of the graph. numba
         # refuses to load its typing (the host math's first use in a process) while
@@ -325,22 +332,22 @@ def _gathered(
         swapped, math.pow = math.pow, _POW
         try:
             with _disable_current_modes():
-                cos, sin = cache.get(capacity, xp, y.device, table_dtype(xp, y.dtype))
+                cos, sin = cache.get(capacity, xp, x.device, table_dtype(xp, x.dtype))
         finally:
             math.pow = swapped
         c, s = (place_tables(t, axes, xp) for t in gather_rows(cos, sin, where, capacity, xp))
-        rotated.append(
-            rotate_pairs(
-                y,
-                c,
-                s,
-                rotary_dim=source.rotary_dim,
-                interleaved=interleaved,
-                inverse=inverse,
-                xp=xp,
-            )
+        rows[id(source)] = c, s
+    return [
+        rotate_pairs(
+            y,
+            *rows[id(source)],
+            rotary_dim=source.rotary_dim,
+            interleaved=interleaved,
+            inverse=inverse,
+            xp=xp,
         )
-    return rotated
+        for source, y in zip(sources, arrays, strict=True)
+    ]
 
 
 def _rotate_shards(target: Target, call: Call) -> tuple[Array, ...]:
@@ -449,8 +456,7 @@ def _define(torch: Any) -> None:
         # The other options (layout, inverse, inplace, impl, adjoint) are the call's.
         where = offset if positions is None else Offsets(positions) if per_row else positions
         call = Call(tuple(arrays), _NAMES[len(arrays)], where, cu_seqlens, xp=None, **options)
-        # One key per array, or one for every array.
-        sources = tuple(map(_source, keys)) * (len(arrays) if len(keys) == 1 else 1)
+        sources = _per_array(keys, len(arrays))
         return _pipeline.rotate_each(sources, call, head_dim=head_dim, interleaved=interleaved)
 
     def rotate_kernel(arrays: list[Array], *args: Any, **options: Any) -> list[Array]:

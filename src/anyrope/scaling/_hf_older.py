@@ -291,6 +291,10 @@ def _rename_method(scaling: dict[str, Any], older: Collection[str], name: str) -
         scaling["rope_type"] = name
 
 
+_LENGTH_SCALED = ("llama3", "yarn", "longrope")
+"""The methods for which transformers moves a top-level ``original_max_position_embeddings``
+into the scaling settings."""
+
 _PHI3_ORIGINAL_MAX = 4096
 """The top-level ``original_max_position_embeddings`` of Phi-3's and Phi-4-multimodal's
 config classes when a config has none."""
@@ -315,11 +319,6 @@ def _phi3(config: dict[str, Any], model_type: str) -> None:
             "give the top-level `original_max_position_embeddings`"
         )
     config["original_max_position_embeddings"] = _PHI3_ORIGINAL_MAX
-
-
-_LENGTH_SCALED = ("llama3", "yarn", "longrope")
-"""The methods for which transformers moves a top-level ``original_max_position_embeddings``
-into the scaling settings."""
 
 
 def _minimax_m2(config: dict[str, Any], model_type: str) -> None:
@@ -489,7 +488,7 @@ def _fixed_rotation(config: Mapping[str, Any], model_type: str) -> None:
     """GPT-J's and CodeGen's attention builds its tables with base 10000 and no scaling,
     whatever the config says: a config that says otherwise is refused."""
     for key in ("rope_theta", "rotary_emb_base"):
-        if _present(config, key) and config[key] != _TRANSFORMERS_DEFAULT_THETA:
+        if not _unscaled("rope_theta", config.get(key)):
             raise ValueError(
                 f"`{key}`={config[key]!r} in a model_type={model_type!r} config: the family's "
                 f"attention rotates with base {_TRANSFORMERS_DEFAULT_THETA} whatever the config "
