@@ -40,51 +40,12 @@ import bench_gpu
 _BOUNDS = "__launch_bounds__(256)"
 
 
-_SPLIT_INTERLEAVED = (
-    (
-        "const I e0 = rotates ? (INTERLEAVED ? 2 * i0 : i0)",
-        "const I e0 = rotates ? (INTERLEAVED && V == 1 ? 2 * i0 : i0)",
-    ),
-    (
-        "const I e1 = rotates && !INTERLEAVED ? i0 + a.half : e0 + V;",
-        "const I e1 = rotates && (V > 1 || !INTERLEAVED) ? i0 + a.half : e0 + V;",
-    ),
-    (
-        """    load_vec<ROWS, CB>(a.cos_t + (row * a.half + i0), c);
-    load_vec<ROWS, CB>(a.sin_t + (row * a.half + i0), sn);
-""",
-        """    if constexpr (INTERLEAVED && V > 1) {
-      // The pairs from i0 / 2 on (the access at i0) and from (half + i0) / 2 on.
-      constexpr int H = V / 2;
-      constexpr int HB = H * static_cast<int>(sizeof(C));  // 4, 8 or 16 bytes
-      const I lo = row * a.half + i0 / 2;
-      const I hi = lo + a.half / 2;
-      C part[4][H];
-      load_vec<ROWS, HB>(a.cos_t + lo, part[0]);
-      load_vec<ROWS, HB>(a.cos_t + hi, part[1]);
-      load_vec<ROWS, HB>(a.sin_t + lo, part[2]);
-      load_vec<ROWS, HB>(a.sin_t + hi, part[3]);
-#pragma unroll
-      for (int j = 0; j < H; ++j) {
-        c[j] = part[0][j];
-        c[H + j] = part[1][j];
-        sn[j] = part[2][j];
-        sn[H + j] = part[3][j];
-      }
-    } else {
-      load_vec<ROWS, CB>(a.cos_t + (row * a.half + i0), c);
-      load_vec<ROWS, CB>(a.sin_t + (row * a.half + i0), sn);
-    }
-""",
-    ),
-)
-
-
 class Config(NamedTuple):
     name: str
     heads: int | None = None  # heads per thread; None: as shipped
     edits: tuple[tuple[str, str], ...] = ()  # (text, replacement) in the kernel source
     block: int | None = None  # threads per block at most
+    tokens: int | None = None  # tokens per block (blockDim.z) before heads; None: as shipped
 
 
 CONFIGS: tuple[Config, ...] = (
@@ -96,16 +57,16 @@ CONFIGS: tuple[Config, ...] = (
     Config("launch bounds 256 x 3", edits=((_BOUNDS, "__launch_bounds__(256, 3)"),)),
     # Strong loads at CTA scope keep their order in the SASS (tests/test_cuda_sass.py's
     # check holds) but may be served by L1 (LDG.STRONG.SM, not .GPU): the two 16-byte
-    # loads of an interleaved unit share each 32-byte sector, which GPU-scope loads fetch
-    # from the L2 twice. Not measured yet.
+    # loads of a 16-bit interleaved unit share each 32-byte sector, which GPU-scope loads
+    # fetch from the L2 twice. Measured on an H200: level with GPU scope (0.975 and 0.969
+    # of a copy, bfloat16 interleaved pairs).
     Config("loads at CTA scope", edits=(("ld.relaxed.gpu.global", "ld.relaxed.cta.global"),)),
-    # Interleaved pairs read as half-split ones are: V features at i0 and V at i0 + half,
-    # each access holding V / 2 pairs, so that a warp's every access covers whole 32-byte
-    # sectors (side by side, each of its two accesses touches every other 16 bytes of the
-    # same sectors). The same bits (tests/test_cuda_source.py runs this kernel in the
-    # host harness). Not measured yet: the lead for float32 interleaved pairs (0.88 of a
-    # copy on the H200).
-    Config("interleaved pairs split", edits=_SPLIT_INTERLEAVED),
+    # Several tokens per block, then as many heads as fit: in bhsd a head's tokens are
+    # contiguous, so a block reads longer runs of memory (one token per block reads 40
+    # runs of one row each). Measured once on an H200: bhsd 0.956 and 0.974 (bfloat16),
+    # 0.953 and 0.962 (float32) against 0.967 and 0.949 as shipped; bshd fell to 0.95.
+    Config("4 tokens per block", tokens=4),
+    Config("8 tokens per block", tokens=8),
 )
 DTYPE_CASES = (
     ("bf16", "prefill"),
@@ -241,6 +202,19 @@ def edited(source: str, edits: tuple[tuple[str, str], ...]) -> str:
     return source
 
 
+def _tokens_first(geometry: Any, tokens: int) -> Any:
+    """``geometry._block`` with ``tokens`` tokens per block first, then the heads that fit."""
+
+    def block(units: int, heads: int, seq: int, per_thread: int) -> tuple[int, int, int]:
+        x = max(1, min(units, geometry.BLOCK))
+        z = max(1, min(seq, tokens, geometry.BLOCK // x))
+        slots = -(-heads // per_thread)
+        groups = -(-slots // max(1, geometry.BLOCK // (x * z)))
+        return x, -(-slots // groups), z
+
+    return block
+
+
 def _run_config(index: int) -> None:
     """In a fresh process (no compiled kernel, no planned launch yet): one configuration."""
     torch = bench_gpu._require_gpu()
@@ -263,6 +237,8 @@ def _run_config(index: int) -> None:
     _module.kernel_source = lambda: source  # type: ignore[assignment]
     if config.block is not None:
         geometry.BLOCK = config.block
+    if config.tokens is not None:
+        geometry._block = _tokens_first(geometry, config.tokens)  # type: ignore[attr-defined]
     cases = {case.name: case for case in bench_gpu.CASES}
     for dtype_key, case_name in DTYPE_CASES:
         row = {

@@ -1502,7 +1502,7 @@ def _bf16_launches(
 
 @pytest.mark.parametrize(
     ("itemsize", "interleaved", "per_thread"),
-    [(2, False, 2), (4, False, 4), (8, False, 4), (2, True, 2), (4, True, 1), (8, True, 1)],
+    [(2, False, 2), (4, False, 4), (8, False, 4), (2, True, 2), (4, True, 4), (8, True, 1)],
     ids=[
         "16-bit",
         "float32",

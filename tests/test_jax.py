@@ -634,7 +634,11 @@ def test_an_eager_cpu_array_takes_the_path_its_rope_names(impl: str) -> None:
     if impl == "numba":
         pytest.importorskip("numba")
     rope = anyrope.RoPE(16)
-    x = jnp.asarray(np.random.default_rng(0).standard_normal((1, 4, 2, 16)), jnp.float32)
+    # On the CPU device by name: a GPU, where there is one, is JAX's default device.
+    x = jax.device_put(
+        np.random.default_rng(0).standard_normal((1, 4, 2, 16)).astype(np.float32),
+        jax.devices("cpu")[0],
+    )
     assert rope.path(x) in ("numba", "blocked")
     got = rope.rotate(x, 9, impl=impl)
     assert isinstance(got, jax.Array)

@@ -37,8 +37,9 @@ BLOCK = 256
 HEADS_PER_THREAD = {2: 2, 4: 4, 8: 4}
 #: The same for interleaved pairs (``ANYROPE_INTERLEAVED_HEADS_PER_THREAD_<itemsize>``),
 #: which stage no table rows: two heads took 16-bit prefill on an H200 from 0.89 of a copy
-#: to 0.97; float32 ran at 0.88 with one head, 0.87 with two and 0.85 with four.
-INTERLEAVED_HEADS_PER_THREAD = {2: 2, 4: 1, 8: 1}
+#: to 0.97; float32 pairs, read split (rope_unit), ran at 0.94 with one head, 0.97 with
+#: two and 0.99 with four.
+INTERLEAVED_HEADS_PER_THREAD = {2: 2, 4: 4, 8: 1}
 # Every grid dimension is a stride loop in the kernel: more blocks only add scheduling work.
 _MAX_GRID = (1 << 20, 65535, 65535)
 _MAX_TOKENS_PER_BLOCK = 64  # blockDim.z

@@ -125,9 +125,9 @@ template <> struct chunk_of<2> { using type = unsigned short; };
 // loads, every vector variant's SASS (NVRTC 13.0 and 13.5, sm_90) issued the loads of x
 // only after the position had arrived, two trips to memory in a row
 // (tests/test_cuda_sass.py).  Each byte of x is read once, so skipping L1 (as strong
-// loads do) leaves L1 to the table rows; but the two accesses of an interleaved unit
-// share their 32-byte sectors, which the L2 then serves twice (docs/performance.rst,
-// "GPU", has the lead).
+// loads do) leaves L1 to the table rows; the two accesses of a 16-bit interleaved unit
+// share their 32-byte sectors, which the L2 then serves twice (measured: loads at CTA
+// scope gained nothing, docs/performance.rst, "GPU"); float32 reads them split.
 template <int B>
 ANYROPE_HD typename chunk_of<B>::type load_chunk(const void* p, bool live = true) {
   typename chunk_of<B>::type r{};
@@ -434,12 +434,18 @@ ANYROPE_HD void rope_unit(const tensor_view<T, I>& q, const tensor_view<T, I>& k
 
   // The two accesses of x, at e0 and e1: (x[i], x[i + half]) for half-split pairs, the
   // 2V contiguous features of V interleaved pairs, the 2V features a copied unit moves.
+  // SPLIT (float32 interleaved pairs): V features at i0 and V at i0 + half, V / 2 pairs
+  // each, as half-split pairs are read, so that each access of a warp covers whole 32-byte
+  // sectors; contiguous, each of the two accesses took every other 16 bytes of the same
+  // sectors, which the L2 then served twice (0.88 of a copy; split, with four heads per
+  // thread, 0.99 on an H200). 16-bit pairs read contiguous ran faster (0.97 against 0.83).
+  constexpr bool SPLIT = INTERLEAVED && V > 1 && sizeof(T) == 4;
   const I rot_units = a.half / V;
   const bool rotates = u < rot_units;
   const I i0 = rotates ? u * V : I(0);  // a copied unit reads (and drops) unit 0's rows
-  const I e0 = rotates ? (INTERLEAVED ? 2 * i0 : i0)
+  const I e0 = rotates ? (INTERLEAVED && !SPLIT ? 2 * i0 : i0)
                        : 2 * a.half + (u - rot_units) * (V == 1 ? 1 : 2 * V);
-  const I e1 = rotates && !INTERLEAVED ? i0 + a.half : e0 + V;
+  const I e1 = rotates && (SPLIT || !INTERLEAVED) ? i0 + a.half : e0 + V;
   // The scalar variant copies one feature per unit: an odd number may follow the rotation.
   const bool both = rotates | (V > 1);
   // x first: its address does not depend on the position, so its loads are in flight
@@ -471,8 +477,28 @@ ANYROPE_HD void rope_unit(const tensor_view<T, I>& q, const tensor_view<T, I>& k
     // read-only cache, where the head rows of a token find its rows (strong loads skip
     // L1: 0.86 of a copy instead of 0.93, interleaved bfloat16 on the H200).
     constexpr From ROWS = STAGED ? From::global : From::table;
-    load_vec<ROWS, CB>(a.cos_t + (row * a.half + i0), c);
-    load_vec<ROWS, CB>(a.sin_t + (row * a.half + i0), sn);
+    if constexpr (SPLIT) {
+      // The pairs from i0 / 2 on (the access at e0) and from (half + i0) / 2 on (at e1).
+      constexpr int H = V / 2;
+      constexpr int HB = H * static_cast<int>(sizeof(C));
+      const I lo = row * a.half + i0 / 2;
+      const I hi = lo + a.half / 2;
+      C part[4][H];
+      load_vec<ROWS, HB>(a.cos_t + lo, part[0]);
+      load_vec<ROWS, HB>(a.cos_t + hi, part[1]);
+      load_vec<ROWS, HB>(a.sin_t + lo, part[2]);
+      load_vec<ROWS, HB>(a.sin_t + hi, part[3]);
+#pragma unroll
+      for (int j = 0; j < H; ++j) {
+        c[j] = part[0][j];
+        c[H + j] = part[1][j];
+        sn[j] = part[2][j];
+        sn[H + j] = part[3][j];
+      }
+    } else {
+      load_vec<ROWS, CB>(a.cos_t + (row * a.half + i0), c);
+      load_vec<ROWS, CB>(a.sin_t + (row * a.half + i0), sn);
+    }
     if (!held) {
       // Row 0 was read instead; NaN tables make every rotated feature of the token NaN.
 #pragma unroll
@@ -512,7 +538,8 @@ ANYROPE_HD void rope_unit(const tensor_view<T, I>& q, const tensor_view<T, I>& k
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       if constexpr (INTERLEAVED) {
-        // Pair j is features 2j and 2j + 1 of the 2V read.
+        // Pair j is features 2j and 2j + 1 of the 2V read (split: of the V at e0, then
+        // the V at e1).
         const int lo = 2 * j;
         const int hi = lo + 1;
         rotate_pair(x[r][lo / V][lo % V], x[r][hi / V][hi % V], c[j], sn[j], y[lo / V][lo % V],
