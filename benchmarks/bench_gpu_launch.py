@@ -4,7 +4,8 @@ size, swept.
     python benchmarks/bench_gpu_launch.py [--out benchmarks/results]
     ncu --clock-control none --kernel-name regex:anyrope --launch-skip 4 --launch-count 1 \
         --section SpeedOfLight --section Occupancy --section WarpStateStats \
-        --section MemoryWorkloadAnalysis python benchmarks/bench_gpu_launch.py --launches 5
+        --section MemoryWorkloadAnalysis python benchmarks/bench_gpu_launch.py --launches 5 \
+        [--case "prefill bhsd"] [--dtype fp32]
 
 The prefill cases of ``bench_gpu.py`` (bfloat16 bshd, bhsd, rotary 64 of 128 and
 interleaved; float32 bshd, bhsd and interleaved) and the device time of a decode step
@@ -18,9 +19,9 @@ variant that ran, the block and shared memory of its launch, the blocks that fit
 (``cuOccupancyMaxActiveBlocksPerMultiprocessor``), the device time (median, L2 flushed)
 and the fraction of a device copy of the same bytes timed in the same run. The figures
 that docs/performance.rst's launch model is checked against. Writes ``gpu-launch.json``
-under ``--out``. ``--launches N`` only runs the bfloat16 prefill kernel N times, for a
-profiler (the ``ncu`` command above). Needs a CUDA GPU,
-PyTorch, CuPy and Triton.
+under ``--out``. ``--launches N`` only runs the kernel of one case N times (``--case``,
+``--dtype``: bfloat16 prefill by default), for a profiler (the ``ncu`` command above).
+Needs a CUDA GPU, PyTorch, CuPy and Triton.
 """
 
 from __future__ import annotations
@@ -179,14 +180,15 @@ def _launch(geometry: Any, *arrays: Any) -> Any:
     )
 
 
-def _launches(count: int) -> None:
+def _launches(count: int, case_name: str, dtype_key: str) -> None:
     import anyrope
 
     torch = bench_gpu._require_gpu()
-    case = bench_gpu.CASES[0]
+    case = {case.name: case for case in bench_gpu.CASES}[case_name]
+    dtype = getattr(torch, bench_gpu.DTYPES[dtype_key])
     q_shape, k_shape = bench_gpu._shapes(case)
-    q = torch.randn(q_shape, device="cuda").to(torch.bfloat16)
-    k = torch.randn(k_shape, device="cuda").to(torch.bfloat16)
+    q = torch.randn(q_shape, device="cuda").to(dtype)
+    k = torch.randn(k_shape, device="cuda").to(dtype)
     rope = bench_gpu.make_rope(anyrope, case)
     for _ in range(count):
         rope(q, k, None, layout=case.layout, impl="cuda")
@@ -253,10 +255,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--config", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--launches", type=int, help="only run the bf16 prefill kernel")
+    parser.add_argument("--launches", type=int, help="only run one case's kernel N times")
+    parser.add_argument(
+        "--case",
+        choices=[case.name for case in bench_gpu.CASES],
+        default=bench_gpu.CASES[0].name,
+        help="the case --launches runs",
+    )
+    parser.add_argument(
+        "--dtype", choices=sorted(bench_gpu.DTYPES), default="bf16", help="its dtype"
+    )
     args = parser.parse_args(argv)
     if args.launches is not None:
-        _launches(args.launches)
+        _launches(args.launches, args.case, args.dtype)
         return 0
     if args.config is not None:
         _run_config(args.config)

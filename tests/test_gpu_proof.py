@@ -230,6 +230,32 @@ def test_launch_configurations_edit_the_kernel_as_it_is() -> None:
         assert replacement not in source
 
 
+@pytest.mark.parametrize("tokens", [4, 8])
+@pytest.mark.parametrize(
+    ("units", "heads", "seq", "per_thread"),
+    [(8, 40, 4096, 2), (16, 40, 4096, 4), (16, 40, 1, 4), (32, 3, 5, 1), (256, 40, 4096, 2)],
+    ids=["bf16", "fp32", "fp32-decode", "few-heads", "wide-rows"],
+)
+def test_tokens_first_blocks_fit_a_launch(
+    tokens: int, units: int, heads: int, seq: int, per_thread: int
+) -> None:
+    """The block shapes of the "tokens per block" configurations fit the kernel's
+    ``__launch_bounds__`` and take as many tokens as asked where the rows let them."""
+    from anyrope._paths.cuda import geometry
+
+    x, y, z = bench_gpu_launch._tokens_first(geometry, tokens)(units, heads, seq, per_thread)
+    assert x * y * z <= geometry.BLOCK
+    assert z == max(1, min(seq, tokens, geometry.BLOCK // x))
+    assert 1 <= y <= -(-heads // per_thread)  # no row of heads that no head needs
+
+
+def test_launches_take_a_case_by_name() -> None:
+    """``--launches`` runs one case of bench_gpu.py, named as that file names it."""
+    with pytest.raises(SystemExit) as refused:
+        bench_gpu_launch.main(["--launches", "1", "--case", "prefill bshd"])
+    assert refused.value.code == 2
+
+
 def test_a_later_run_keeps_the_steps_it_did_not_repeat(tmp_path: Path) -> None:
     """A machine lent a few minutes at a time runs a few steps per call into one folder."""
     first = [
