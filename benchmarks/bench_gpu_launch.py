@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -210,9 +211,9 @@ def _tokens_first(geometry: Any, tokens: int) -> Any:
     def block(units: int, heads: int, seq: int, per_thread: int) -> tuple[int, int, int]:
         x = max(1, min(units, geometry.BLOCK))
         z = max(1, min(seq, tokens, geometry.BLOCK // x))
-        slots = -(-heads // per_thread)
-        groups = -(-slots // max(1, geometry.BLOCK // (x * z)))
-        return x, -(-slots // groups), z
+        slots = math.ceil(heads / per_thread)
+        groups = math.ceil(slots / max(1, geometry.BLOCK // (x * z)))
+        return x, math.ceil(slots / groups), z
 
     return block
 

@@ -153,9 +153,7 @@ def make_plan(source: TableSource, call: Call, *, head_dim: int, interleaved: bo
         from ._torch import checked
 
         arrays, requires_grad = checked(arrays, names, positions, inplace=inplace)
-    packed = layout == "thd"
-    if not packed and layout not in LAYOUTS:
-        check_choice(layout, "layout", (*LAYOUTS, "thd"))  # raises, naming the layouts
+    packed = check_choice(layout, "layout", (*LAYOUTS, "thd")) == "thd"
     if packed:
         if source.axial:
             raise ValueError(
